@@ -1,0 +1,20 @@
+//! Kiln's SQL layer on DataFusion.
+//!
+//! [`Engine`] owns one DataFusion session, built once and shared by every
+//! query; Kiln tables appear in it through [`KilnTable`], which scans a
+//! pinned snapshot of segments plus memstore rows, pruned by the query's
+//! filters. DDL (`CREATE TABLE`, `DROP TABLE`) is Kiln's own; everything
+//! else, including `INSERT`, `EXPLAIN` and information_schema, is DataFusion.
+
+mod ddl;
+mod engine;
+mod error;
+pub mod import;
+mod provider;
+pub mod pruning;
+mod session;
+
+pub use engine::{Engine, Output};
+pub use error::{Error, Result};
+pub use provider::KilnTable;
+pub use session::{CATALOG, SCHEMA, build_session};

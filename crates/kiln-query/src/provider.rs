@@ -1,0 +1,231 @@
+//! [`KilnTable`]: DataFusion's view of a Kiln table.
+//!
+//! `scan` pins one [`TableSnapshot`] (a manifest version plus the memstore
+//! rows not in it), prunes segments and memory partitions with the query's
+//! filters, and plans a Parquet scan of the remaining segments (with the
+//! session's footer/page-index cache) next to an in-memory scan. No lock is
+//! held while planning or executing. `insert_into` writes an INSERT's rows
+//! as one atomic write through the WAL.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, not_impl_err};
+use datafusion::datasource::TableType;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::TryStreamExt;
+use kiln_storage::{Db, STORE_URL, Table};
+
+use crate::error::to_df;
+use crate::pruning::{ContainerStats, keep};
+
+/// A Kiln table as a DataFusion `TableProvider`.
+#[derive(Debug)]
+pub struct KilnTable {
+    db: Db,
+    table: Arc<Table>,
+}
+
+impl KilnTable {
+    pub fn new(db: Db, table: Arc<Table>) -> Self {
+        Self { db, table }
+    }
+}
+
+#[async_trait]
+impl datafusion::datasource::TableProvider for KilnTable {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Used for pruning; DataFusion still applies every filter to the rows.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = self.table.schema.clone();
+        let snapshot = self.table.snapshot();
+        let predicate: Option<Arc<dyn PhysicalExpr>> = match conjunction(filters.iter().cloned()) {
+            Some(expr) => {
+                let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+                Some(state.create_physical_expr(expr, &df_schema)?)
+            }
+            None => None,
+        };
+        let target = state.config().target_partitions().max(1);
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
+
+        // Persisted segments, pruned by their manifest statistics.
+        let segments = &snapshot.version.manifest.segments;
+        let stats: Vec<_> = segments
+            .iter()
+            .map(|s| ContainerStats::segment(&s.meta))
+            .collect();
+        let kept = keep(predicate.as_ref(), &schema, &stats);
+        let mut files: Vec<_> = segments
+            .iter()
+            .zip(kept)
+            .filter(|(_, k)| *k)
+            .map(|(s, _)| s.clone())
+            .collect();
+        if !files.is_empty() {
+            files.sort_by_key(|s| std::cmp::Reverse(s.meta.bytes));
+            // Balance groups by bytes: biggest file to the lightest group.
+            let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
+                vec![(0, vec![]); target.min(files.len())];
+            for s in files {
+                let g = groups
+                    .iter_mut()
+                    .min_by_key(|g| g.0)
+                    .expect("at least one group");
+                g.0 += s.meta.bytes;
+                // The segment rides along so its file outlives this plan.
+                g.1.push(
+                    PartitionedFile::new(s.meta.path.clone(), s.meta.bytes)
+                        .with_extension(s.clone()),
+                );
+            }
+            let store_url = ObjectStoreUrl::parse(STORE_URL)?;
+            let store = state.runtime_env().object_store(&store_url)?;
+            let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+            let mut source = ParquetSource::new(schema.clone())
+                .with_table_parquet_options(state.table_options().parquet.clone())
+                .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+                    store, cache,
+                )))
+                .with_enable_page_index(true);
+            if let Some(p) = &predicate {
+                source = source.with_predicate(p.clone());
+            }
+            let conf = FileScanConfigBuilder::new(store_url, Arc::new(source))
+                .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
+                .with_projection_indices(projection.cloned())?
+                .with_limit(limit)
+                .build();
+            inputs.push(DataSourceExec::from_data_source(conf));
+        }
+
+        // Rows still in memory, pruned by day partition.
+        let days: Vec<i32> = snapshot
+            .version
+            .frozen
+            .iter()
+            .map(|c| c.day)
+            .chain(snapshot.active.iter().map(|(d, _)| *d))
+            .collect();
+        let ncols = schema.fields().len();
+        let day_stats: Vec<_> = days
+            .iter()
+            .map(|d| ContainerStats::day(ncols, self.table.def.time_column, *d))
+            .collect();
+        let kept_days: Vec<i32> = days
+            .iter()
+            .zip(keep(predicate.as_ref(), &schema, &day_stats))
+            .filter(|(_, k)| *k)
+            .map(|(d, _)| *d)
+            .collect();
+        let mem = snapshot.mem_batches(|d| kept_days.contains(&d));
+        if !mem.is_empty() {
+            let mut parts = vec![vec![]; target.min(mem.len())];
+            let n = parts.len();
+            for (i, b) in mem.into_iter().enumerate() {
+                parts[i % n].push(b);
+            }
+            let src = MemorySourceConfig::try_new(&parts, schema.clone(), projection.cloned())?
+                .with_limit(limit);
+            inputs.push(DataSourceExec::from_data_source(src));
+        }
+        match inputs.len() {
+            0 => {
+                let projected = match projection {
+                    Some(p) => Arc::new(schema.project(p)?),
+                    None => schema,
+                };
+                Ok(Arc::new(EmptyExec::new(projected)))
+            }
+            _ => UnionExec::try_new(inputs),
+        }
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if op != InsertOp::Append {
+            return not_impl_err!("{op} is not supported; Kiln tables accept INSERT INTO only");
+        }
+        let sink = KilnSink {
+            db: self.db.clone(),
+            table: self.table.clone(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// Collects an INSERT's rows and writes them as one atomic WAL record.
+#[derive(Debug)]
+struct KilnSink {
+    db: Db,
+    table: Arc<Table>,
+}
+
+impl DisplayAs for KilnSink {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "KilnSink: table={}", self.table.name())
+    }
+}
+
+#[async_trait]
+impl DataSink for KilnSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.table.schema
+    }
+
+    async fn write_all(
+        &self,
+        data: SendableRecordBatchStream,
+        _: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
+        let batches: Vec<_> = data.try_collect().await?;
+        let rows = self
+            .db
+            .write(self.table.name(), &batches)
+            .await
+            .map_err(to_df)?;
+        Ok(rows as u64)
+    }
+}

@@ -1,0 +1,203 @@
+//! Query answers are the same from memory, after a flush, after compaction
+//! and after a restart, and equal to a computation made here in plain Rust
+//! from the rows the test generated.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, AsArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray,
+};
+use arrow::datatypes::{Float64Type, Int64Type};
+use kiln_query::{Engine, Output};
+use kiln_storage::{Db, NANOS_PER_DAY, StorageConfig};
+use rand::{Rng, SeedableRng};
+
+const DAY0: i64 = 20_500 * NANOS_PER_DAY;
+
+#[derive(Clone)]
+struct Row {
+    ts: i64,
+    user: i64,
+    region: Option<String>,
+    amount: Option<f64>,
+}
+
+fn gen_rows(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<Row> {
+    let regions = ["eu", "us", "ap", "sa"];
+    (0..n)
+        .map(|_| Row {
+            ts: DAY0 + rng.random_range(0..5 * NANOS_PER_DAY),
+            user: rng.random_range(0..500),
+            region: rng
+                .random_bool(0.9)
+                .then(|| regions[rng.random_range(0..4)].to_string()),
+            amount: rng
+                .random_bool(0.7)
+                .then(|| (rng.random_range(0..100_000) as f64) / 100.0),
+        })
+        .collect()
+}
+
+fn batch(db: &Db, rows: &[Row]) -> RecordBatch {
+    let schema = db.table("sales").unwrap().schema.clone();
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(TimestampNanosecondArray::from(
+                rows.iter().map(|r| r.ts).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.user).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.region.clone()).collect::<Vec<_>>(),
+            )),
+            Arc::new(Float64Array::from(
+                rows.iter().map(|r| r.amount).collect::<Vec<_>>(),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+/// (region, rows, sum of amounts in cents, distinct users) for rows in [lo, hi).
+type Answer = Vec<(String, i64, i64, i64)>;
+
+fn expected(rows: &[Row], lo: i64, hi: i64) -> Answer {
+    let mut m: BTreeMap<String, (i64, i64, std::collections::BTreeSet<i64>)> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.ts >= lo && r.ts < hi) {
+        let e = m
+            .entry(r.region.clone().unwrap_or_else(|| "NULL".into()))
+            .or_default();
+        e.0 += 1;
+        e.1 += r.amount.map_or(0, |a| (a * 100.0).round() as i64);
+        e.2.insert(r.user);
+    }
+    m.into_iter()
+        .map(|(k, (n, s, u))| (k, n, s, u.len() as i64))
+        .collect()
+}
+
+async fn actual(engine: &Engine, lo: i64, hi: i64) -> Answer {
+    let sql = format!(
+        "SELECT coalesce(region, 'NULL') AS r, count(*), CAST(round(coalesce(sum(amount), 0) * 100) AS BIGINT), count(DISTINCT user_id) \
+         FROM sales WHERE ts >= to_timestamp_nanos({lo}) AND ts < to_timestamp_nanos({hi}) GROUP BY r ORDER BY r"
+    );
+    let mut out = engine.execute(&sql).await.unwrap();
+    let Some(Output::Rows { batches, .. }) = out.pop() else {
+        panic!("no rows")
+    };
+    let mut res = vec![];
+    for b in batches {
+        let r = b.column(0).as_string::<i32>();
+        let n = b.column(1).as_primitive::<Int64Type>();
+        let s = b.column(2).as_primitive::<Int64Type>();
+        let u = b.column(3).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            res.push((r.value(i).to_string(), n.value(i), s.value(i), u.value(i)));
+        }
+    }
+    res
+}
+
+async fn check(engine: &Engine, rows: &[Row], stage: &str) {
+    for (lo, hi) in [
+        (i64::MIN / 2, i64::MAX / 2),
+        (DAY0 + NANOS_PER_DAY, DAY0 + 3 * NANOS_PER_DAY),
+        (DAY0 + 7_200_000_000_000, DAY0 + 9_000_000_000_000),
+    ] {
+        let want = expected(rows, lo, hi);
+        let got = actual(engine, lo, hi).await;
+        assert_eq!(got, want, "{stage}: range [{lo}, {hi})");
+    }
+    // Sum of amounts as doubles, compared with a tolerance.
+    let mut out = engine
+        .execute("SELECT sum(amount), count(amount) FROM sales")
+        .await
+        .unwrap();
+    let Some(Output::Rows { batches, .. }) = out.pop() else {
+        panic!()
+    };
+    let s = batches[0].column(0).as_primitive::<Float64Type>().value(0);
+    let want: f64 = rows.iter().filter_map(|r| r.amount).sum();
+    assert!(
+        (s - want).abs() < 1e-6 * want.max(1.0),
+        "{stage}: {s} vs {want}"
+    );
+    assert_eq!(
+        batches[0].column(1).as_primitive::<Int64Type>().value(0),
+        rows.iter().filter(|r| r.amount.is_some()).count() as i64
+    );
+    assert!(!batches[0].column(0).is_null(0));
+}
+
+async fn open(dir: &std::path::Path) -> Engine {
+    let mut cfg = StorageConfig::for_dir(dir);
+    cfg.memstore_freeze_bytes = 16 * 1024; // many frozen batches
+    cfg.compaction_min_segments = 2;
+    cfg.compaction = false; // the test compacts explicitly
+    Engine::new(Db::open(cfg).await.unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_answers_from_memory_segments_compaction_and_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let engine = open(tmp.path()).await;
+    engine
+        .execute("CREATE TABLE sales (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, region VARCHAR, amount DOUBLE) WITH (sort_key = 'region')")
+        .await
+        .unwrap();
+    let db = engine.db().clone();
+    let mut all = vec![];
+    for round in 0..3 {
+        for _ in 0..20 {
+            let rows = gen_rows(&mut rng, 150);
+            db.write("sales", &[batch(&db, &rows)]).await.unwrap();
+            all.extend(rows);
+        }
+        check(&engine, &all, &format!("round {round}, in memory")).await;
+        db.flush_all().await.unwrap();
+        check(&engine, &all, &format!("round {round}, flushed")).await;
+        // Some rows in memory on top of segments.
+        let rows = gen_rows(&mut rng, 300);
+        db.write("sales", &[batch(&db, &rows)]).await.unwrap();
+        all.extend(rows);
+        check(&engine, &all, &format!("round {round}, mixed")).await;
+    }
+    db.flush_all().await.unwrap();
+    let before = db.table("sales").unwrap().segments().len();
+    let merged = db.compact_all().await.unwrap();
+    let after = db.table("sales").unwrap().segments().len();
+    assert!(
+        merged > 0 && after < before,
+        "compaction merged {merged}: {before} -> {after} segments"
+    );
+    check(&engine, &all, "compacted").await;
+
+    db.close().await.unwrap();
+    drop(engine);
+    let engine = open(tmp.path()).await;
+    check(&engine, &all, "restarted").await;
+    // Obsolete segment files were deleted; only live ones remain on disk.
+    let live: usize = engine.db().table("sales").unwrap().segments().len();
+    let on_disk = walk(tmp.path())
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .count();
+    assert_eq!(on_disk, live);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p))
+        } else {
+            out.push(p)
+        }
+    }
+    out
+}

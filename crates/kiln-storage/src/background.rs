@@ -1,0 +1,201 @@
+//! Background work: flushing memstores to Parquet segments, compacting
+//! small segments, and deleting WAL files whose rows are all persisted.
+//!
+//! One task does it all, so flushes across tables are naturally staggered:
+//! at most one runs at a time, with `flush_gap` between starts. Writers and
+//! queries never wait for it; each step swaps one pointer at its end.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use object_store::path::Path;
+
+use crate::db::Inner;
+use crate::error::Result;
+use crate::manifest::Segment;
+use crate::segment;
+use crate::table::Table;
+
+/// Runs until shutdown is signalled.
+pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(inner.config.background_interval) => {}
+            _ = shutdown.changed() => return,
+        }
+        if let Err(e) = round(&inner).await {
+            tracing::error!(error = %e, "background flush/compaction failed; will retry");
+        }
+    }
+}
+
+/// One pass: flush what is due, compact one partition per table, trim the WAL.
+pub(crate) async fn round(inner: &Inner) -> Result<()> {
+    let now = inner.clock.now_ns();
+    let mut due: Vec<Arc<Table>> = inner
+        .registry
+        .load()
+        .by_id
+        .values()
+        .filter(|t| {
+            let age = t
+                .mem
+                .oldest_unflushed()
+                .map_or(0, |(_, at)| now.saturating_sub(at));
+            t.mem.bytes() >= inner.config.flush_bytes
+                || (age > 0 && age as u128 >= inner.config.flush_age.as_nanos())
+        })
+        .cloned()
+        .collect();
+    due.sort_by_key(|t| std::cmp::Reverse(t.mem.bytes()));
+    for (i, t) in due.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(inner.config.flush_gap).await;
+        }
+        flush_table(inner, t).await?;
+    }
+    if inner.config.compaction {
+        let tables: Vec<_> = inner.registry.load().by_id.values().cloned().collect();
+        for t in tables {
+            compact_table(inner, &t).await?;
+        }
+    }
+    trim_wal(inner)
+}
+
+/// Deletes WAL files whose every record is persisted in segments.
+pub(crate) fn trim_wal(inner: &Inner) -> Result<()> {
+    let applied = inner.last_applied.load(Ordering::Acquire);
+    let needed = inner
+        .registry
+        .load()
+        .by_id
+        .values()
+        .filter_map(|t| t.mem.wal_needed_from())
+        .min();
+    let through = needed.map_or(applied, |n| n.saturating_sub(1).min(applied));
+    if through > 0 {
+        inner.wal.remove_through(through)?;
+    }
+    Ok(())
+}
+
+/// Writes a table's memstore as segments and swaps them in.
+pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
+    let _guard = table.manifest_lock.lock().await;
+    let set = table.mem.begin_flush();
+    if set.chunks.is_empty() {
+        table.mem.abort_flush();
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut by_day: BTreeMap<i32, Vec<_>> = BTreeMap::new();
+    for c in &set.chunks {
+        by_day.entry(c.day).or_default().push(c.batch.clone());
+    }
+    let mut written = vec![];
+    let result: Result<()> = async {
+        for (day, batches) in by_day {
+            let meta =
+                segment::write(&inner.store, &table.def, &table.schema, day, batches).await?;
+            written.push(Segment::new(meta, &inner.reaper));
+        }
+        let current = table.mem.manifest();
+        let next = current.next(written.clone(), &[], set.through_seq);
+        next.persist(&inner.store, table.def.id).await?;
+        table.mem.publish(next, Some(&set));
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        table.mem.abort_flush();
+        for s in &written {
+            s.retire();
+        }
+        return Err(e);
+    }
+    let rows: u64 = written.iter().map(|s| s.meta.rows).sum();
+    inner.metrics.flushes.fetch_add(1, Ordering::Relaxed);
+    inner
+        .metrics
+        .flush_micros
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    tracing::info!(table = table.name(), rows, segments = written.len(), elapsed = ?started.elapsed(), "flushed");
+    Ok(())
+}
+
+/// Merges the small segments of one partition of `table`, if any partition has enough.
+pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> {
+    let _guard = table.manifest_lock.lock().await;
+    let current = table.mem.manifest();
+    let target = inner.config.compaction_target_bytes as u64;
+    let mut by_day: BTreeMap<i32, Vec<Arc<Segment>>> = BTreeMap::new();
+    for s in current
+        .segments
+        .iter()
+        .filter(|s| s.meta.bytes < target / 2)
+    {
+        by_day.entry(s.meta.day).or_default().push(s.clone());
+    }
+    let Some((day, mut small)) = by_day
+        .into_iter()
+        .find(|(_, v)| v.len() >= inner.config.compaction_min_segments.max(2))
+    else {
+        return Ok(false);
+    };
+    small.sort_by_key(|s| s.meta.bytes);
+    let mut picked = vec![];
+    let mut total = 0;
+    for s in small {
+        if picked.len() >= 2 && total + s.meta.bytes > target {
+            break;
+        }
+        total += s.meta.bytes;
+        picked.push(s);
+    }
+    let started = Instant::now();
+    let mut batches = vec![];
+    for s in &picked {
+        batches.extend(segment::read(&inner.store, &s.meta.path).await?);
+    }
+    let meta = segment::write(&inner.store, &table.def, &table.schema, day, batches).await?;
+    let merged = Segment::new(meta, &inner.reaper);
+    let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
+    if let Err(e) = next.persist(&inner.store, table.def.id).await {
+        merged.retire();
+        return Err(e);
+    }
+    table.mem.publish(next, None);
+    for s in &picked {
+        s.retire();
+    }
+    inner.metrics.compactions.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(table = table.name(), day, merged = picked.len(), elapsed = ?started.elapsed(), "compacted");
+    Ok(true)
+}
+
+/// Deletes objects no manifest refers to: leftovers of a crash mid-flush,
+/// mid-compaction or mid-import, and the files of dropped tables.
+pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
+    let registry = inner.registry.load();
+    let mut removed = 0;
+    for path in inner.store.list(&Path::from("tables")).await? {
+        let mut parts = path.parts();
+        parts.next();
+        let id: Option<u64> = parts.next().and_then(|p| p.as_ref().parse().ok());
+        let keep = match id.and_then(|id| registry.by_id.get(&id)) {
+            None => false,
+            Some(t) => {
+                !path.as_ref().ends_with(".parquet")
+                    || t.segments().iter().any(|s| s.meta.path == path.as_ref())
+            }
+        };
+        if !keep {
+            inner.store.delete(&path).await?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}

@@ -1,0 +1,85 @@
+//! The persisted catalog of table definitions, and the in-memory registry
+//! queries read without locking (an `ArcSwap` replaced on DDL only).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::schema::TableDef;
+use crate::table::Table;
+
+#[derive(Default, Serialize, Deserialize)]
+pub(crate) struct CatalogFile {
+    pub next_table_id: u64,
+    pub tables: Vec<TableDef>,
+}
+
+impl CatalogFile {
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join("catalog.json")
+    }
+
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = Self::path(dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+                what: "catalog",
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogFile {
+                next_table_id: 1,
+                tables: vec![],
+            }),
+            Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
+        }
+    }
+
+    /// Replaces the catalog atomically and durably (temp file, fsync, rename, fsync dir).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let path = Self::path(dir);
+        let tmp = dir.join("catalog.json.tmp");
+        let ctx = |e| Error::io(format!("writing {}", path.display()), e);
+        let bytes = serde_json::to_vec_pretty(self).expect("catalog serializes");
+        let mut f = std::fs::File::create(&tmp).map_err(ctx)?;
+        f.write_all(&bytes)
+            .and_then(|_| f.sync_all())
+            .map_err(ctx)?;
+        std::fs::rename(&tmp, &path).map_err(ctx)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(ctx)?;
+        Ok(())
+    }
+}
+
+/// Tables by name and id. Readers `load()` it lock-free.
+#[derive(Debug, Default, Clone)]
+pub struct Registry {
+    pub by_name: BTreeMap<String, Arc<Table>>,
+    pub by_id: BTreeMap<u64, Arc<Table>>,
+}
+
+impl Registry {
+    pub fn with(&self, table: Arc<Table>) -> Self {
+        let mut r = self.clone();
+        r.by_id.insert(table.def.id, table.clone());
+        r.by_name.insert(table.def.name.clone(), table);
+        r
+    }
+
+    pub fn without(&self, name: &str) -> Self {
+        let mut r = self.clone();
+        if let Some(t) = r.by_name.remove(name) {
+            r.by_id.remove(&t.def.id);
+        }
+        r
+    }
+}
+
+pub(crate) type SharedRegistry = Arc<ArcSwap<Registry>>;

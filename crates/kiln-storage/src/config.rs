@@ -1,0 +1,128 @@
+//! Storage settings. Each is a flag with a `KILN_*` environment variable and
+//! a default; the binary flattens this group into its one config struct.
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// When the WAL fsyncs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WalSync {
+    /// Fsync before acknowledging: an acknowledged row survives power loss.
+    Always,
+    /// Fsync every `--wal-sync-interval`: survives a process crash, may lose that much on power loss.
+    Interval,
+}
+
+/// Settings of the storage engine.
+#[derive(Clone, Debug, Args)]
+pub struct StorageConfig {
+    /// Directory holding the catalog, WAL and segments.
+    #[arg(long, env = "KILN_DATA_DIR", default_value = "./kiln-data")]
+    pub data_dir: std::path::PathBuf,
+
+    /// WAL fsync policy.
+    #[arg(long, env = "KILN_WAL_SYNC", value_enum, default_value = "always")]
+    pub wal_sync: WalSync,
+
+    /// Fsync period when --wal-sync=interval.
+    #[arg(long, env = "KILN_WAL_SYNC_INTERVAL", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub wal_sync_interval: Duration,
+
+    /// How long a group commit waits for more writers before writing (0: only those already queued).
+    #[arg(long, env = "KILN_WAL_LINGER", default_value = "0ms", value_parser = humantime::parse_duration)]
+    pub wal_linger: Duration,
+
+    /// Largest group commit, in payload bytes.
+    #[arg(long, env = "KILN_WAL_MAX_BATCH_BYTES", default_value = "8MiB", value_parser = parse_bytes)]
+    pub wal_max_batch_bytes: usize,
+
+    /// Size at which the WAL starts a new segment file.
+    #[arg(long, env = "KILN_WAL_SEGMENT_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
+    pub wal_segment_bytes: usize,
+
+    /// Skip WAL records that fail their CRC during recovery instead of refusing to start.
+    #[arg(long, env = "KILN_WAL_SKIP_CORRUPT", default_value_t = false)]
+    pub wal_skip_corrupt: bool,
+
+    /// Size at which a partition's active buffer is frozen into an immutable batch.
+    #[arg(long, env = "KILN_MEMSTORE_FREEZE_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
+    pub memstore_freeze_bytes: usize,
+
+    /// A table's memstore is flushed to Parquet once it holds this much.
+    #[arg(long, env = "KILN_FLUSH_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
+    pub flush_bytes: usize,
+
+    /// A table's memstore is flushed once its oldest row is this old.
+    #[arg(long, env = "KILN_FLUSH_AGE", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub flush_age: Duration,
+
+    /// Minimum pause between the starts of two flushes, so many tables never flush at once.
+    #[arg(long, env = "KILN_FLUSH_GAP", default_value = "100ms", value_parser = humantime::parse_duration)]
+    pub flush_gap: Duration,
+
+    /// How often the background task looks for tables to flush or compact.
+    #[arg(long, env = "KILN_BACKGROUND_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub background_interval: Duration,
+
+    /// Flush everything in memory when the database closes.
+    #[arg(long, env = "KILN_FLUSH_ON_CLOSE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub flush_on_close: bool,
+
+    /// Merge small segments of a partition in the background.
+    #[arg(long, env = "KILN_COMPACTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub compaction: bool,
+
+    /// Target size of a compacted segment.
+    #[arg(long, env = "KILN_COMPACTION_TARGET_BYTES", default_value = "128MiB", value_parser = parse_bytes)]
+    pub compaction_target_bytes: usize,
+
+    /// A partition is compacted once it has this many segments below half the target size.
+    #[arg(long, env = "KILN_COMPACTION_MIN_SEGMENTS", default_value_t = 4)]
+    pub compaction_min_segments: usize,
+
+    /// How long a segment file removed from the manifest is kept after the last
+    /// query pinning it let go (a margin for readers still streaming it).
+    #[arg(long, env = "KILN_SEGMENT_DELETE_DELAY", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub segment_delete_delay: Duration,
+
+    /// Largest row accepted, in bytes of string data.
+    #[arg(long, env = "KILN_MAX_ROW_BYTES", default_value = "1MiB", value_parser = parse_bytes)]
+    pub max_row_bytes: usize,
+}
+
+impl StorageConfig {
+    /// Defaults with another data directory (tests, embedded use).
+    pub fn for_dir(dir: impl Into<std::path::PathBuf>) -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct P {
+            #[command(flatten)]
+            s: StorageConfig,
+        }
+        let mut s = P::parse_from(["kiln"]).s;
+        s.data_dir = dir.into();
+        s
+    }
+}
+
+/// Parses `4096`, `64KiB`, `4MiB`, `1GiB` (also KB/MB/GB as powers of 1000).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size like 64MiB"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        other => return Err(format!("unknown size unit '{other}' in '{s}'")),
+    };
+    Ok(n * mult)
+}

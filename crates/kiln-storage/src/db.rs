@@ -1,0 +1,446 @@
+//! [`Db`]: the storage engine's front door. Opening one takes the data
+//! directory's lock, loads the catalog and manifests, replays the WAL, and
+//! starts the background task; writes go through the WAL and are in the
+//! memstore when acknowledged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use arrow::array::RecordBatch;
+use bytes::Bytes;
+use fs2::FileExt;
+use kiln_wal::{Applier, SyncPolicy, Wal, WalOptions};
+
+use crate::background;
+use crate::catalog::{CatalogFile, Registry, SharedRegistry};
+use crate::clock::{Clock, SystemClock};
+use crate::codec;
+use crate::config::{StorageConfig, WalSync};
+use crate::error::{Error, Result};
+use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
+use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
+use crate::segment;
+use crate::store::Store;
+use crate::table::Table;
+
+/// Counters of the storage engine (exported as metrics by the server).
+#[derive(Debug, Default)]
+pub struct StorageMetrics {
+    pub rows_written: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub flushes: AtomicU64,
+    pub flush_micros: AtomicU64,
+    pub compactions: AtomicU64,
+}
+
+/// How a new table is declared.
+#[derive(Debug, Clone)]
+pub struct CreateTable {
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    pub time_column: Option<String>,
+    pub sort_key: Vec<String>,
+    pub if_not_exists: bool,
+}
+
+pub(crate) struct Inner {
+    pub config: StorageConfig,
+    pub store: Store,
+    pub registry: SharedRegistry,
+    pub wal: Wal,
+    pub clock: Arc<dyn Clock>,
+    pub reaper: Reaper,
+    pub metrics: Arc<StorageMetrics>,
+    pub last_applied: Arc<AtomicU64>,
+    catalog: tokio::sync::Mutex<CatalogFile>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    background: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The data directory lock, released by `close`.
+    lock: parking_lot::Mutex<Option<std::fs::File>>,
+}
+
+/// An open Kiln database. Cheap to clone; all clones share one engine.
+#[derive(Clone)]
+pub struct Db {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("data_dir", &self.inner.config.data_dir)
+            .finish()
+    }
+}
+
+/// Applies committed WAL records to the memstores, in sequence order.
+struct MemApplier {
+    registry: SharedRegistry,
+    clock: Arc<dyn Clock>,
+    last_applied: Arc<AtomicU64>,
+}
+
+impl Applier for MemApplier {
+    fn apply(&self, seq: u64, payload: &Bytes) {
+        match codec::decode(payload) {
+            Ok((id, batch)) => {
+                if let Some(t) = self.registry.load().by_id.get(&id) {
+                    t.mem.apply(seq, &batch, self.clock.now_ns());
+                }
+            }
+            Err(e) => tracing::error!(seq, error = %e, "undecodable WAL record"),
+        }
+        self.last_applied.store(seq, Ordering::Release);
+    }
+}
+
+impl Db {
+    /// Opens (creating if needed) the database in `config.data_dir`.
+    pub async fn open(config: StorageConfig) -> Result<Db> {
+        Self::open_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Opens with an injected clock (tests).
+    pub async fn open_with_clock(config: StorageConfig, clock: Arc<dyn Clock>) -> Result<Db> {
+        let dir = config.data_dir.clone();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let lock = lock_dir(&dir)?;
+        let store = Store::local(dir.clone())?;
+        let reaper = Reaper::start(store.clone(), config.segment_delete_delay);
+        let catalog = CatalogFile::load(&dir)?;
+        let mut registry = Registry::default();
+        for def in &catalog.tables {
+            let manifest = Manifest::load(&store, def.id, &reaper).await?;
+            registry = registry.with(Table::new(
+                def.clone(),
+                manifest,
+                config.memstore_freeze_bytes,
+            ));
+        }
+        let registry: SharedRegistry = Arc::new(ArcSwap::from_pointee(registry));
+
+        let wal_dir = dir.join("wal");
+        let wal_opts = wal_options(&config);
+        let recovered = Wal::recover(&wal_dir, &wal_opts)?;
+        if let Some((file, offset)) = &recovered.truncated_tail {
+            tracing::warn!(file = %file.display(), offset, "WAL ended in a torn record; truncated it");
+        }
+        let applier = MemApplier {
+            registry: registry.clone(),
+            clock: clock.clone(),
+            last_applied: Default::default(),
+        };
+        let mut last_seq = 0;
+        let mut replayed = 0;
+        for (seq, payload) in &recovered.records {
+            last_seq = *seq;
+            let (id, _) = codec::decode(payload)?;
+            let reg = registry.load();
+            if let Some(t) = reg.by_id.get(&id) {
+                if *seq > t.mem.manifest().flushed_seq {
+                    applier.apply(*seq, payload);
+                    replayed += 1;
+                }
+            }
+        }
+        let flushed = registry
+            .load()
+            .by_id
+            .values()
+            .map(|t| t.mem.manifest().flushed_seq)
+            .max();
+        let next_seq = last_seq.max(flushed.unwrap_or(0)) + 1;
+        applier.last_applied.store(next_seq - 1, Ordering::Release);
+        tracing::info!(replayed, next_seq, dir = %dir.display(), "database opened");
+        let last_applied = applier.last_applied.clone();
+        let wal = Wal::start(&wal_dir, wal_opts, next_seq, Arc::new(applier))?;
+
+        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let inner = Arc::new(Inner {
+            config,
+            store,
+            registry,
+            wal,
+            clock,
+            reaper,
+            metrics: Default::default(),
+            last_applied,
+            catalog: tokio::sync::Mutex::new(catalog),
+            shutdown,
+            background: parking_lot::Mutex::new(None),
+            lock: parking_lot::Mutex::new(Some(lock)),
+        });
+        background::remove_orphans(&inner).await?;
+        let task = tokio::spawn(background::run(inner.clone(), rx));
+        *inner.background.lock() = Some(task);
+        Ok(Db { inner })
+    }
+
+    pub fn config(&self) -> &StorageConfig {
+        &self.inner.config
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn metrics(&self) -> &StorageMetrics {
+        &self.inner.metrics
+    }
+
+    pub fn wal_stats(&self) -> kiln_wal::WalStats {
+        self.inner.wal.stats()
+    }
+
+    /// The table of that name, lock-free.
+    pub fn table(&self, name: &str) -> Option<Arc<Table>> {
+        self.inner.registry.load().by_name.get(name).cloned()
+    }
+
+    /// All tables, by name.
+    pub fn tables(&self) -> Vec<Arc<Table>> {
+        self.inner
+            .registry
+            .load()
+            .by_name
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Creates a table; durable in the catalog when this returns.
+    pub async fn create_table(&self, req: CreateTable) -> Result<Arc<Table>> {
+        let mut catalog = self.inner.catalog.lock().await;
+        if let Some(t) = self.table(&req.name) {
+            return if req.if_not_exists {
+                Ok(t)
+            } else {
+                Err(Error::TableExists(req.name))
+            };
+        }
+        let def = TableDef::new(
+            catalog.next_table_id,
+            &req.name,
+            req.columns,
+            req.time_column.as_deref(),
+            &req.sort_key,
+        )?;
+        catalog.next_table_id += 1;
+        catalog.tables.push(def.clone());
+        if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+            catalog.tables.pop();
+            return Err(e);
+        }
+        let table = Table::new(
+            def,
+            Manifest::default(),
+            self.inner.config.memstore_freeze_bytes,
+        );
+        self.inner.registry.rcu(|r| r.with(table.clone()));
+        Ok(table)
+    }
+
+    /// Drops a table; gone from the catalog when this returns. Its files are
+    /// deleted once no running query uses them.
+    pub async fn drop_table(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let mut catalog = self.inner.catalog.lock().await;
+        let Some(table) = self.table(name) else {
+            return if if_exists {
+                Ok(false)
+            } else {
+                Err(Error::TableNotFound(name.into()))
+            };
+        };
+        let old = std::mem::take(&mut catalog.tables);
+        catalog.tables = old
+            .iter()
+            .filter(|d| d.id != table.def.id)
+            .cloned()
+            .collect();
+        if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+            catalog.tables = old;
+            return Err(e);
+        }
+        self.inner.registry.rcu(|r| r.without(name));
+        table.mark_dropped();
+        let store = self.inner.store.clone();
+        let prefix = table_prefix(table.def.id).clone().join("manifest");
+        tokio::spawn(async move {
+            for p in store.list(&prefix).await.unwrap_or_default() {
+                let _ = store.delete(&p).await;
+            }
+        });
+        Ok(true)
+    }
+
+    /// Writes rows atomically: validated, logged in the WAL (fsynced under
+    /// `--wal-sync=always`) and applied to the memstore when this returns,
+    /// so the next query sees them. Returns the number of rows.
+    pub async fn write(&self, table: &str, batches: &[RecordBatch]) -> Result<usize> {
+        let (t, batch) = self.prepare(table, batches)?;
+        let Some(batch) = batch else { return Ok(0) };
+        let rows = batch.num_rows();
+        let payload = codec::encode(t.def.id, &batch)?;
+        let bytes = payload.len() as u64;
+        self.inner.wal.append(payload).await?;
+        self.inner
+            .metrics
+            .rows_written
+            .fetch_add(rows as u64, Ordering::Relaxed);
+        self.inner
+            .metrics
+            .bytes_written
+            .fetch_add(bytes, Ordering::Relaxed);
+        Ok(rows)
+    }
+
+    /// Validates and conforms rows for `table` into one batch (None if empty).
+    fn prepare(
+        &self,
+        table: &str,
+        batches: &[RecordBatch],
+    ) -> Result<(Arc<Table>, Option<RecordBatch>)> {
+        let t = self
+            .table(table)
+            .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        let mut out = Vec::with_capacity(batches.len());
+        let mut offset = 0;
+        for b in batches {
+            out.push(conform(
+                &t.def,
+                &t.schema,
+                b,
+                offset,
+                self.inner.config.max_row_bytes,
+            )?);
+            offset += b.num_rows();
+        }
+        if offset == 0 {
+            return Ok((t, None));
+        }
+        let batch = if out.len() == 1 {
+            out.pop().expect("one")
+        } else {
+            arrow::compute::concat_batches(&t.schema, &out)?
+        };
+        Ok((t, Some(batch)))
+    }
+
+    /// Bulk load: writes rows straight into Parquet segments and commits them
+    /// with one manifest swap, bypassing the WAL. All or nothing: when this
+    /// returns Ok every row is durable and visible; on error none is.
+    pub async fn load(&self, table: &str, batches: &[RecordBatch]) -> Result<usize> {
+        let t = self
+            .table(table)
+            .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        let mut by_day: BTreeMap<i32, Vec<RecordBatch>> = BTreeMap::new();
+        let mut offset = 0;
+        for b in batches {
+            let b = conform(
+                &t.def,
+                &t.schema,
+                b,
+                offset,
+                self.inner.config.max_row_bytes,
+            )?;
+            offset += b.num_rows();
+            for (day, part) in split_by_day(&b, t.def.time_column)? {
+                by_day.entry(day).or_default().push(part);
+            }
+        }
+        if offset == 0 {
+            return Ok(0);
+        }
+        let _guard = t.manifest_lock.lock().await;
+        let mut written = vec![];
+        let result: Result<()> = async {
+            for (day, parts) in by_day {
+                let meta = segment::write(&self.inner.store, &t.def, &t.schema, day, parts).await?;
+                written.push(Segment::new(meta, &self.inner.reaper));
+            }
+            let current = t.mem.manifest();
+            let next = current.next(written.clone(), &[], current.flushed_seq);
+            next.persist(&self.inner.store, t.def.id).await?;
+            t.mem.publish(next, None);
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            written.iter().for_each(|s| s.retire());
+            return Err(e);
+        }
+        self.inner
+            .metrics
+            .rows_written
+            .fetch_add(offset as u64, Ordering::Relaxed);
+        Ok(offset)
+    }
+
+    /// Flushes every table's memstore to segments now (and trims the WAL).
+    pub async fn flush_all(&self) -> Result<()> {
+        for t in self.tables() {
+            background::flush_table(&self.inner, &t).await?;
+        }
+        background::trim_wal(&self.inner)
+    }
+
+    /// Compacts every partition that qualifies, until none does.
+    pub async fn compact_all(&self) -> Result<usize> {
+        let mut n = 0;
+        for t in self.tables() {
+            while background::compact_table(&self.inner, &t).await? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Stops background work, flushes if configured, syncs and closes the WAL,
+    /// and releases the data directory. Writes after this fail.
+    pub async fn close(&self) -> Result<()> {
+        let _ = self.inner.shutdown.send(true);
+        let task = self.inner.background.lock().take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        if self.inner.config.flush_on_close {
+            self.flush_all().await?;
+        }
+        self.inner.wal.close()?;
+        self.inner.lock.lock().take();
+        Ok(())
+    }
+}
+
+fn wal_options(c: &StorageConfig) -> WalOptions {
+    WalOptions {
+        sync: match c.wal_sync {
+            WalSync::Always => SyncPolicy::Always,
+            WalSync::Interval => SyncPolicy::Interval(c.wal_sync_interval),
+        },
+        linger: c.wal_linger,
+        max_batch_bytes: c.wal_max_batch_bytes,
+        segment_bytes: c.wal_segment_bytes as u64,
+        skip_corrupt: c.wal_skip_corrupt,
+        ..WalOptions::default()
+    }
+}
+
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    f.try_lock_exclusive().map_err(|_| Error::Locked {
+        dir: dir.to_path_buf(),
+        lock: path,
+    })?;
+    Ok(f)
+}

@@ -1,0 +1,43 @@
+//! Kiln's storage engine.
+//!
+//! A write is validated, appended to the WAL ([`kiln_wal`]) and applied to
+//! its table's [`MemStore`] before it is acknowledged: from then on it is
+//! durable (under `--wal-sync=always`) and visible to every new snapshot.
+//! In the background, memstores are flushed as sorted Parquet segments and
+//! small segments are compacted; each change is committed by writing a new
+//! [`Manifest`] version and swapping one pointer. Queries pin a
+//! [`TableSnapshot`] — a manifest version plus the in-memory rows not in it —
+//! and never wait for writers, flushes or compactions.
+//!
+//! Layout of a data directory:
+//! ```text
+//! LOCK                                  one process owns the directory
+//! catalog.json                          table definitions
+//! wal/{first_seq}.wal                   WAL segments
+//! tables/{id}/manifest/{version}.json   the newest manifest of a table
+//! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet   segments, by day partition
+//! ```
+
+mod background;
+mod catalog;
+pub mod clock;
+mod codec;
+mod config;
+mod db;
+mod error;
+pub mod manifest;
+pub mod memstore;
+pub mod schema;
+pub mod segment;
+mod store;
+mod table;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{StorageConfig, WalSync, parse_bytes};
+pub use db::{CreateTable, Db, StorageMetrics};
+pub use error::{Error, Result};
+pub use manifest::{Manifest, Segment, SegmentMeta, StatValue};
+pub use memstore::{MemStore, TableSnapshot};
+pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
+pub use store::{STORE_URL, Store};
+pub use table::Table;

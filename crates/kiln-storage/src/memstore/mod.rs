@@ -1,0 +1,275 @@
+//! The in-memory part of a table: per day partition, a small mutable
+//! [`ActiveBuffer`] and, once it passes the freeze size, immutable frozen
+//! batches (in-memory compaction, seeds/003).
+//!
+//! One short per-table mutex guards the active buffers and the pointer to
+//! the current [`TableVersion`]; it is held to append rows, to swap
+//! pointers, and to copy rows that arrived since the last snapshot, never
+//! for a flush or a walk over the memstore. Memory is counted at insert.
+
+mod active;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use parking_lot::Mutex;
+
+pub use active::ActiveBuffer;
+
+use crate::manifest::Manifest;
+use crate::schema::{TableDef, split_by_day};
+use crate::segment::batch_bytes;
+
+/// An immutable batch of one partition waiting to be flushed.
+#[derive(Debug)]
+pub struct FrozenChunk {
+    pub id: u64,
+    pub day: i32,
+    pub batch: RecordBatch,
+    pub bytes: usize,
+}
+
+/// What a query pins: one manifest version plus the frozen batches not in it.
+/// Swapped as one pointer, so a row is never in both or neither.
+#[derive(Debug, Default)]
+pub struct TableVersion {
+    pub manifest: Arc<Manifest>,
+    pub frozen: Vec<Arc<FrozenChunk>>,
+}
+
+/// A consistent view of a table: persisted segments and in-memory rows.
+#[derive(Debug, Clone)]
+pub struct TableSnapshot {
+    pub version: Arc<TableVersion>,
+    /// Rows of the active buffers, by day.
+    pub active: Vec<(i32, Vec<RecordBatch>)>,
+}
+
+impl TableSnapshot {
+    /// In-memory batches of the days `keep` accepts.
+    pub fn mem_batches(&self, keep: impl Fn(i32) -> bool) -> Vec<RecordBatch> {
+        let frozen = self
+            .version
+            .frozen
+            .iter()
+            .filter(|c| keep(c.day))
+            .map(|c| c.batch.clone());
+        let active = self
+            .active
+            .iter()
+            .filter(|(d, _)| keep(*d))
+            .flat_map(|(_, b)| b.iter().cloned());
+        frozen.chain(active).collect()
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    active: BTreeMap<i32, ActiveBuffer>,
+    version: Arc<TableVersion>,
+    /// Last WAL sequence applied to this table.
+    last_seq: u64,
+    /// Oldest WAL sequence in memory and not yet being flushed, and when it arrived.
+    oldest_unflushed: Option<(u64, i64)>,
+    /// Oldest WAL sequence of a flush under way.
+    flushing_from: Option<u64>,
+    /// Pre-size hints for new active buffers: rows, string bytes per column.
+    size_hint: (usize, Vec<usize>),
+}
+
+/// Memory side of one table.
+#[derive(Debug)]
+pub struct MemStore {
+    schema: SchemaRef,
+    time_column: usize,
+    freeze_bytes: usize,
+    state: Mutex<State>,
+    bytes: AtomicUsize,
+    next_chunk: AtomicU64,
+}
+
+/// What a flush takes out of the memstore.
+#[derive(Debug)]
+pub struct FlushSet {
+    pub chunks: Vec<Arc<FrozenChunk>>,
+    /// Every record of this table up to this sequence is in `chunks` or already persisted.
+    pub through_seq: u64,
+}
+
+impl MemStore {
+    pub fn new(def: &TableDef, schema: SchemaRef, manifest: Manifest, freeze_bytes: usize) -> Self {
+        let last_seq = manifest.flushed_seq;
+        Self {
+            schema,
+            time_column: def.time_column,
+            freeze_bytes,
+            state: Mutex::new(State {
+                active: BTreeMap::new(),
+                version: Arc::new(TableVersion {
+                    manifest: Arc::new(manifest),
+                    frozen: vec![],
+                }),
+                last_seq,
+                oldest_unflushed: None,
+                flushing_from: None,
+                size_hint: (1024, vec![]),
+            }),
+            bytes: AtomicUsize::new(0),
+            next_chunk: AtomicU64::new(1),
+        }
+    }
+
+    /// Bytes held in memory (active and frozen), kept at insert and flush: O(1).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Applies a validated batch written to the WAL as record `seq`.
+    /// Visible to every snapshot taken after this returns.
+    pub fn apply(&self, seq: u64, batch: &RecordBatch, now_ns: i64) {
+        let parts = split_by_day(batch, self.time_column).expect("validated before the WAL");
+        let mut added = 0;
+        let mut st = self.state.lock();
+        for (day, part) in parts {
+            let n = batch_bytes(&part);
+            added += n;
+            let (rows, widths) = &st.size_hint;
+            let (rows, widths) = (*rows, widths.clone());
+            let buf = st
+                .active
+                .entry(day)
+                .or_insert_with(|| ActiveBuffer::new(self.schema.clone(), rows, &widths));
+            buf.append(seq, &part, n);
+            if buf.bytes() >= self.freeze_bytes {
+                self.freeze_locked(&mut st, day);
+            }
+        }
+        st.last_seq = st.last_seq.max(seq);
+        st.oldest_unflushed.get_or_insert((seq, now_ns));
+        drop(st);
+        self.bytes.fetch_add(added, Ordering::Relaxed);
+    }
+
+    fn freeze_locked(&self, st: &mut State, day: i32) {
+        let Some(mut buf) = st.active.remove(&day) else {
+            return;
+        };
+        if buf.rows() == 0 {
+            return;
+        }
+        let bytes = buf.bytes();
+        let batch = buf.freeze();
+        st.size_hint = (batch.num_rows(), string_widths(&batch));
+        let chunk = Arc::new(FrozenChunk {
+            id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
+            day,
+            batch,
+            bytes,
+        });
+        let mut frozen = st.version.frozen.clone();
+        frozen.push(chunk);
+        st.version = Arc::new(TableVersion {
+            manifest: st.version.manifest.clone(),
+            frozen,
+        });
+    }
+
+    /// A consistent snapshot of everything applied so far.
+    pub fn snapshot(&self) -> TableSnapshot {
+        let mut st = self.state.lock();
+        let active = st
+            .active
+            .iter_mut()
+            .map(|(d, b)| (*d, b.snapshot()))
+            .collect();
+        TableSnapshot {
+            version: st.version.clone(),
+            active,
+        }
+    }
+
+    /// The current manifest version.
+    pub fn manifest(&self) -> Arc<Manifest> {
+        self.state.lock().version.manifest.clone()
+    }
+
+    /// Age in ns of the oldest unflushed row, if any.
+    pub fn oldest_unflushed(&self) -> Option<(u64, i64)> {
+        self.state.lock().oldest_unflushed
+    }
+
+    /// Oldest WAL sequence this table still needs for recovery.
+    pub fn wal_needed_from(&self) -> Option<u64> {
+        let st = self.state.lock();
+        match (st.oldest_unflushed.map(|o| o.0), st.flushing_from) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Freezes every active buffer and returns all frozen chunks for a flush.
+    pub fn begin_flush(&self) -> FlushSet {
+        let mut st = self.state.lock();
+        let days: Vec<i32> = st.active.keys().copied().collect();
+        for day in days {
+            self.freeze_locked(&mut st, day);
+        }
+        if let Some((seq, _)) = st.oldest_unflushed.take() {
+            st.flushing_from = Some(st.flushing_from.map_or(seq, |f| f.min(seq)));
+        }
+        FlushSet {
+            chunks: st.version.frozen.clone(),
+            through_seq: st.last_seq,
+        }
+    }
+
+    /// Publishes a new manifest. With `flushed`, those chunks leave memory in
+    /// the same pointer swap that makes their segments visible.
+    pub fn publish(&self, manifest: Manifest, flushed: Option<&FlushSet>) {
+        let mut st = self.state.lock();
+        let frozen: Vec<_> = match flushed {
+            Some(set) => st
+                .version
+                .frozen
+                .iter()
+                .filter(|c| !set.chunks.iter().any(|f| f.id == c.id))
+                .cloned()
+                .collect(),
+            None => st.version.frozen.clone(),
+        };
+        st.version = Arc::new(TableVersion {
+            manifest: Arc::new(manifest),
+            frozen,
+        });
+        if let Some(set) = flushed {
+            st.flushing_from = None;
+            drop(st);
+            let freed: usize = set.chunks.iter().map(|c| c.bytes).sum();
+            self.bytes.fetch_sub(freed, Ordering::Relaxed);
+        }
+    }
+
+    /// A flush failed: its rows stay in memory and remain needed for recovery.
+    pub fn abort_flush(&self) {
+        let mut st = self.state.lock();
+        if let Some(from) = st.flushing_from.take() {
+            let now = st.oldest_unflushed.map_or(0, |o| o.1);
+            st.oldest_unflushed = Some(match st.oldest_unflushed {
+                Some((s, t)) => (s.min(from), t),
+                None => (from, now),
+            });
+        }
+    }
+}
+
+fn string_widths(batch: &RecordBatch) -> Vec<usize> {
+    use arrow::array::AsArray;
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.as_string_opt::<i32>().map_or(0, |s| s.value_data().len()))
+        .collect()
+}

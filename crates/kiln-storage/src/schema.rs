@@ -1,0 +1,335 @@
+//! Table definitions: the column types Kiln stores, the time column that
+//! partitions rows by day, and validation of incoming rows against them.
+//!
+//! Validation happens once, before a write reaches the WAL, so a bad row is
+//! rejected with its row and column named and nothing of its batch applied.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{CastOptions, cast_with_options, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Nanoseconds in one day: partitions are UTC days of the time column.
+pub const NANOS_PER_DAY: i64 = 86_400_000_000_000;
+
+/// The column types a Kiln table may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    Boolean,
+    Int,
+    Bigint,
+    Double,
+    Varchar,
+    Date,
+    Timestamp,
+}
+
+impl ColumnType {
+    /// The Arrow type used in memory and in Parquet.
+    pub fn arrow_type(self) -> DataType {
+        match self {
+            ColumnType::Boolean => DataType::Boolean,
+            ColumnType::Int => DataType::Int32,
+            ColumnType::Bigint => DataType::Int64,
+            ColumnType::Double => DataType::Float64,
+            ColumnType::Varchar => DataType::Utf8,
+            ColumnType::Date => DataType::Date32,
+            ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Nanosecond, None),
+        }
+    }
+
+    /// Parses a SQL type name (case-insensitive, parameters ignored).
+    pub fn from_sql(name: &str) -> Option<Self> {
+        let base = name
+            .split('(')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_uppercase();
+        Some(match base.as_str() {
+            "BOOLEAN" | "BOOL" => ColumnType::Boolean,
+            "INT" | "INTEGER" | "INT4" | "SMALLINT" | "INT2" | "TINYINT" => ColumnType::Int,
+            "BIGINT" | "INT8" | "LONG" => ColumnType::Bigint,
+            "DOUBLE" | "DOUBLE PRECISION" | "FLOAT" | "FLOAT8" | "REAL" | "FLOAT4" => {
+                ColumnType::Double
+            }
+            "VARCHAR" | "TEXT" | "STRING" | "CHAR" | "CHARACTER VARYING" | "CHARACTER" => {
+                ColumnType::Varchar
+            }
+            "DATE" => ColumnType::Date,
+            "TIMESTAMP" | "TIMESTAMP WITHOUT TIME ZONE" | "DATETIME" => ColumnType::Timestamp,
+            _ => return None,
+        })
+    }
+
+    /// The SQL name shown in `system.tables` and error messages.
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            ColumnType::Boolean => "BOOLEAN",
+            ColumnType::Int => "INT",
+            ColumnType::Bigint => "BIGINT",
+            ColumnType::Double => "DOUBLE",
+            ColumnType::Varchar => "VARCHAR",
+            ColumnType::Date => "DATE",
+            ColumnType::Timestamp => "TIMESTAMP",
+        }
+    }
+}
+
+/// One column of a table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: ColumnType,
+    pub nullable: bool,
+}
+
+/// A table's persisted definition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Never reused, so WAL records of a dropped table are never replayed into a new one.
+    pub id: u64,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Index of the time column in `columns` (a NOT NULL TIMESTAMP).
+    pub time_column: usize,
+    /// Columns segments are sorted by, before the time column.
+    pub sort_key: Vec<usize>,
+}
+
+impl TableDef {
+    /// Builds a definition, choosing the time column: the one named by
+    /// `time_column`, else the first `NOT NULL` TIMESTAMP column.
+    pub fn new(
+        id: u64,
+        name: &str,
+        columns: Vec<ColumnDef>,
+        time_column: Option<&str>,
+        sort_key: &[String],
+    ) -> Result<Self> {
+        if columns.is_empty() {
+            return Err(Error::InvalidSchema(format!(
+                "table '{name}' has no columns"
+            )));
+        }
+        for (i, c) in columns.iter().enumerate() {
+            if columns[..i].iter().any(|o| o.name == c.name) {
+                return Err(Error::InvalidSchema(format!(
+                    "column '{}' is defined twice",
+                    c.name
+                )));
+            }
+        }
+        let find = |col: &str| {
+            columns.iter().position(|c| c.name == col).ok_or_else(|| {
+                Error::InvalidSchema(format!("table '{name}' has no column '{col}'"))
+            })
+        };
+        let time_column = match time_column {
+            Some(col) => {
+                let i = find(col)?;
+                let c = &columns[i];
+                if c.ty != ColumnType::Timestamp || c.nullable {
+                    return Err(Error::InvalidSchema(format!(
+                        "time column '{col}' must be TIMESTAMP NOT NULL, it is {}{}",
+                        c.ty.sql_name(),
+                        if c.nullable { " NULL" } else { "" }
+                    )));
+                }
+                i
+            }
+            None => columns
+                .iter()
+                .position(|c| c.ty == ColumnType::Timestamp && !c.nullable)
+                .ok_or_else(|| {
+                    Error::InvalidSchema(format!(
+                        "table '{name}' needs a time column: declare a TIMESTAMP NOT NULL column \
+                         (or name one with WITH (time_column = '...'))"
+                    ))
+                })?,
+        };
+        let sort_key = sort_key
+            .iter()
+            .map(|c| find(c))
+            .collect::<Result<Vec<_>>>()?;
+        if sort_key.contains(&time_column) {
+            return Err(Error::InvalidSchema(
+                "the time column is always the last sort key; leave it out of sort_key".into(),
+            ));
+        }
+        Ok(Self {
+            id,
+            name: name.to_string(),
+            columns,
+            time_column,
+            sort_key,
+        })
+    }
+
+    /// The Arrow schema of the table.
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.ty.arrow_type(), c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    pub fn time_column_name(&self) -> &str {
+        &self.columns[self.time_column].name
+    }
+}
+
+/// Checks a batch against the table and returns it in the table's exact
+/// schema: columns matched by name (missing nullable columns become NULL),
+/// values cast where lossless casting is possible, NOT NULL enforced.
+/// `row_offset` is added to row numbers in errors (1-based rows).
+pub fn conform(
+    def: &TableDef,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    row_offset: usize,
+    max_row_bytes: usize,
+) -> Result<RecordBatch> {
+    let in_schema = batch.schema();
+    for f in in_schema.fields() {
+        if schema.field_with_name(f.name()).is_err() {
+            return Err(Error::data(format!(
+                "table '{}' has no column '{}'",
+                def.name,
+                f.name()
+            )));
+        }
+    }
+    let opts = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let col = match in_schema.index_of(field.name()) {
+            Ok(i) => {
+                let col = batch.column(i);
+                if col.data_type() == field.data_type() {
+                    col.clone()
+                } else {
+                    cast_column(col, field, &opts, row_offset)?
+                }
+            }
+            Err(_) => arrow::array::new_null_array(field.data_type(), batch.num_rows()),
+        };
+        if !field.is_nullable() && col.null_count() > 0 {
+            let row = (0..col.len()).find(|&r| col.is_null(r)).unwrap_or(0);
+            let what = if field.name() == def.time_column_name() {
+                "missing time value in"
+            } else {
+                "NULL in NOT NULL"
+            };
+            return Err(Error::row(
+                row_offset + row + 1,
+                format!("{what} column '{}'", field.name()),
+            ));
+        }
+        columns.push(col);
+    }
+    let out = RecordBatch::try_new(schema.clone(), columns)?;
+    check_row_size(&out, row_offset, max_row_bytes)?;
+    Ok(out)
+}
+
+fn cast_column(
+    col: &ArrayRef,
+    field: &Field,
+    opts: &CastOptions,
+    row_offset: usize,
+) -> Result<ArrayRef> {
+    let from = col.data_type().clone();
+    let castable = arrow::compute::can_cast_types(&from, field.data_type());
+    let res = if castable {
+        cast_with_options(col, field.data_type(), opts).ok()
+    } else {
+        None
+    };
+    match res {
+        Some(a) => Ok(a),
+        None => {
+            // Find the first row that does not convert, to name it.
+            let row = (0..col.len())
+                .find(|&r| {
+                    !castable
+                        || cast_with_options(&col.slice(r, 1), field.data_type(), opts).is_err()
+                })
+                .unwrap_or(0);
+            let value = arrow::util::display::array_value_to_string(col, row).unwrap_or_default();
+            Err(Error::row(
+                row_offset + row + 1,
+                format!(
+                    "column '{}' expects {}, got {from} value '{value}'",
+                    field.name(),
+                    field.data_type()
+                ),
+            ))
+        }
+    }
+}
+
+fn check_row_size(batch: &RecordBatch, row_offset: usize, max_row_bytes: usize) -> Result<()> {
+    let strings: Vec<_> = batch
+        .columns()
+        .iter()
+        .filter_map(|c| c.as_string_opt::<i32>())
+        .collect();
+    let total: usize = strings.iter().map(|s| s.value_data().len()).sum();
+    if total <= max_row_bytes {
+        return Ok(());
+    }
+    for row in 0..batch.num_rows() {
+        let size: usize = strings.iter().map(|s| s.value_length(row) as usize).sum();
+        if size > max_row_bytes {
+            return Err(Error::row(
+                row_offset + row + 1,
+                format!("row is {size} bytes, above the limit of {max_row_bytes} bytes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Splits a conformed batch by UTC day of the time column: `(day, rows)`
+/// with days as days since the Unix epoch, in ascending order.
+pub fn split_by_day(batch: &RecordBatch, time_column: usize) -> Result<Vec<(i32, RecordBatch)>> {
+    let ts = batch
+        .column(time_column)
+        .as_primitive::<TimestampNanosecondType>();
+    let day = |v: i64| v.div_euclid(NANOS_PER_DAY) as i32;
+    let values = ts.values();
+    let Some(&first) = values.first() else {
+        return Ok(vec![]);
+    };
+    let d0 = day(first);
+    if values.iter().all(|&v| day(v) == d0) {
+        return Ok(vec![(d0, batch.clone())]);
+    }
+    let mut by_day: std::collections::BTreeMap<i32, Vec<u32>> = Default::default();
+    for (i, &v) in values.iter().enumerate() {
+        by_day.entry(day(v)).or_default().push(i as u32);
+    }
+    by_day
+        .into_iter()
+        .map(|(d, idx)| Ok((d, take_record_batch(batch, &UInt32Array::from(idx))?)))
+        .collect()
+}
+
+/// `YYYY-MM-DD` of a partition day.
+pub fn day_string(day: i32) -> String {
+    chrono::DateTime::from_timestamp(day as i64 * 86_400, 0)
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| format!("day{day}"))
+}

@@ -1,0 +1,198 @@
+//! Parquet segments: sorting a partition's rows, encoding them with zstd,
+//! column statistics and a page index, and the per-column min/max kept in
+//! the manifest for pruning without opening files.
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
+use arrow::datatypes::{
+    DataType, Date32Type, Float64Type, Int32Type, Int64Type, SchemaRef, TimestampNanosecondType,
+};
+use bytes::Bytes;
+use object_store::path::Path;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+
+use crate::error::Result;
+use crate::manifest::{ColumnStats, SegmentMeta, StatValue};
+use crate::schema::{TableDef, day_string};
+use crate::store::Store;
+
+/// Rows per Parquet row group: small enough to prune, large enough to scan fast.
+pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// Concatenates and sorts rows by the table's sort key, then time.
+pub fn sort_rows(
+    def: &TableDef,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<RecordBatch> {
+    let batch = concat_batches(schema, batches)?;
+    if batch.num_rows() <= 1 {
+        return Ok(batch);
+    }
+    let keys: Vec<SortColumn> = def
+        .sort_key
+        .iter()
+        .chain(std::iter::once(&def.time_column))
+        .map(|&i| SortColumn {
+            values: batch.column(i).clone(),
+            options: None,
+        })
+        .collect();
+    let idx = lexsort_to_indices(&keys, None)?;
+    Ok(take_record_batch(&batch, &idx)?)
+}
+
+/// Encodes a sorted batch as Parquet.
+pub fn encode(batch: &RecordBatch) -> Result<Bytes> {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build();
+    let mut buf = Vec::with_capacity(batch.get_array_memory_size() / 4);
+    let mut writer = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))?;
+    writer.write(batch)?;
+    writer.close()?;
+    Ok(Bytes::from(buf))
+}
+
+/// Sorts, encodes and durably writes one segment of partition `day`.
+/// Returns its manifest entry; the segment is not visible until a manifest refers to it.
+pub async fn write(
+    store: &Store,
+    def: &TableDef,
+    schema: &SchemaRef,
+    day: i32,
+    batches: Vec<RecordBatch>,
+) -> Result<SegmentMeta> {
+    let (def2, schema2) = (def.clone(), schema.clone());
+    let (batch, bytes) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let batch = sort_rows(&def2, &schema2, &batches)?;
+        let bytes = encode(&batch)?;
+        Ok((batch, bytes))
+    })
+    .await
+    .expect("segment encoder panicked")?;
+    let path = format!(
+        "tables/{}/{}/{}.parquet",
+        def.id,
+        day_string(day),
+        uuid::Uuid::new_v4()
+    );
+    let len = bytes.len() as u64;
+    store.put_durable(&Path::from(path.as_str()), bytes).await?;
+    Ok(meta(def, path, day, &batch, len))
+}
+
+/// Reads a whole segment back (compaction).
+pub async fn read(store: &Store, path: &str) -> Result<Vec<RecordBatch>> {
+    let bytes = store.get(&Path::from(path)).await?;
+    tokio::task::spawn_blocking(move || -> Result<_> {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?
+            .with_batch_size(64 * 1024)
+            .build()?;
+        Ok(reader.collect::<Result<Vec<_>, _>>()?)
+    })
+    .await
+    .expect("segment reader panicked")
+}
+
+fn meta(def: &TableDef, path: String, day: i32, batch: &RecordBatch, bytes: u64) -> SegmentMeta {
+    let columns: Vec<ColumnStats> = batch.columns().iter().map(column_stats).collect();
+    let ts = batch
+        .column(def.time_column)
+        .as_primitive::<TimestampNanosecondType>();
+    SegmentMeta {
+        path,
+        day,
+        rows: batch.num_rows() as u64,
+        bytes,
+        min_time: arrow::compute::min(ts).unwrap_or(0),
+        max_time: arrow::compute::max(ts).unwrap_or(0),
+        columns,
+    }
+}
+
+fn column_stats(col: &ArrayRef) -> ColumnStats {
+    use arrow::compute::{max, max_boolean, max_string, min, min_boolean, min_string};
+    let (lo, hi) = match col.data_type() {
+        DataType::Boolean => {
+            let a = col.as_boolean();
+            (
+                min_boolean(a).map(StatValue::Bool),
+                max_boolean(a).map(StatValue::Bool),
+            )
+        }
+        DataType::Int32 => {
+            let a = col.as_primitive::<Int32Type>();
+            (
+                min(a).map(|v| StatValue::Int(v as i64)),
+                max(a).map(|v| StatValue::Int(v as i64)),
+            )
+        }
+        DataType::Date32 => {
+            let a = col.as_primitive::<Date32Type>();
+            (
+                min(a).map(|v| StatValue::Int(v as i64)),
+                max(a).map(|v| StatValue::Int(v as i64)),
+            )
+        }
+        DataType::Int64 => {
+            let a = col.as_primitive::<Int64Type>();
+            (min(a).map(StatValue::Int), max(a).map(StatValue::Int))
+        }
+        DataType::Timestamp(_, _) => {
+            let a = col.as_primitive::<TimestampNanosecondType>();
+            (min(a).map(StatValue::Int), max(a).map(StatValue::Int))
+        }
+        DataType::Float64 => {
+            let a = col.as_primitive::<Float64Type>();
+            // NaN makes min/max meaningless for pruning: record none.
+            if a.values().iter().any(|v| v.is_nan()) {
+                (None, None)
+            } else {
+                (min(a).map(StatValue::Float), max(a).map(StatValue::Float))
+            }
+        }
+        DataType::Utf8 => {
+            let a = col.as_string::<i32>();
+            // Long strings are not worth keeping whole in the manifest.
+            let keep = |s: &str| s.len() <= 256;
+            (
+                min_string(a)
+                    .filter(|s| keep(s))
+                    .map(|s| StatValue::Str(s.to_string())),
+                max_string(a)
+                    .filter(|s| keep(s))
+                    .map(|s| StatValue::Str(s.to_string())),
+            )
+        }
+        _ => (None, None),
+    };
+    ColumnStats {
+        null_count: col.null_count() as u64,
+        min: lo,
+        max: hi,
+    }
+}
+
+/// Approximate in-memory size of a batch's values, in O(columns).
+pub fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::Utf8 => {
+                let s = c.as_string::<i32>();
+                let o = s.value_offsets();
+                (o[o.len() - 1] - o[0]) as usize + 4 * s.len()
+            }
+            DataType::Boolean => c.len().div_ceil(8),
+            dt => dt.primitive_width().unwrap_or(8) * c.len(),
+        })
+        .sum::<usize>()
+        .max(1)
+}

@@ -1,0 +1,62 @@
+//! A table: its definition, its memstore, and the lock that serializes
+//! changes to its manifest (flush, compaction, import). Queries never take
+//! that lock; they only pin a [`TableSnapshot`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow::datatypes::SchemaRef;
+
+use crate::manifest::{Manifest, Segment};
+use crate::memstore::{MemStore, TableSnapshot};
+use crate::schema::TableDef;
+
+/// One table of the database.
+#[derive(Debug)]
+pub struct Table {
+    pub def: TableDef,
+    pub schema: SchemaRef,
+    pub mem: MemStore,
+    /// Serializes manifest changes of this table only.
+    pub(crate) manifest_lock: tokio::sync::Mutex<()>,
+    dropped: AtomicBool,
+}
+
+impl Table {
+    pub(crate) fn new(def: TableDef, manifest: Manifest, freeze_bytes: usize) -> Arc<Self> {
+        let schema = def.arrow_schema();
+        let mem = MemStore::new(&def, schema.clone(), manifest, freeze_bytes);
+        Arc::new(Self {
+            def,
+            schema,
+            mem,
+            manifest_lock: tokio::sync::Mutex::new(()),
+            dropped: AtomicBool::new(false),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    /// Everything acknowledged so far: pinned segments plus memory.
+    pub fn snapshot(&self) -> TableSnapshot {
+        self.mem.snapshot()
+    }
+
+    /// Segments of the current manifest version.
+    pub fn segments(&self) -> Vec<Arc<Segment>> {
+        self.mem.manifest().segments.clone()
+    }
+
+    pub(crate) fn mark_dropped(&self) {
+        self.dropped.store(true, Ordering::Release);
+        for s in self.segments() {
+            s.retire();
+        }
+    }
+
+    pub fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,33 @@
+//! The `kiln` binary: one process, one config struct, one subcommand per job.
+
+use clap::Parser;
+
+mod commands;
+mod config;
+mod output;
+
+// A scalable allocator without a central heap lock (seeds/001).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> std::process::ExitCode {
+    let config = config::Config::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(config.log.clone())),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(commands::run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

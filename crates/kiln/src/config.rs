@@ -27,9 +27,9 @@ pub enum Command {
     /// Generate benchmark data.
     #[command(subcommand)]
     Gen(GenCommand),
-    /// Tools for tests: concurrent acknowledged writes (crash tests).
-    #[command(subcommand, hide = true)]
-    Debug(DebugCommand),
+    /// Benchmarks of an embedded database.
+    #[command(subcommand)]
+    Bench(BenchCommand),
 }
 
 /// How results are printed.
@@ -86,26 +86,50 @@ pub struct GenArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum DebugCommand {
-    /// Writes rows from concurrent writers and prints `ack <id>` after each
-    /// acknowledged write, for crash tests that kill the process at random.
-    WriteLoad(WriteLoadArgs),
+pub enum BenchCommand {
+    /// Durable writes from concurrent writers into an embedded database:
+    /// commits/s and latency percentiles per second and overall.
+    WriteEmbedded(WriteEmbeddedArgs),
+    /// The same SQL against a Kiln table and against plain DataFusion reading
+    /// one Parquet file, alternating, in one process: medians and ratio.
+    ScanVsParquet(ScanVsParquetArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct WriteLoadArgs {
+pub struct WriteEmbeddedArgs {
     #[command(flatten)]
     pub storage: StorageConfig,
     /// Concurrent writers.
     #[arg(long, env = "KILN_WRITERS", default_value_t = 8)]
     pub writers: u64,
-    /// Writes per writer (each one row unless --batch).
-    #[arg(long, env = "KILN_WRITES", default_value_t = 1_000_000)]
-    pub writes: u64,
+    /// Stop after this long.
+    #[arg(long, env = "KILN_DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: std::time::Duration,
     /// Rows per write.
     #[arg(long, env = "KILN_BATCH", default_value_t = 1)]
     pub batch: u64,
     /// First id; writer w writes ids id_base + w * 10^9 + i.
     #[arg(long, env = "KILN_ID_BASE", default_value_t = 0)]
     pub id_base: i64,
+    /// Print `ack <id>` on stdout after each acknowledged write (crash tests).
+    #[arg(long, env = "KILN_PRINT_ACKS", default_value_t = false)]
+    pub print_acks: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanVsParquetArgs {
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    /// Table name; `{table}` in each query is replaced by it.
+    #[arg(long, env = "KILN_TABLE", default_value = "abtest")]
+    pub table: String,
+    /// The Parquet file plain DataFusion reads as `{table}`.
+    #[arg(long, env = "KILN_PARQUET")]
+    pub file: PathBuf,
+    /// Runs of each query on each side (median reported).
+    #[arg(long, env = "KILN_REPEAT", default_value_t = 7)]
+    pub repeat: usize,
+    /// Queries to run (repeat the flag).
+    #[arg(long = "query", required = true)]
+    pub queries: Vec<String>,
 }

@@ -56,12 +56,12 @@ fn acknowledged_rows_survive_sigkill() {
         .unwrap_or(0xC0FFEE);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut acked: HashSet<i64> = HashSet::new();
-    let rounds = 6;
+    let rounds = 12;
     for round in 0..rounds {
         let mut child = kiln()
-            .args(["debug", "write-load", "--writers", "16", "--data-dir"])
+            .args(["bench", "write-embedded", "--print-acks", "--duration", "1h", "--writers", "16", "--data-dir"])
             .arg(&dir)
-            .args(["--id-base", &(round as i64 * 100_000_000).to_string()])
+            .args(["--id-base", &(round as i64 * 100_000_000_000).to_string()])
             .args(["--batch", if round % 2 == 0 { "1" } else { "7" }])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -69,7 +69,7 @@ fn acknowledged_rows_survive_sigkill() {
             .expect("spawn kiln");
         let stdout = child.stdout.take().unwrap();
         // Kill after a random number of acknowledgements or a random time.
-        let kill_after = rng.random_range(200..3000usize);
+        let kill_after = rng.random_range(20..3000usize);
         let deadline = Instant::now() + Duration::from_millis(rng.random_range(300..2500));
         let mut lines = BufReader::new(stdout).lines();
         let mut n = 0;
@@ -93,6 +93,7 @@ fn acknowledged_rows_survive_sigkill() {
         assert!(n > 0, "round {round}: no write was acknowledged");
 
         let ids = query_ids(&dir);
+        eprintln!("round {round}: {n} acks seen before kill, {} acked in all, {} rows found", acked.len(), ids.len());
         let unique: HashSet<i64> = ids.iter().copied().collect();
         assert_eq!(
             unique.len(),
@@ -120,7 +121,7 @@ fn second_process_on_a_data_dir_gets_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut child = kiln()
-        .args(["debug", "write-load", "--writers", "1", "--data-dir"])
+        .args(["bench", "write-embedded", "--print-acks", "--duration", "1h", "--writers", "1", "--data-dir"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .spawn()

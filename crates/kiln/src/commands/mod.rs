@@ -1,11 +1,11 @@
 //! One module per subcommand.
 
-mod debug;
+mod bench;
 mod generate;
 mod import;
 mod sql;
 
-use crate::config::{Command, Config, DebugCommand, GenCommand};
+use crate::config::{Command, Config, BenchCommand, GenCommand};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -14,6 +14,7 @@ pub async fn run(config: Config) -> Result<(), BoxError> {
         Command::Sql(args) => sql::run(args).await,
         Command::Import(args) => import::run(args).await,
         Command::Gen(GenCommand::Abtest(args)) => generate::run(args),
-        Command::Debug(DebugCommand::WriteLoad(args)) => debug::write_load(args).await,
+        Command::Bench(BenchCommand::WriteEmbedded(args)) => bench::write_embedded(args).await,
+        Command::Bench(BenchCommand::ScanVsParquet(args)) => bench::scan_vs_parquet(args).await,
     }
 }

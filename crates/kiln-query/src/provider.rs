@@ -120,15 +120,14 @@ impl datafusion::datasource::TableProvider for KilnTable {
             let store_url = ObjectStoreUrl::parse(STORE_URL)?;
             let store = state.runtime_env().object_store(&store_url)?;
             let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-            let mut source = ParquetSource::new(schema.clone())
+            // The filters reach the Parquet reader (row group and page pruning)
+            // through DataFusion's physical filter pushdown.
+            let source = ParquetSource::new(schema.clone())
                 .with_table_parquet_options(state.table_options().parquet.clone())
                 .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
                     store, cache,
                 )))
                 .with_enable_page_index(true);
-            if let Some(p) = &predicate {
-                source = source.with_predicate(p.clone());
-            }
             let conf = FileScanConfigBuilder::new(store_url, Arc::new(source))
                 .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
                 .with_projection_indices(projection.cloned())?

@@ -12,6 +12,7 @@ use arc_swap::ArcSwap;
 use arrow::array::RecordBatch;
 use bytes::Bytes;
 use fs2::FileExt;
+use futures::StreamExt;
 use kiln_wal::{Applier, SyncPolicy, Wal, WalOptions};
 
 use crate::background;
@@ -358,10 +359,15 @@ impl Db {
         let _guard = t.manifest_lock.lock().await;
         let mut written = vec![];
         let result: Result<()> = async {
-            for (day, parts) in by_day {
-                let meta = segment::write(&self.inner.store, &t.def, &t.schema, day, parts).await?;
-                written.push(Segment::new(meta, &self.inner.reaper));
+            // Partitions are sorted and encoded in parallel, one per core.
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let mut writes = futures::stream::iter(by_day)
+                .map(|(day, parts)| segment::write(&self.inner.store, &t.def, &t.schema, day, parts))
+                .buffer_unordered(cores);
+            while let Some(meta) = writes.next().await {
+                written.push(Segment::new(meta?, &self.inner.reaper));
             }
+            drop(writes);
             let current = t.mem.manifest();
             let next = current.next(written.clone(), &[], current.flushed_seq);
             next.persist(&self.inner.store, t.def.id).await?;

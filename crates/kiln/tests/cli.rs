@@ -148,3 +148,48 @@ fn sql_errors_exit_nonzero_with_a_message() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("SQL error"));
 }
+
+#[test]
+fn corrupt_wal_record_stops_recovery_unless_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    // Rows stay in the WAL: no flush on close, no background flush.
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "write-embedded", "--writers", "2", "--duration", "1s", "--data-dir"])
+        .arg(&dir)
+        .env("KILN_FLUSH_ON_CLOSE", "false")
+        .env("KILN_FLUSH_AGE", "1h")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let wal = std::fs::read_dir(dir.join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut bytes = std::fs::read(&wal).unwrap();
+    assert!(bytes.len() > 4096, "WAL too small: {}", bytes.len());
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&wal, &bytes).unwrap();
+
+    let count = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["sql", "--format", "csv", "--flush-on-close", "false"])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(&dir)
+            .arg("SELECT count(*) FROM crash")
+            .output()
+            .unwrap()
+    };
+    let out = count(&[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = wal.file_name().unwrap().to_str().unwrap();
+    assert!(err.contains(name) && err.contains("offset"), "{err}");
+    let out = count(&["--wal-skip-corrupt"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let n: u64 = String::from_utf8(out.stdout).unwrap().lines().nth(1).unwrap().parse().unwrap();
+    assert!(n > 0);
+}

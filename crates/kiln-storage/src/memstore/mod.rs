@@ -271,3 +271,6 @@ fn string_widths(batch: &RecordBatch) -> Vec<usize> {
         .map(|c| c.as_string_opt::<i32>().map_or(0, |s| s.value_data().len()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -38,7 +38,7 @@ fn object_name(name: &ObjectName) -> Result<String> {
     let parts: Vec<String> = name
         .0
         .iter()
-        .filter_map(|p| p.as_ident().map(|i| ident(i)))
+        .filter_map(|p| p.as_ident().map(ident))
         .collect();
     match parts.as_slice() {
         [t] => Ok(t.clone()),
@@ -180,28 +180,27 @@ pub fn check_insert_values(stmt: &Statement, db: &kiln_storage::Db) -> Result<()
             format!("NULL in NOT NULL column '{}'", cols[i].name)
         }
     };
-    if !ins.columns.is_empty() {
-        if let Some(i) =
+    if !ins.columns.is_empty()
+        && let Some(i) =
             (0..cols.len()).find(|i| !cols[*i].nullable && !targets.contains(&Some(*i)))
-        {
-            return Err(kiln_storage::Error::InvalidData(format!(
-                "{}: the column is not in the INSERT's column list",
-                missing(i)
-            ))
-            .into());
-        }
+    {
+        return Err(kiln_storage::Error::InvalidData(format!(
+            "{}: the column is not in the INSERT's column list",
+            missing(i)
+        ))
+        .into());
     }
     for (r, row) in values.rows.iter().enumerate() {
         for (expr, target) in row.content.iter().zip(&targets) {
             let is_null = matches!(expr, ast::Expr::Value(v) if v.value == ast::Value::Null);
-            if let (true, Some(i)) = (is_null, target) {
-                if !cols[*i].nullable {
-                    return Err(kiln_storage::Error::InvalidRow {
-                        row: r + 1,
-                        msg: missing(*i),
-                    }
-                    .into());
+            if let (true, Some(i)) = (is_null, target)
+                && !cols[*i].nullable
+            {
+                return Err(kiln_storage::Error::InvalidRow {
+                    row: r + 1,
+                    msg: missing(*i),
                 }
+                .into());
             }
         }
     }

@@ -206,10 +206,10 @@ fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> std::result::Result<De
         }
         decoder.decode(b"\n").map_err(at)?;
         row_lines.push(lineno);
-        if decoder.len() >= BATCH_ROWS {
-            if let Some(b) = decoder.flush().map_err(at)? {
-                batches.push(b);
-            }
+        if decoder.len() >= BATCH_ROWS
+            && let Some(b) = decoder.flush().map_err(at)?
+        {
+            batches.push(b);
         }
         if decoder.has_partial_record() {
             return Err(format!("line {lineno}: incomplete JSON value"));

@@ -9,6 +9,7 @@
 mod ddl;
 mod engine;
 mod error;
+pub mod functions;
 pub mod import;
 mod provider;
 pub mod pruning;

@@ -10,7 +10,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::array::RecordBatch;
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, not_impl_err};
@@ -38,22 +40,59 @@ use crate::error::to_df;
 use crate::pruning::{ContainerStats, keep};
 
 /// A Kiln table as a DataFusion `TableProvider`.
+///
+/// Strings are exposed as `Utf8View`: Parquet pages decode straight into
+/// views and DataFusion's comparisons and grouping run faster on them; the
+/// memstore keeps plain `Utf8` and is viewed at scan time (no copy of the
+/// string bytes).
 #[derive(Debug)]
 pub struct KilnTable {
     db: Db,
     table: Arc<Table>,
+    schema: SchemaRef,
 }
 
 impl KilnTable {
     pub fn new(db: Db, table: Arc<Table>) -> Self {
-        Self { db, table }
+        let schema = view_schema(&table.schema);
+        Self { db, table, schema }
     }
+}
+
+/// The table schema with `Utf8` columns as `Utf8View`.
+pub fn view_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View)),
+            _ => f.clone(),
+        })
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new(fields))
+}
+
+/// Casts a memstore batch (Utf8) to the query schema (Utf8View).
+fn to_view(batch: &RecordBatch, schema: &SchemaRef) -> DfResult<RecordBatch> {
+    let cols = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                cast(c, f.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), cols)?)
 }
 
 #[async_trait]
 impl datafusion::datasource::TableProvider for KilnTable {
     fn schema(&self) -> SchemaRef {
-        self.table.schema.clone()
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -75,7 +114,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let schema = self.table.schema.clone();
+        let schema = self.schema.clone();
         let snapshot = self.table.snapshot();
         let predicate: Option<Arc<dyn PhysicalExpr>> = match conjunction(filters.iter().cloned()) {
             Some(expr) => {
@@ -155,7 +194,11 @@ impl datafusion::datasource::TableProvider for KilnTable {
             .filter(|(_, k)| *k)
             .map(|(d, _)| *d)
             .collect();
-        let mem = snapshot.mem_batches(|d| kept_days.contains(&d));
+        let mem = snapshot
+            .mem_batches(|d| kept_days.contains(&d))
+            .iter()
+            .map(|b| to_view(b, &schema))
+            .collect::<DfResult<Vec<_>>>()?;
         if !mem.is_empty() {
             let mut parts = vec![vec![]; target.min(mem.len())];
             let n = parts.len();
@@ -190,6 +233,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
         let sink = KilnSink {
             db: self.db.clone(),
             table: self.table.clone(),
+            schema: self.schema.clone(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -200,6 +244,8 @@ impl datafusion::datasource::TableProvider for KilnTable {
 struct KilnSink {
     db: Db,
     table: Arc<Table>,
+    /// The provider's (view) schema INSERT input arrives in.
+    schema: SchemaRef,
 }
 
 impl DisplayAs for KilnSink {
@@ -211,7 +257,7 @@ impl DisplayAs for KilnSink {
 #[async_trait]
 impl DataSink for KilnSink {
     fn schema(&self) -> &SchemaRef {
-        &self.table.schema
+        &self.schema
     }
 
     async fn write_all(

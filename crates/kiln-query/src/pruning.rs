@@ -69,6 +69,7 @@ fn scalar(v: Option<&StatValue>, dt: &DataType) -> ScalarValue {
         (DataType::Float64, Some(StatValue::Float(f))) => ScalarValue::Float64(Some(f)),
         (DataType::Float64, Some(StatValue::Int(i))) => ScalarValue::Float64(Some(i as f64)),
         (DataType::Utf8, Some(StatValue::Str(s))) => ScalarValue::Utf8(Some(s)),
+        (DataType::Utf8View, Some(StatValue::Str(s))) => ScalarValue::Utf8View(Some(s)),
         _ => ScalarValue::try_from(dt).unwrap_or(ScalarValue::Null),
     }
 }

@@ -67,6 +67,7 @@ pub fn build_session(db: &Db, target_partitions: usize) -> DfResult<SessionConte
         .with_default_features()
         .build();
     let ctx = SessionContext::new_with_state(state);
+    crate::functions::register(&ctx);
     let catalog = MemoryCatalogProvider::new();
     catalog
         .register_schema(SCHEMA, Arc::new(KilnSchema { db: db.clone() }))

@@ -90,7 +90,8 @@ async fn actual(engine: &Engine, lo: i64, hi: i64) -> Answer {
     };
     let mut res = vec![];
     for b in batches {
-        let r = b.column(0).as_string::<i32>();
+        let r = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8).unwrap();
+        let r = r.as_string::<i32>();
         let n = b.column(1).as_primitive::<Int64Type>();
         let s = b.column(2).as_primitive::<Int64Type>();
         let u = b.column(3).as_primitive::<Int64Type>();

@@ -6,8 +6,12 @@ use kiln_storage::{Db, StorageConfig};
 
 async fn explain(engine: &Engine, sql: &str) -> String {
     let mut out = engine.execute(&format!("EXPLAIN {sql}")).await.unwrap();
-    let Some(Output::Rows { batches, .. }) = out.pop() else { panic!() };
-    let text = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
+    let Some(Output::Rows { batches, .. }) = out.pop() else {
+        panic!()
+    };
+    let text = arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
     // Segment file names are random; keep the partition directory.
     let re_uuid = |s: &str| -> String {
         let mut out = String::new();
@@ -24,7 +28,11 @@ async fn explain(engine: &Engine, sql: &str) -> String {
         out.truncate(out.len() - ".parquet".len());
         out
     };
-    re_uuid(&text).lines().map(str::trim_end).collect::<Vec<_>>().join("\n")
+    re_uuid(&text)
+        .lines()
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

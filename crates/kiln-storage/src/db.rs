@@ -141,11 +141,11 @@ impl Db {
             last_seq = *seq;
             let (id, _) = codec::decode(payload)?;
             let reg = registry.load();
-            if let Some(t) = reg.by_id.get(&id) {
-                if *seq > t.mem.manifest().flushed_seq {
-                    applier.apply(*seq, payload);
-                    replayed += 1;
-                }
+            if let Some(t) = reg.by_id.get(&id)
+                && *seq > t.mem.manifest().flushed_seq
+            {
+                applier.apply(*seq, payload);
+                replayed += 1;
             }
         }
         let flushed = registry
@@ -362,7 +362,9 @@ impl Db {
             // Partitions are sorted and encoded in parallel, one per core.
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let mut writes = futures::stream::iter(by_day)
-                .map(|(day, parts)| segment::write(&self.inner.store, &t.def, &t.schema, day, parts))
+                .map(|(day, parts)| {
+                    segment::write(&self.inner.store, &t.def, &t.schema, day, parts)
+                })
                 .buffer_unordered(cores);
             while let Some(meta) = writes.next().await {
                 written.push(Segment::new(meta?, &self.inner.reaper));

@@ -30,6 +30,16 @@ pub enum Command {
     /// Benchmarks of an embedded database.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Serve the HTTP API and the PostgreSQL wire protocol until SIGTERM/SIGINT.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub storage: StorageConfig,
+    #[command(flatten)]
+    pub server: kiln_server::ServerConfig,
 }
 
 /// How results are printed.

@@ -155,13 +155,25 @@ fn corrupt_wal_record_stops_recovery_unless_skipped() {
     let dir = tmp.path().join("data");
     // Rows stay in the WAL: no flush on close, no background flush.
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["bench", "write-embedded", "--writers", "2", "--duration", "1s", "--data-dir"])
+        .args([
+            "bench",
+            "write-embedded",
+            "--writers",
+            "2",
+            "--duration",
+            "1s",
+            "--data-dir",
+        ])
         .arg(&dir)
         .env("KILN_FLUSH_ON_CLOSE", "false")
         .env("KILN_FLUSH_AGE", "1h")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let wal = std::fs::read_dir(dir.join("wal"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -189,7 +201,17 @@ fn corrupt_wal_record_stops_recovery_unless_skipped() {
     let name = wal.file_name().unwrap().to_str().unwrap();
     assert!(err.contains(name) && err.contains("offset"), "{err}");
     let out = count(&["--wal-skip-corrupt"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let n: u64 = String::from_utf8(out.stdout).unwrap().lines().nth(1).unwrap().parse().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let n: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(n > 0);
 }

@@ -59,7 +59,16 @@ fn acknowledged_rows_survive_sigkill() {
     let rounds = 12;
     for round in 0..rounds {
         let mut child = kiln()
-            .args(["bench", "write-embedded", "--print-acks", "--duration", "1h", "--writers", "16", "--data-dir"])
+            .args([
+                "bench",
+                "write-embedded",
+                "--print-acks",
+                "--duration",
+                "1h",
+                "--writers",
+                "16",
+                "--data-dir",
+            ])
             .arg(&dir)
             .args(["--id-base", &(round as i64 * 100_000_000_000).to_string()])
             .args(["--batch", if round % 2 == 0 { "1" } else { "7" }])
@@ -93,7 +102,11 @@ fn acknowledged_rows_survive_sigkill() {
         assert!(n > 0, "round {round}: no write was acknowledged");
 
         let ids = query_ids(&dir);
-        eprintln!("round {round}: {n} acks seen before kill, {} acked in all, {} rows found", acked.len(), ids.len());
+        eprintln!(
+            "round {round}: {n} acks seen before kill, {} acked in all, {} rows found",
+            acked.len(),
+            ids.len()
+        );
         let unique: HashSet<i64> = ids.iter().copied().collect();
         assert_eq!(
             unique.len(),
@@ -121,7 +134,16 @@ fn second_process_on_a_data_dir_gets_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut child = kiln()
-        .args(["bench", "write-embedded", "--print-acks", "--duration", "1h", "--writers", "1", "--data-dir"])
+        .args([
+            "bench",
+            "write-embedded",
+            "--print-acks",
+            "--duration",
+            "1h",
+            "--writers",
+            "1",
+            "--data-dir",
+        ])
         .arg(&dir)
         .stdout(Stdio::piped())
         .spawn()

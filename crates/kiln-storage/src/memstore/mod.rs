@@ -136,10 +136,12 @@ impl MemStore {
         for (day, part) in parts {
             let n = batch_bytes(&part);
             added += n;
-            let State { active, size_hint, .. } = &mut *st;
-            let buf = active
-                .entry(day)
-                .or_insert_with(|| ActiveBuffer::new(self.schema.clone(), size_hint.0, &size_hint.1));
+            let State {
+                active, size_hint, ..
+            } = &mut *st;
+            let buf = active.entry(day).or_insert_with(|| {
+                ActiveBuffer::new(self.schema.clone(), size_hint.0, &size_hint.1)
+            });
             buf.append(seq, &part, n);
             if buf.bytes() >= self.freeze_bytes {
                 self.freeze_locked(&mut st, day);

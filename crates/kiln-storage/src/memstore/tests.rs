@@ -1,13 +1,19 @@
 use std::sync::Arc;
 
-use arrow::array::{BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
+use arrow::array::{
+    BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray,
+};
 use arrow::compute::concat_batches;
 
 use super::*;
-use crate::schema::{ColumnDef, ColumnType, TableDef, NANOS_PER_DAY};
+use crate::schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
 
 fn def() -> TableDef {
-    let c = |name: &str, ty, nullable| ColumnDef { name: name.into(), ty, nullable };
+    let c = |name: &str, ty, nullable| ColumnDef {
+        name: name.into(),
+        ty,
+        nullable,
+    };
     TableDef::new(
         1,
         "t",
@@ -29,11 +35,21 @@ fn batch(def: &TableDef, day: i64, start: i64, n: i64) -> RecordBatch {
     RecordBatch::try_new(
         def.arrow_schema(),
         vec![
-            Arc::new(TimestampNanosecondArray::from_iter_values(ids.iter().map(|i| day * NANOS_PER_DAY + i))),
-            Arc::new(StringArray::from_iter(ids.iter().map(|i| (i % 3 != 0).then(|| format!("s{i}"))))),
-            Arc::new(Float64Array::from_iter(ids.iter().map(|i| (i % 4 != 0).then_some(*i as f64 / 2.0)))),
-            Arc::new(BooleanArray::from_iter(ids.iter().map(|i| (i % 5 != 0).then_some(i % 2 == 0)))),
-            Arc::new(Int64Array::from_iter(ids.iter().map(|i| (i % 7 != 0).then_some(*i)))),
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                ids.iter().map(|i| day * NANOS_PER_DAY + i),
+            )),
+            Arc::new(StringArray::from_iter(
+                ids.iter().map(|i| (i % 3 != 0).then(|| format!("s{i}"))),
+            )),
+            Arc::new(Float64Array::from_iter(
+                ids.iter().map(|i| (i % 4 != 0).then_some(*i as f64 / 2.0)),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                ids.iter().map(|i| (i % 5 != 0).then_some(i % 2 == 0)),
+            )),
+            Arc::new(Int64Array::from_iter(
+                ids.iter().map(|i| (i % 7 != 0).then_some(*i)),
+            )),
         ],
     )
     .unwrap()
@@ -74,7 +90,10 @@ fn freezing_and_flushing_keep_every_row_exactly_once() {
         n += 20;
     }
     let snap = mem.snapshot();
-    assert!(!snap.version.frozen.is_empty(), "freeze size passed, batches should be frozen");
+    assert!(
+        !snap.version.frozen.is_empty(),
+        "freeze size passed, batches should be frozen"
+    );
     assert_eq!(all_rows(&def, &snap).num_rows(), n);
 
     let set = mem.begin_flush();
@@ -83,10 +102,21 @@ fn freezing_and_flushing_keep_every_row_exactly_once() {
     // Rows written during the flush stay in memory.
     mem.apply(41, &batch(&def, 100, 10_000, 5), 0);
     let before = mem.bytes();
-    mem.publish(Manifest { version: 1, flushed_seq: set.through_seq, segments: vec![] }, Some(&set));
+    mem.publish(
+        Manifest {
+            version: 1,
+            flushed_seq: set.through_seq,
+            segments: vec![],
+        },
+        Some(&set),
+    );
     assert!(mem.bytes() < before);
     let rows = all_rows(&def, &mem.snapshot());
-    assert_eq!(rows.num_rows(), 5, "flushed rows left memory in the same swap");
+    assert_eq!(
+        rows.num_rows(),
+        5,
+        "flushed rows left memory in the same swap"
+    );
     assert_eq!(mem.wal_needed_from(), Some(41));
     assert_eq!(mem.manifest().flushed_seq, 40);
 }

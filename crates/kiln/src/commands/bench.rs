@@ -40,8 +40,15 @@ fn pct(h: &Histogram<u64>, q: f64) -> f64 {
 pub async fn write_embedded(args: WriteEmbeddedArgs) -> Result<(), BoxError> {
     let db = Db::open(args.storage).await?;
     Engine::new(db.clone())?.execute(WRITE_DDL).await?;
-    let schema = db.table("crash").ok_or("crash table missing")?.schema.clone();
-    let lat = Arc::new(Mutex::new(Latencies { second: histogram(), total: histogram() }));
+    let schema = db
+        .table("crash")
+        .ok_or("crash table missing")?
+        .schema
+        .clone();
+    let lat = Arc::new(Mutex::new(Latencies {
+        second: histogram(),
+        total: histogram(),
+    }));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let mut tasks = vec![];
@@ -52,11 +59,19 @@ pub async fn write_embedded(args: WriteEmbeddedArgs) -> Result<(), BoxError> {
             let day0 = 20_000 * NANOS_PER_DAY;
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let ids: Vec<i64> = (0..batch).map(|k| base + w as i64 * 1_000_000_000 + (i * batch + k) as i64).collect();
+                let ids: Vec<i64> = (0..batch)
+                    .map(|k| base + w as i64 * 1_000_000_000 + (i * batch + k) as i64)
+                    .collect();
                 i += 1;
                 // Three days, so several partitions are written and flushed.
-                let ts: Vec<i64> = ids.iter().map(|id| day0 + (id % 3) * NANOS_PER_DAY + id % 1000).collect();
-                let payload: Vec<String> = ids.iter().map(|id| format!("payload-{id}-{}", "x".repeat((*id % 50) as usize))).collect();
+                let ts: Vec<i64> = ids
+                    .iter()
+                    .map(|id| day0 + (id % 3) * NANOS_PER_DAY + id % 1000)
+                    .collect();
+                let payload: Vec<String> = ids
+                    .iter()
+                    .map(|id| format!("payload-{id}-{}", "x".repeat((*id % 50) as usize)))
+                    .collect();
                 let rb = RecordBatch::try_new(
                     schema.clone(),
                     vec![
@@ -86,12 +101,25 @@ pub async fn write_embedded(args: WriteEmbeddedArgs) -> Result<(), BoxError> {
         }));
     }
     let mut second = 0;
-    eprintln!("{:>4} {:>9} {:>8} {:>8} {:>8} {:>8}", "sec", "commits/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms");
+    eprintln!(
+        "{:>4} {:>9} {:>8} {:>8} {:>8} {:>8}",
+        "sec", "commits/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms"
+    );
     while started.elapsed() < args.duration {
-        tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed() - Duration::from_secs(second))).await;
+        tokio::time::sleep(
+            Duration::from_secs(1).saturating_sub(started.elapsed() - Duration::from_secs(second)),
+        )
+        .await;
         second += 1;
         let h = std::mem::replace(&mut lat.lock().second, histogram());
-        eprintln!("{second:>4} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2}", h.len(), pct(&h, 0.5), pct(&h, 0.99), pct(&h, 0.999), h.max() as f64 / 1000.0);
+        eprintln!(
+            "{second:>4} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            h.len(),
+            pct(&h, 0.5),
+            pct(&h, 0.99),
+            pct(&h, 0.999),
+            h.max() as f64 / 1000.0
+        );
     }
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -103,9 +131,17 @@ pub async fn write_embedded(args: WriteEmbeddedArgs) -> Result<(), BoxError> {
     let flushes = db.metrics().flushes.load(Ordering::Relaxed);
     eprintln!(
         "writers={} batch={} commits={} commits/s={:.0} p50={:.2}ms p99={:.2}ms p99.9={:.2}ms p99.99={:.2}ms max={:.2}ms fsyncs={} flushes={}",
-        args.writers, args.batch, total.len(), total.len() as f64 / secs,
-        pct(&total, 0.5), pct(&total, 0.99), pct(&total, 0.999), pct(&total, 0.9999), total.max() as f64 / 1000.0,
-        wal.fsyncs, flushes
+        args.writers,
+        args.batch,
+        total.len(),
+        total.len() as f64 / secs,
+        pct(&total, 0.5),
+        pct(&total, 0.99),
+        pct(&total, 0.999),
+        pct(&total, 0.9999),
+        total.max() as f64 / 1000.0,
+        wal.fsyncs,
+        flushes
     );
     db.close().await?;
     Ok(())
@@ -119,7 +155,9 @@ pub async fn scan_vs_parquet(args: ScanVsParquetArgs) -> Result<(), BoxError> {
         datafusion::prelude::SessionConfig::new().with_target_partitions(cores),
     );
     let file = args.file.to_str().ok_or("file path is not UTF-8")?;
-    plain.register_parquet(&args.table, file, Default::default()).await?;
+    plain
+        .register_parquet(&args.table, file, Default::default())
+        .await?;
     println!("| query | kiln median ms | datafusion+parquet median ms | ratio |");
     println!("|---|---|---|---|");
     for q in &args.queries {

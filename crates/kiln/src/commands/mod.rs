@@ -3,9 +3,10 @@
 mod bench;
 mod generate;
 mod import;
+mod serve;
 mod sql;
 
-use crate::config::{Command, Config, BenchCommand, GenCommand};
+use crate::config::{BenchCommand, Command, Config, GenCommand};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -16,5 +17,6 @@ pub async fn run(config: Config) -> Result<(), BoxError> {
         Command::Gen(GenCommand::Abtest(args)) => generate::run(args),
         Command::Bench(BenchCommand::WriteEmbedded(args)) => bench::write_embedded(args).await,
         Command::Bench(BenchCommand::ScanVsParquet(args)) => bench::scan_vs_parquet(args).await,
+        Command::Serve(args) => serve::run(args).await,
     }
 }

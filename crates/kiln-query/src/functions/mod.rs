@@ -1,0 +1,112 @@
+//! Kiln's own SQL functions for experiment analytics, registered on the
+//! shared session by [`register`]:
+//!
+//! - bitmaps (`bitmap.rs`, `bitmap_scalar.rs`): `bitmap_agg`, `bitmap_union`
+//!   and scalar `bitmap_*` functions over roaring bitmaps in the portable
+//!   64-bit serialization that CRoaring, Java and pyroaring `BitMap64` read;
+//! - funnels (`funnel.rs`): ClickHouse-style `retention` and `window_funnel`;
+//! - tests (`stats.rs`, `distributions.rs`): `welch_t_test` and
+//!   `proportion_z_test`.
+//!
+//! Every aggregate keeps a mergeable state, so it works with DataFusion's
+//! two-phase (partial / final) aggregation over many partitions.
+//! `docs/sql.md` documents the SQL surface.
+
+mod bitmap;
+mod bitmap_scalar;
+mod distributions;
+mod funnel;
+mod stats;
+#[cfg(test)]
+mod tests;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{Result, plan_err};
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
+use datafusion::prelude::SessionContext;
+
+/// Registers every Kiln function on `ctx`.
+pub fn register(ctx: &SessionContext) {
+    for udaf in [
+        bitmap::BitmapAgg::udaf(),
+        bitmap::BitmapAgg::union_udaf(),
+        funnel::Retention::udaf(),
+        funnel::WindowFunnel::udaf(),
+        stats::WelchTTest::udaf(),
+        stats::ProportionZTest::udaf(),
+    ] {
+        ctx.register_udaf(udaf);
+    }
+    for udf in bitmap_scalar::udfs() {
+        ctx.register_udf(udf);
+    }
+}
+
+pub(crate) fn udaf(imp: impl datafusion::logical_expr::AggregateUDFImpl + 'static) -> AggregateUDF {
+    AggregateUDF::new_from_impl(imp)
+}
+
+pub(crate) fn udf(imp: impl datafusion::logical_expr::ScalarUDFImpl + 'static) -> ScalarUDF {
+    ScalarUDF::new_from_impl(imp)
+}
+
+/// Coerces an integer id argument: `UInt64` stays, every other integer (and
+/// NULL) becomes `Int64`.
+pub(crate) fn coerce_id(func: &str, t: &DataType) -> Result<DataType> {
+    match t {
+        DataType::UInt64 => Ok(DataType::UInt64),
+        DataType::Null
+        | DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32 => Ok(DataType::Int64),
+        other => plan_err!("{func}: expected an integer id, got {other}"),
+    }
+}
+
+/// Coerces a bitmap argument (any binary type, or NULL) to `Binary`.
+pub(crate) fn coerce_bitmap(func: &str, t: &DataType) -> Result<DataType> {
+    match t {
+        DataType::Null | DataType::Binary | DataType::LargeBinary | DataType::BinaryView => {
+            Ok(DataType::Binary)
+        }
+        other => plan_err!("{func}: expected a bitmap (BINARY), got {other}"),
+    }
+}
+
+/// Coerces a condition / flag argument: booleans stay, integers (0 = false)
+/// and NULL become `Boolean`.
+pub(crate) fn coerce_bool(func: &str, t: &DataType) -> Result<DataType> {
+    if t.is_integer() || matches!(t, DataType::Boolean | DataType::Null) {
+        Ok(DataType::Boolean)
+    } else {
+        plan_err!("{func}: expected a BOOLEAN condition, got {t}")
+    }
+}
+
+/// Coerces a numeric measurement to `Float64`.
+pub(crate) fn coerce_f64(func: &str, t: &DataType) -> Result<DataType> {
+    if t.is_numeric() || matches!(t, DataType::Null) {
+        Ok(DataType::Float64)
+    } else {
+        plan_err!("{func}: expected a numeric value, got {t}")
+    }
+}
+
+/// Checks the argument count of `func`.
+pub(crate) fn check_arity(func: &str, args: &[DataType], min: usize, max: usize) -> Result<()> {
+    if args.len() < min || args.len() > max {
+        let want = if min == max {
+            format!("{min}")
+        } else if max == usize::MAX {
+            format!("at least {min}")
+        } else {
+            format!("{min} to {max}")
+        };
+        return plan_err!("{func} takes {want} arguments, got {}", args.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! The one place where errors become HTTP statuses, JSON error codes and
+//! PostgreSQL SQLSTATEs. Both protocols go through [`ApiError`], so a given
+//! failure (unknown table, bad row, bad SQL) is reported the same way
+//! whichever door the client came in by.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use datafusion::error::DataFusionError;
+use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError};
+
+/// A client-facing error: what to answer on HTTP and on the PostgreSQL wire.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// Stable machine-readable code for the HTTP JSON body.
+    pub code: &'static str,
+    /// PostgreSQL SQLSTATE.
+    pub sqlstate: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(
+        status: StatusCode,
+        code: &'static str,
+        sqlstate: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            code,
+            sqlstate,
+            message: message.into(),
+        }
+    }
+
+    /// Input that cannot be decoded; the message names line, row or column.
+    pub fn bad_input(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_data", "22P02", message)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", "08P01", message)
+    }
+
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "54000",
+            format!("request body is larger than --max-body-bytes ({limit} bytes)"),
+        )
+    }
+
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "0A000",
+            message,
+        )
+    }
+
+    pub fn table_not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "table_not_found", "42P01", message)
+    }
+
+    pub fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "57P01",
+            "kiln is shutting down",
+        )
+    }
+
+    /// A statement stopped before it finished (timeout, client gone).
+    pub fn cancelled(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, "cancelled", "57014", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "XX000",
+            message,
+        )
+    }
+
+    /// Outcome label for metrics.
+    pub fn outcome(&self) -> &'static str {
+        if self.status.is_server_error() {
+            "error"
+        } else {
+            "rejected"
+        }
+    }
+
+    /// The error as sent on the PostgreSQL wire.
+    pub fn to_pg(&self) -> PgWireError {
+        PgWireError::UserError(Box::new(ErrorInfo::new(
+            "ERROR".into(),
+            self.sqlstate.into(),
+            self.message.clone(),
+        )))
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.sqlstate, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl From<kiln_storage::Error> for ApiError {
+    fn from(e: kiln_storage::Error) -> Self {
+        use kiln_storage::Error as E;
+        let msg = e.to_string();
+        match e {
+            E::TableNotFound(_) => Self::table_not_found(msg),
+            E::TableExists(_) => Self::new(StatusCode::CONFLICT, "table_exists", "42P07", msg),
+            E::InvalidSchema(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_schema", "42P16", msg)
+            }
+            E::InvalidRow { msg: ref m, .. } if m.contains("NOT NULL") || m.contains("missing") => {
+                Self::new(StatusCode::BAD_REQUEST, "not_null_violation", "23502", msg)
+            }
+            E::InvalidRow { .. } | E::InvalidData(_) => Self::bad_input(msg),
+            E::ShuttingDown => Self::shutting_down(),
+            _ => Self::internal(msg),
+        }
+    }
+}
+
+impl From<kiln_query::Error> for ApiError {
+    fn from(e: kiln_query::Error) -> Self {
+        use kiln_query::Error as E;
+        match e {
+            E::Storage(s) => s.into(),
+            E::Sql(msg) if is_unknown_table(&msg) => Self::table_not_found(msg),
+            E::Sql(msg) => Self::new(StatusCode::BAD_REQUEST, "syntax_error", "42601", msg),
+            E::DataFusion(df) => from_datafusion(*df),
+            E::Import { file, msg } => Self::bad_input(format!("{file}: {msg}")),
+            other => Self::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<DataFusionError> for ApiError {
+    fn from(e: DataFusionError) -> Self {
+        kiln_query::Error::from(e).into()
+    }
+}
+
+/// DataFusion reports an unknown table as a planning error.
+fn is_unknown_table(msg: &str) -> bool {
+    msg.contains("table '") && msg.ends_with("' not found")
+}
+
+fn from_datafusion(e: DataFusionError) -> ApiError {
+    use arrow::error::ArrowError as A;
+    let msg = e.to_string();
+    match e.find_root() {
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            A::DivideByZero => {
+                ApiError::new(StatusCode::BAD_REQUEST, "division_by_zero", "22012", msg)
+            }
+            A::CastError(_) | A::ParseError(_) | A::InvalidArgumentError(_) => {
+                ApiError::bad_input(msg)
+            }
+            _ => ApiError::internal(msg),
+        },
+        DataFusionError::NotImplemented(_) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "not_supported", "0A000", msg)
+        }
+        DataFusionError::Plan(_) if is_unknown_table(&msg) => ApiError::table_not_found(msg),
+        DataFusionError::Plan(_) | DataFusionError::SQL(..) | DataFusionError::SchemaError(..) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "syntax_error", "42601", msg)
+        }
+        DataFusionError::Execution(_) => ApiError::bad_input(msg),
+        DataFusionError::ResourcesExhausted(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "resources_exhausted",
+            "53000",
+            msg,
+        ),
+        _ => ApiError::internal(msg),
+    }
+}
+
+/// Maps an error coming back from datafusion-postgres's own execution path
+/// (queries not intercepted by Kiln's hooks) to the same SQLSTATEs.
+pub fn pg_error(e: PgWireError) -> PgWireError {
+    match e {
+        PgWireError::ApiError(inner) => match inner.downcast::<DataFusionError>() {
+            Ok(df) => ApiError::from(*df).to_pg(),
+            Err(other) => PgWireError::ApiError(other),
+        },
+        other => other,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, "{}", self.message);
+        }
+        let body = serde_json::json!({
+            "error": { "code": self.code, "message": self.message }
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_errors_map_to_status_and_sqlstate() {
+        let e = ApiError::from(kiln_storage::Error::TableNotFound("t".into()));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (404, "42P01"));
+        let e = ApiError::from(kiln_storage::Error::InvalidRow {
+            row: 3,
+            msg: "NULL in NOT NULL column 'x'".into(),
+        });
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "23502"));
+        let e = ApiError::from(kiln_query::Error::Sql("SQL error: oops".into()));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "42601"));
+        let e = ApiError::from(kiln_query::Error::Sql(
+            "table 'kiln.public.nope' not found".into(),
+        ));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (404, "42P01"));
+        let e = ApiError::from(kiln_storage::Error::ShuttingDown);
+        assert_eq!(e.status.as_u16(), 503);
+    }
+}

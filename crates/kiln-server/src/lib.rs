@@ -1,0 +1,182 @@
+//! Kiln's server: one process serving the HTTP API ([`http`]) and the
+//! PostgreSQL wire protocol ([`pg`]) over one [`Db`] and one [`Engine`], so
+//! both protocols share the DataFusion session, its caches and the table
+//! registry: a row acknowledged on one is visible to the next query on the
+//! other.
+//!
+//! Lifecycle: open the database, bind both listeners, print one
+//! `kiln listening http=ADDR pg=ADDR` line on stderr (scripts and tests wait
+//! for it), serve until SIGTERM or SIGINT, stop accepting, give in-flight
+//! requests `--shutdown-grace`, then close the database (WAL synced).
+
+pub mod decode;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod pg;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use kiln_query::Engine;
+use kiln_storage::{Db, StorageConfig, parse_bytes};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+/// Settings of the server. Each is a flag with a `KILN_*` environment variable.
+#[derive(Clone, Debug, Args)]
+pub struct ServerConfig {
+    /// Address of the HTTP API (port 0: any free port, printed at start).
+    #[arg(long, env = "KILN_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Address of the PostgreSQL wire protocol (port 0: any free port, printed at start).
+    #[arg(long, env = "KILN_PG_ADDR", default_value = "127.0.0.1:5433")]
+    pub pg_addr: SocketAddr,
+
+    /// Largest HTTP request body, compressed or decompressed (413 beyond it).
+    #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
+    pub max_body_bytes: usize,
+
+    /// After SIGTERM/SIGINT, how long in-flight requests and connections may
+    /// take before the database is closed anyway.
+    #[arg(long, env = "KILN_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Queries slower than this are logged (one line each, with the SQL).
+    #[arg(long, env = "KILN_SLOW_QUERY", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub slow_query: Duration,
+}
+
+/// State shared by every HTTP handler.
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub metrics: Arc<Metrics>,
+    pub config: ServerConfig,
+    pub shutting_down: AtomicBool,
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs `kiln serve` until SIGTERM or SIGINT.
+pub async fn run(storage: StorageConfig, config: ServerConfig) -> Result<(), BoxError> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Handlers are installed before anything is served, so an early signal is not lost.
+    let signals = shutdown_signals()?;
+    tokio::spawn(async move {
+        signals.await;
+        tracing::info!("shutdown signal received");
+        let _ = stop_tx.send(true);
+    });
+    serve(storage, config, stop_rx).await
+}
+
+/// Serves until `stop` turns true, then shuts down gracefully.
+pub async fn serve(
+    storage: StorageConfig,
+    config: ServerConfig,
+    stop: watch::Receiver<bool>,
+) -> Result<(), BoxError> {
+    let db = Db::open(storage).await?;
+    let result = serve_db(db.clone(), config, stop).await;
+    let closed = db.close().await;
+    result?;
+    closed?;
+    tracing::info!("kiln stopped");
+    Ok(())
+}
+
+async fn serve_db(
+    db: Db,
+    config: ServerConfig,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), BoxError> {
+    let engine = Arc::new(Engine::new(db)?);
+    pg::setup_catalog(&engine)?;
+    let metrics = Arc::new(Metrics::new());
+
+    let http_listener = TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|e| format!("binding --http-addr {}: {e}", config.http_addr))?;
+    let pg_listener = TcpListener::bind(config.pg_addr)
+        .await
+        .map_err(|e| format!("binding --pg-addr {}: {e}", config.pg_addr))?;
+    let http_addr = http_listener.local_addr()?;
+    let pg_addr = pg_listener.local_addr()?;
+
+    let grace = config.shutdown_grace;
+    let state = Arc::new(AppState {
+        engine: engine.clone(),
+        metrics: metrics.clone(),
+        config: config.clone(),
+        shutting_down: AtomicBool::new(false),
+    });
+    let app = http::router(state.clone());
+    let mut http_stop = stop.clone();
+    let http_task = tokio::spawn(async move {
+        axum::serve(http_listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = http_stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    let handlers = Arc::new(pg::Handlers::new(
+        engine.clone(),
+        metrics.clone(),
+        config.slow_query,
+    ));
+    let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
+
+    eprintln!("kiln listening http={http_addr} pg={pg_addr}");
+    tracing::info!(%http_addr, %pg_addr, "kiln listening");
+
+    let _ = stop.wait_for(|s| *s).await;
+    state.shutting_down.store(true, Ordering::Release);
+    tracing::info!(grace = ?grace, "shutting down: no new connections");
+
+    // Both listeners stop accepting at once; in-flight work shares one grace period.
+    let deadline = tokio::time::Instant::now() + grace;
+    let mut pg_conns = pg_task.await?;
+    let drained = tokio::time::timeout_at(deadline, async {
+        let http = http_task.await;
+        while pg_conns.join_next().await.is_some() {}
+        http
+    })
+    .await;
+    match drained {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!("http server: {e}"),
+        Ok(Err(e)) => tracing::warn!("http server task: {e}"),
+        Err(_) => {
+            tracing::warn!("shutdown grace period over; closing remaining connections");
+            pg_conns.abort_all();
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn shutdown_signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signals() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+}

@@ -1,0 +1,171 @@
+//! Prometheus metrics served on `GET /metrics`. Counters kept by the server
+//! (queries, write latency) live in a registry here; counters kept by the
+//! storage engine (rows written, WAL fsyncs, flushes) and per-table sizes are
+//! copied from the `Db` at scrape time, so nothing on the write path pays
+//! for metrics it does not already keep.
+
+use kiln_storage::Db;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use std::sync::atomic::Ordering;
+
+pub const QUERIES_TOTAL: &str = "kiln_queries_total";
+pub const QUERY_DURATION: &str = "kiln_query_duration_seconds";
+pub const HTTP_WRITES_TOTAL: &str = "kiln_http_writes_total";
+pub const WRITE_DURATION: &str = "kiln_write_duration_seconds";
+pub const ROWS_WRITTEN: &str = "kiln_rows_written_total";
+pub const BYTES_WRITTEN: &str = "kiln_bytes_written_total";
+pub const WAL_FSYNCS: &str = "kiln_wal_fsyncs_total";
+pub const WAL_GROUPS: &str = "kiln_wal_groups_total";
+pub const WAL_BYTES: &str = "kiln_wal_bytes_total";
+pub const FLUSHES: &str = "kiln_flushes_total";
+pub const COMPACTIONS: &str = "kiln_compactions_total";
+pub const MEMSTORE_BYTES: &str = "kiln_memstore_bytes";
+pub const SEGMENTS: &str = "kiln_segments";
+
+/// Protocol labels.
+pub const HTTP: &str = "http";
+pub const PG: &str = "pg";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The server's metrics.
+pub struct Metrics {
+    registry: Registry,
+    queries: IntCounterVec,
+    query_duration: HistogramVec,
+    writes: IntCounterVec,
+    write_duration: HistogramVec,
+    rows_written: IntCounter,
+    bytes_written: IntCounter,
+    wal_fsyncs: IntCounter,
+    wal_groups: IntCounter,
+    wal_bytes: IntCounter,
+    flushes: IntCounter,
+    compactions: IntCounter,
+    memstore_bytes: IntGaugeVec,
+    segments: IntGaugeVec,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+            let h = HistogramVec::new(opts, labels).expect("valid metric");
+            registry
+                .register(Box::new(h.clone()))
+                .expect("unique metric");
+            h
+        };
+        let gauge_vec = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["table"]).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        Self {
+            queries: counter_vec(
+                QUERIES_TOTAL,
+                "SQL statements run, by protocol and outcome (ok, rejected, error).",
+                &["protocol", "outcome"],
+            ),
+            query_duration: histogram(QUERY_DURATION, "SQL request latency.", &["protocol"]),
+            writes: counter_vec(
+                HTTP_WRITES_TOTAL,
+                "POST /v1/write requests, by outcome.",
+                &["outcome"],
+            ),
+            write_duration: histogram(
+                WRITE_DURATION,
+                "POST /v1/write latency (decode, WAL, memstore).",
+                &["format"],
+            ),
+            rows_written: counter(
+                ROWS_WRITTEN,
+                "Rows written through the WAL (all protocols).",
+            ),
+            bytes_written: counter(BYTES_WRITTEN, "WAL payload bytes written."),
+            wal_fsyncs: counter(WAL_FSYNCS, "fdatasync calls on WAL segment files."),
+            wal_groups: counter(WAL_GROUPS, "WAL group commits."),
+            wal_bytes: counter(WAL_BYTES, "WAL frame bytes written."),
+            flushes: counter(FLUSHES, "Memstore flushes to Parquet segments."),
+            compactions: counter(COMPACTIONS, "Segment compactions."),
+            memstore_bytes: gauge_vec(MEMSTORE_BYTES, "Bytes held in a table's memstore."),
+            segments: gauge_vec(SEGMENTS, "Parquet segments in a table's current manifest."),
+            registry,
+        }
+    }
+
+    /// Records one SQL request.
+    pub fn query(&self, protocol: &str, outcome: &str, elapsed: std::time::Duration) {
+        self.queries.with_label_values(&[protocol, outcome]).inc();
+        self.query_duration
+            .with_label_values(&[protocol])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one HTTP write request.
+    pub fn write(&self, format: &str, outcome: &str, elapsed: std::time::Duration) {
+        self.writes.with_label_values(&[outcome]).inc();
+        if outcome == "ok" {
+            self.write_duration
+                .with_label_values(&[format])
+                .observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// Prometheus text exposition, with the storage engine's numbers as of now.
+    pub fn render(&self, db: &Db) -> String {
+        let set = |c: &IntCounter, v: u64| c.inc_by(v.saturating_sub(c.get()));
+        let m = db.metrics();
+        set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));
+        set(&self.bytes_written, m.bytes_written.load(Ordering::Relaxed));
+        set(&self.flushes, m.flushes.load(Ordering::Relaxed));
+        set(&self.compactions, m.compactions.load(Ordering::Relaxed));
+        let wal = db.wal_stats();
+        set(&self.wal_fsyncs, wal.fsyncs);
+        set(&self.wal_groups, wal.groups);
+        set(&self.wal_bytes, wal.bytes);
+        self.memstore_bytes.reset();
+        self.segments.reset();
+        for t in db.tables() {
+            self.memstore_bytes
+                .with_label_values(&[t.name()])
+                .set(t.mem.bytes() as i64);
+            self.segments
+                .with_label_values(&[t.name()])
+                .set(t.segments().len() as i64);
+        }
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!("encoding metrics: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

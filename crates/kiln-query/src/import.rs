@@ -39,7 +39,8 @@ impl Format {
     }
 }
 
-/// Decoded rows of a file, plus how to turn a row number into a line number.
+/// Decoded rows of a file or request body, plus how to turn a row number
+/// into a line number.
 #[derive(Debug)]
 pub struct Decoded {
     pub batches: Vec<RecordBatch>,
@@ -47,13 +48,34 @@ pub struct Decoded {
     row_lines: Option<Vec<usize>>,
     /// Lines before the first row (the CSV header).
     first_line: usize,
+    /// Whether the format has lines at all (not Arrow IPC or Parquet).
+    lines: bool,
 }
 
 impl Decoded {
+    /// Rows from a format without lines: errors name rows.
+    pub fn unlined(batches: Vec<RecordBatch>) -> Self {
+        Self {
+            batches,
+            row_lines: None,
+            first_line: 0,
+            lines: false,
+        }
+    }
+
+    /// Where row `row` (1-based) came from, for error messages: `line N` or `row N`.
+    pub fn locate(&self, row: usize) -> String {
+        if self.lines {
+            format!("line {}", self.line_of(row))
+        } else {
+            format!("row {row}")
+        }
+    }
+
     /// Line number (1-based) of row `row` (1-based).
     pub fn line_of(&self, row: usize) -> usize {
         match &self.row_lines {
-            Some(lines) => lines.get(row - 1).copied().unwrap_or(row),
+            Some(lines) => lines.get(row.wrapping_sub(1)).copied().unwrap_or(row),
             None => row + self.first_line,
         }
     }
@@ -63,7 +85,8 @@ impl Decoded {
     }
 }
 
-const BATCH_ROWS: usize = 64 * 1024;
+/// Rows per decoded batch.
+pub const BATCH_ROWS: usize = 64 * 1024;
 
 /// Decodes `path` for a table of schema `table`. Rows are checked against
 /// the table (NOT NULL, casts) when written; this only parses.
@@ -101,7 +124,8 @@ fn relaxed(fields: impl IntoIterator<Item = Arc<Field>>) -> SchemaRef {
     ))
 }
 
-fn decode_csv(reader: impl Read, table: &SchemaRef) -> std::result::Result<Decoded, String> {
+/// Decodes CSV with a header row naming the table's columns (any order, any subset).
+pub fn decode_csv(reader: impl Read, table: &SchemaRef) -> std::result::Result<Decoded, String> {
     let mut reader = BufReader::with_capacity(1 << 20, reader);
     let mut header = String::new();
     reader
@@ -132,6 +156,7 @@ fn decode_csv(reader: impl Read, table: &SchemaRef) -> std::result::Result<Decod
         batches,
         row_lines: None,
         first_line: 1,
+        lines: true,
     })
 }
 
@@ -164,7 +189,8 @@ fn csv_error(msg: &str, schema: &SchemaRef) -> String {
     }
 }
 
-fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> std::result::Result<Decoded, String> {
+/// Decodes newline-delimited JSON objects, one row per non-blank line.
+pub fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> std::result::Result<Decoded, String> {
     let schema = relaxed(table.fields().iter().cloned());
     let mut decoder = arrow::json::ReaderBuilder::new(schema)
         .with_batch_size(BATCH_ROWS)
@@ -222,6 +248,7 @@ fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> std::result::Result<De
         batches,
         row_lines: blank.then_some(row_lines),
         first_line: 0,
+        lines: true,
     })
 }
 
@@ -235,11 +262,7 @@ fn decode_parquet(path: &Path) -> std::result::Result<Decoded, String> {
     let batches = reader
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    Ok(Decoded {
-        batches,
-        row_lines: None,
-        first_line: 0,
-    })
+    Ok(Decoded::unlined(batches))
 }
 
 /// Counts bytes read, for a progress bar.

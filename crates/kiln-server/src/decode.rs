@@ -6,17 +6,16 @@
 //! table columns, NDJSON fed to arrow-json line by line) but reads from memory
 //! and keeps each row's line so storage errors can be reported by line too.
 
-use std::io::{BufRead, Cursor, Read};
-use std::sync::Arc;
+use std::io::{Cursor, Read};
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::error::ApiError;
+pub use kiln_query::import::Decoded;
+use kiln_query::import::{BATCH_ROWS, decode_csv, decode_ndjson};
 
-const BATCH_ROWS: usize = 64 * 1024;
+use crate::error::ApiError;
 
 /// Body formats, from `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,46 +100,19 @@ pub fn decompress(body: Bytes, enc: Encoding, limit: usize) -> Result<Bytes, Api
     Ok(out.into())
 }
 
-/// Decoded rows, plus the line of each row where the format has lines.
-#[derive(Debug)]
-pub struct Decoded {
-    pub batches: Vec<RecordBatch>,
-    row_lines: Option<Vec<usize>>,
-    first_line: usize,
-    lines: bool,
-}
-
-impl Decoded {
-    pub fn rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
-    }
-
-    /// Where row `row` (1-based) came from, for error messages.
-    pub fn locate(&self, row: usize) -> String {
-        if !self.lines {
-            return format!("row {row}");
-        }
-        let line = match &self.row_lines {
-            Some(lines) => lines.get(row.wrapping_sub(1)).copied().unwrap_or(row),
-            None => row + self.first_line,
-        };
-        format!("line {line}")
-    }
-}
-
 /// Decodes a (decompressed) body for a table of schema `table`. Rows are
 /// checked against the table (NOT NULL, casts) by the write; this only parses.
 pub fn decode(body: Bytes, format: BodyFormat, table: &SchemaRef) -> Result<Decoded, ApiError> {
     match format {
-        BodyFormat::Csv => decode_csv(&body, table),
-        BodyFormat::Ndjson => decode_ndjson(&body, table),
+        BodyFormat::Csv => decode_csv(Cursor::new(body), table).map_err(ApiError::bad_input),
+        BodyFormat::Ndjson => decode_ndjson(Cursor::new(body), table).map_err(ApiError::bad_input),
         BodyFormat::ArrowStream => {
             let reader = arrow::ipc::reader::StreamReader::try_new(Cursor::new(body), None)
                 .map_err(|e| ApiError::bad_input(format!("Arrow IPC stream: {e}")))?;
             let batches = reader
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ApiError::bad_input(format!("Arrow IPC stream: {e}")))?;
-            Ok(unlined(batches))
+            Ok(Decoded::unlined(batches))
         }
         BodyFormat::Parquet => {
             let reader = ParquetRecordBatchReaderBuilder::try_new(body)
@@ -149,151 +121,9 @@ pub fn decode(body: Bytes, format: BodyFormat, table: &SchemaRef) -> Result<Deco
             let batches = reader
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ApiError::bad_input(format!("Parquet: {e}")))?;
-            Ok(unlined(batches))
+            Ok(Decoded::unlined(batches))
         }
     }
-}
-
-fn unlined(batches: Vec<RecordBatch>) -> Decoded {
-    Decoded {
-        batches,
-        row_lines: None,
-        first_line: 0,
-        lines: false,
-    }
-}
-
-/// All table columns, nullable: NOT NULL is enforced by the write with the row named.
-fn relaxed(fields: impl IntoIterator<Item = Arc<Field>>) -> SchemaRef {
-    Arc::new(Schema::new(
-        fields
-            .into_iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-    ))
-}
-
-fn decode_csv(body: &[u8], table: &SchemaRef) -> Result<Decoded, ApiError> {
-    let mut reader = Cursor::new(body);
-    let mut header = String::new();
-    reader
-        .read_line(&mut header)
-        .map_err(|e| ApiError::bad_input(format!("line 1: {e}")))?;
-    let header = header.trim_end_matches(['\n', '\r']);
-    if header.is_empty() {
-        return Err(ApiError::bad_input("line 1: missing header row"));
-    }
-    let mut fields = vec![];
-    for (i, name) in header.split(',').enumerate() {
-        let name = name.trim().trim_matches('"');
-        let field = table.field_with_name(name).map_err(|_| {
-            ApiError::bad_input(format!(
-                "line 1, column {}: the table has no column '{name}'",
-                i + 1
-            ))
-        })?;
-        fields.push(Arc::new(field.clone()));
-    }
-    let schema = relaxed(fields);
-    let csv = arrow::csv::ReaderBuilder::new(schema.clone())
-        .with_header(false)
-        .with_batch_size(BATCH_ROWS)
-        .build_buffered(reader)
-        .map_err(|e| ApiError::bad_input(e.to_string()))?;
-    let batches = csv
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ApiError::bad_input(csv_error(&e.to_string(), &schema)))?;
-    Ok(Decoded {
-        batches,
-        row_lines: None,
-        first_line: 1,
-        lines: true,
-    })
-}
-
-/// Rewrites arrow-csv's messages with body lines (the header is line 1) and
-/// column names, as `kiln import` does for files.
-fn csv_error(msg: &str, schema: &SchemaRef) -> String {
-    let num_after = |key: &str| -> Option<usize> {
-        let at = msg.find(key)? + key.len();
-        msg[at..]
-            .split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    };
-    let (line, col) = if msg.contains("incorrect number of fields") {
-        (num_after("line ").map(|l| l + 1), None)
-    } else if msg.contains("invalid UTF-8") {
-        (
-            num_after("line ").map(|l| l + 1),
-            num_after("field ").map(|f| f.saturating_sub(1)),
-        )
-    } else {
-        (num_after("at line ").map(|l| l + 2), num_after("column "))
-    };
-    match (line, col.and_then(|c| schema.fields().get(c))) {
-        (Some(l), Some(c)) => format!("line {l}, column '{}': {msg}", c.name()),
-        (Some(l), None) => format!("line {l}: {msg}"),
-        _ => msg.to_string(),
-    }
-}
-
-fn decode_ndjson(body: &[u8], table: &SchemaRef) -> Result<Decoded, ApiError> {
-    let schema = relaxed(table.fields().iter().cloned());
-    let mut decoder = arrow::json::ReaderBuilder::new(schema)
-        .with_batch_size(BATCH_ROWS)
-        .with_strict_mode(true)
-        .build_decoder()
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let mut batches = vec![];
-    let mut row_lines = vec![];
-    let mut blank = false;
-    let mut lineno = 0;
-    for line in body.split_inclusive(|&b| b == b'\n') {
-        lineno += 1;
-        if line.iter().all(|b| b.is_ascii_whitespace()) {
-            blank = true;
-            continue;
-        }
-        let at = |e: arrow::error::ArrowError| ApiError::bad_input(format!("line {lineno}: {e}"));
-        std::str::from_utf8(line).map_err(|e| {
-            ApiError::bad_input(format!(
-                "line {lineno}: invalid UTF-8 at byte {} of the line",
-                e.valid_up_to() + 1
-            ))
-        })?;
-        let used = decoder.decode(line).map_err(at)?;
-        if used < line.len() && !line[used..].iter().all(|b| b.is_ascii_whitespace()) {
-            return Err(ApiError::bad_input(format!(
-                "line {lineno}: more than one JSON value on the line"
-            )));
-        }
-        decoder.decode(b"\n").map_err(at)?;
-        row_lines.push(lineno);
-        if decoder.len() >= BATCH_ROWS
-            && let Some(b) = decoder.flush().map_err(at)?
-        {
-            batches.push(b);
-        }
-        if decoder.has_partial_record() {
-            return Err(ApiError::bad_input(format!(
-                "line {lineno}: incomplete JSON value"
-            )));
-        }
-    }
-    if let Some(b) = decoder
-        .flush()
-        .map_err(|e| ApiError::bad_input(format!("line {lineno}: {e}")))?
-    {
-        batches.push(b);
-    }
-    Ok(Decoded {
-        batches,
-        row_lines: blank.then_some(row_lines),
-        first_line: 0,
-        lines: true,
-    })
 }
 
 #[cfg(test)]

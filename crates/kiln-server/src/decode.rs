@@ -129,7 +129,9 @@ pub fn decode(body: Bytes, format: BodyFormat, table: &SchemaRef) -> Result<Deco
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::datatypes::DataType;
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![

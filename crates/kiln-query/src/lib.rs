@@ -14,6 +14,7 @@ pub mod import;
 mod provider;
 pub mod pruning;
 mod session;
+pub mod system;
 
 pub use engine::{Engine, Output};
 pub use error::{Error, Result};

@@ -72,6 +72,12 @@ pub fn build_session(db: &Db, target_partitions: usize) -> DfResult<SessionConte
     catalog
         .register_schema(SCHEMA, Arc::new(KilnSchema { db: db.clone() }))
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
+    catalog
+        .register_schema(
+            crate::system::SYSTEM,
+            Arc::new(crate::system::SystemSchema::new(db.clone())),
+        )
+        .map_err(|e| DataFusionError::Plan(e.to_string()))?;
     ctx.register_catalog(CATALOG, Arc::new(catalog));
     Ok(ctx)
 }

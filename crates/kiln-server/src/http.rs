@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{Field, Schema, SchemaRef};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -236,19 +235,20 @@ async fn run_sql(
     let internal = |e: arrow::error::ArrowError| ApiError::internal(format!("encoding rows: {e}"));
     match format {
         ResultFormat::Json => {
-            let rows = rows_json(&schema, &batches)?;
             let columns: Vec<Value> = schema
                 .fields()
                 .iter()
                 .map(|f| json!({ "name": f.name(), "type": f.data_type().to_string() }))
                 .collect();
+            let mut out = Vec::with_capacity(256);
+            out.extend_from_slice(b"{\"columns\":");
+            serde_json::to_writer(&mut out, &columns)
+                .map_err(|e| ApiError::internal(format!("encoding columns: {e}")))?;
+            out.extend_from_slice(b",\"rows\":");
+            rows_json(&batches, &mut out).map_err(internal)?;
             let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-            Ok(axum::Json(json!({
-                "columns": columns,
-                "rows": rows,
-                "elapsed_ms": elapsed_ms,
-            }))
-            .into_response())
+            out.extend_from_slice(format!(",\"elapsed_ms\":{elapsed_ms}}}").as_bytes());
+            Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
         }
         ResultFormat::Csv => {
             let mut w = arrow::csv::WriterBuilder::new()
@@ -280,35 +280,39 @@ async fn run_sql(
     }
 }
 
-/// Rows as JSON arrays in column order. Each column is encoded on its own
-/// (arrow-json writes objects keyed by name), so duplicate names are fine.
-fn rows_json(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<Vec<Value>>, ApiError> {
-    let internal = |e: String| ApiError::internal(format!("encoding rows: {e}"));
-    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let mut rows = vec![Vec::with_capacity(schema.fields().len()); total];
-    for (i, field) in schema.fields().iter().enumerate() {
-        let mut r = 0;
-        for b in batches.iter().filter(|b| b.num_rows() > 0) {
-            let col = b.column(i).clone();
-            let one = Arc::new(Schema::new(vec![Field::new(
-                "v",
-                field.data_type().clone(),
-                true,
-            )]));
-            let single =
-                RecordBatch::try_new(one, vec![col]).map_err(|e| internal(e.to_string()))?;
-            let mut w = arrow::json::WriterBuilder::new()
-                .with_explicit_nulls(true)
-                .build::<_, arrow::json::writer::JsonArray>(Vec::new());
-            w.write(&single).map_err(|e| internal(e.to_string()))?;
-            w.finish().map_err(|e| internal(e.to_string()))?;
-            let objs: Vec<serde_json::Map<String, Value>> =
-                serde_json::from_slice(&w.into_inner()).map_err(|e| internal(e.to_string()))?;
-            for mut o in objs {
-                rows[r].push(o.remove("v").unwrap_or(Value::Null));
-                r += 1;
+/// Writes rows as a JSON array of arrays in column order, encoded straight
+/// from Arrow with arrow-json's value encoders (no intermediate JSON values;
+/// duplicate column names are fine).
+fn rows_json(batches: &[RecordBatch], out: &mut Vec<u8>) -> Result<(), arrow::error::ArrowError> {
+    let opts = arrow::json::writer::EncoderOptions::default();
+    out.push(b'[');
+    let mut first = true;
+    for b in batches {
+        let schema = b.schema();
+        let mut encoders = schema
+            .fields()
+            .iter()
+            .zip(b.columns())
+            .map(|(f, c)| arrow::json::writer::make_encoder(f, c.as_ref(), &opts))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in 0..b.num_rows() {
+            if !std::mem::take(&mut first) {
+                out.push(b',');
             }
+            out.push(b'[');
+            for (i, e) in encoders.iter_mut().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                if e.is_null(r) {
+                    out.extend_from_slice(b"null");
+                } else {
+                    e.encode(r, out);
+                }
+            }
+            out.push(b']');
         }
     }
-    Ok(rows)
+    out.push(b']');
+    Ok(())
 }

@@ -6,8 +6,8 @@
 
 use kiln_storage::Db;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use std::sync::atomic::Ordering;
 
@@ -28,6 +28,23 @@ pub const SEGMENTS: &str = "kiln_segments";
 /// Protocol labels.
 pub const HTTP: &str = "http";
 pub const PG: &str = "pg";
+/// Outcome labels: `rejected` is the client's fault (4xx), `error` the server's.
+pub const OUTCOMES: [&str; 3] = ["ok", "rejected", "error"];
+/// Write format labels (`BodyFormat` in lower case).
+pub const FORMATS: [&str; 4] = ["ndjson", "csv", "arrowstream", "parquet"];
+
+fn outcome_index(outcome: &str) -> usize {
+    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(2)
+}
+
+/// Children of the labelled metrics, resolved once: recording a query or a
+/// write touches atomics only, never the label map's lock.
+struct Resolved {
+    /// Per protocol (HTTP, PG): counters per outcome and the latency histogram.
+    queries: [([IntCounter; 3], Histogram); 2],
+    writes: [IntCounter; 3],
+    write_duration: [Histogram; 4],
+}
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -36,10 +53,6 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// The server's metrics.
 pub struct Metrics {
     registry: Registry,
-    queries: IntCounterVec,
-    query_duration: HistogramVec,
-    writes: IntCounterVec,
-    write_duration: HistogramVec,
     rows_written: IntCounter,
     bytes_written: IntCounter,
     wal_fsyncs: IntCounter,
@@ -49,6 +62,7 @@ pub struct Metrics {
     compactions: IntCounter,
     memstore_bytes: IntGaugeVec,
     segments: IntGaugeVec,
+    resolved: Resolved,
 }
 
 impl Metrics {
@@ -83,23 +97,35 @@ impl Metrics {
                 .expect("unique metric");
             g
         };
+        let queries = counter_vec(
+            QUERIES_TOTAL,
+            "SQL statements run, by protocol and outcome (ok, rejected, error).",
+            &["protocol", "outcome"],
+        );
+        let query_duration = histogram(QUERY_DURATION, "SQL request latency.", &["protocol"]);
+        let writes = counter_vec(
+            HTTP_WRITES_TOTAL,
+            "POST /v1/write requests, by outcome.",
+            &["outcome"],
+        );
+        let write_duration = histogram(
+            WRITE_DURATION,
+            "POST /v1/write latency (decode, WAL, memstore).",
+            &["format"],
+        );
+        let per_protocol = |p: &str| {
+            (
+                OUTCOMES.map(|o| queries.with_label_values(&[p, o])),
+                query_duration.with_label_values(&[p]),
+            )
+        };
+        let resolved = Resolved {
+            queries: [per_protocol(HTTP), per_protocol(PG)],
+            writes: OUTCOMES.map(|o| writes.with_label_values(&[o])),
+            write_duration: FORMATS.map(|f| write_duration.with_label_values(&[f])),
+        };
         Self {
-            queries: counter_vec(
-                QUERIES_TOTAL,
-                "SQL statements run, by protocol and outcome (ok, rejected, error).",
-                &["protocol", "outcome"],
-            ),
-            query_duration: histogram(QUERY_DURATION, "SQL request latency.", &["protocol"]),
-            writes: counter_vec(
-                HTTP_WRITES_TOTAL,
-                "POST /v1/write requests, by outcome.",
-                &["outcome"],
-            ),
-            write_duration: histogram(
-                WRITE_DURATION,
-                "POST /v1/write latency (decode, WAL, memstore).",
-                &["format"],
-            ),
+            resolved,
             rows_written: counter(
                 ROWS_WRITTEN,
                 "Rows written through the WAL (all protocols).",
@@ -118,19 +144,19 @@ impl Metrics {
 
     /// Records one SQL request.
     pub fn query(&self, protocol: &str, outcome: &str, elapsed: std::time::Duration) {
-        self.queries.with_label_values(&[protocol, outcome]).inc();
-        self.query_duration
-            .with_label_values(&[protocol])
-            .observe(elapsed.as_secs_f64());
+        let (outcomes, duration) = &self.resolved.queries[usize::from(protocol == PG)];
+        outcomes[outcome_index(outcome)].inc();
+        duration.observe(elapsed.as_secs_f64());
     }
 
-    /// Records one HTTP write request.
+    /// Records one HTTP write request; latency only for successful ones.
     pub fn write(&self, format: &str, outcome: &str, elapsed: std::time::Duration) {
-        self.writes.with_label_values(&[outcome]).inc();
-        if outcome == "ok" {
-            self.write_duration
-                .with_label_values(&[format])
-                .observe(elapsed.as_secs_f64());
+        self.resolved.writes[outcome_index(outcome)].inc();
+        if let (0, Some(i)) = (
+            outcome_index(outcome),
+            FORMATS.iter().position(|f| *f == format),
+        ) {
+            self.resolved.write_duration[i].observe(elapsed.as_secs_f64());
         }
     }
 

@@ -13,14 +13,15 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
-# Real clients used by the end-to-end tests: psql (Debian's postgresql-client)
-# and pyroaring (PyPI) to read bitmaps Kiln writes.
+# Real clients used by the end-to-end tests: psql (Debian's postgresql-client),
+# psycopg (PyPI) for prepared statements and cancel, and pyroaring (PyPI) to
+# read bitmaps Kiln writes.
 if ! command -v psql >/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq postgresql-client >/dev/null
 fi
-if ! python3 -c 'import pyroaring' 2>/dev/null; then
-  python3 -m pip install -q pyroaring
+if ! python3 -c 'import pyroaring, psycopg' 2>/dev/null; then
+  python3 -m pip install -q pyroaring "psycopg[binary]"
 fi
 
 cargo build --locked --workspace --all-targets

@@ -1,11 +1,15 @@
-//! Kiln's benchmark tooling: deterministic data generators and load drivers.
+//! Kiln's benchmark tooling: a deterministic data generator ([`r#gen`]) and
+//! load drivers that act like the tools of the field reports ([`load`]):
+//! closed-loop query clients printing JMeter-style tables (seeds/000) and a
+//! YCSB-style write load reporting latency per second (seeds/003).
 //!
 //! `gen` is a reserved keyword in Rust 2024, so the module is declared as
 //! `r#gen`; the commonly used items are re-exported at the crate root so
 //! callers rarely need the raw identifier.
 
+mod error;
 pub mod r#gen;
+pub mod load;
 
-pub use r#gen::{
-    ABTEST_DDL, AbTestGen, GenError, OutFormat, abtest_schema, par_for_each_batch, write_file,
-};
+pub use error::{Error, Result};
+pub use r#gen::{ABTEST_DDL, AbTestGen, OutFormat, abtest_schema, par_for_each_batch, write_file};

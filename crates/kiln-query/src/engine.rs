@@ -1,17 +1,25 @@
 //! [`Engine`]: runs SQL text against a [`Db`]. Kiln's own DDL is handled
 //! here; every other statement is planned and executed by the shared
-//! DataFusion session.
+//! DataFusion session. Every protocol shares one engine, so they share the
+//! session's caches and one [`QueryRegistry`] (admission, timeouts,
+//! `system.queries`).
+
+use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{SchemaRef, UInt64Type};
+use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::TryStreamExt;
 use kiln_storage::Db;
 
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
+use crate::queries::{QueryLimits, QueryRegistry};
 use crate::session::build_session;
 
 /// The result of one statement.
@@ -26,18 +34,43 @@ pub enum Output {
     Command { tag: String, rows: u64 },
 }
 
+/// The result of one statement, rows not yet computed: they are produced
+/// as the stream is polled.
+pub enum Streamed {
+    Rows {
+        schema: SchemaRef,
+        stream: SendableRecordBatchStream,
+    },
+    Command {
+        tag: String,
+        rows: u64,
+    },
+}
+
 /// SQL over one database. Cheap to share: clone the `Arc` around it.
 pub struct Engine {
     db: Db,
     ctx: SessionContext,
+    queries: Arc<QueryRegistry>,
 }
 
 impl Engine {
-    /// Builds the engine and its session once.
+    /// Builds the engine and its session once, with default query limits.
     pub fn new(db: Db) -> Result<Self> {
+        Self::with_limits(db, QueryLimits::default())
+    }
+
+    /// Builds the engine with the given admission and timeout limits.
+    pub fn with_limits(db: Db, limits: QueryLimits) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let ctx = build_session(&db, cores)?;
-        Ok(Self { db, ctx })
+        let queries = QueryRegistry::new(limits);
+        let ctx = build_session(&db, cores, queries.clone())?;
+        Ok(Self { db, ctx, queries })
+    }
+
+    /// Running and recent queries; protocols register theirs here.
+    pub fn queries(&self) -> &Arc<QueryRegistry> {
+        &self.queries
     }
 
     pub fn db(&self) -> &Db {
@@ -66,18 +99,42 @@ impl Engine {
 
     /// Runs one parsed statement.
     pub async fn execute_statement(&self, stmt: DfStatement) -> Result<Output> {
+        match self.execute_streamed(stmt, &[]).await? {
+            Streamed::Command { tag, rows } => Ok(Output::Command { tag, rows }),
+            Streamed::Rows { schema, stream } => Ok(Output::Rows {
+                schema,
+                batches: stream.try_collect().await?,
+            }),
+        }
+    }
+
+    /// Plans one statement, binds `params` to its `$1`, `$2`... (each cast
+    /// to the type the plan infers for it), and starts it: rows are computed
+    /// as the returned stream is polled. DDL and INSERT run to completion
+    /// here and return a command tag.
+    pub async fn execute_streamed(
+        &self,
+        stmt: DfStatement,
+        params: &[ScalarValue],
+    ) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
-                return self.run_ddl(ddl).await;
+                let Output::Command { tag, rows } = self.run_ddl(ddl).await? else {
+                    unreachable!("DDL returns a command tag")
+                };
+                return Ok(Streamed::Command { tag, rows });
             }
             ddl::check_insert_values(s, &self.db)?;
         }
-        let plan = self.ctx.state().statement_to_plan(stmt).await?;
+        let mut plan = self.ctx.state().statement_to_plan(stmt).await?;
+        if !params.is_empty() {
+            plan = bind_params(plan, params)?;
+        }
         self.execute_plan(plan).await
     }
 
-    /// Executes a logical plan and collects its result.
-    pub async fn execute_plan(&self, plan: LogicalPlan) -> Result<Output> {
+    /// Executes a logical plan: INSERTs run to completion, queries stream.
+    pub async fn execute_plan(&self, plan: LogicalPlan) -> Result<Streamed> {
         let insert = matches!(
             &plan,
             LogicalPlan::Dml(DmlStatement {
@@ -87,19 +144,22 @@ impl Engine {
         );
         let df = self.ctx.execute_logical_plan(plan).await?;
         let schema = df.schema().inner().clone();
-        let batches = df.collect().await?;
         if insert {
+            let batches = df.collect().await?;
             let rows = batches
                 .iter()
                 .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
                 .map(|c| c.values().iter().sum::<u64>())
                 .sum();
-            return Ok(Output::Command {
+            return Ok(Streamed::Command {
                 tag: format!("INSERT 0 {rows}"),
                 rows,
             });
         }
-        Ok(Output::Rows { schema, batches })
+        Ok(Streamed::Rows {
+            schema,
+            stream: df.execute_stream().await?,
+        })
     }
 
     async fn run_ddl(&self, ddl: Ddl) -> Result<Output> {
@@ -122,4 +182,36 @@ impl Engine {
             }
         }
     }
+}
+
+/// Binds positional parameters, casting each value to the type the plan
+/// infers for its placeholder (a JSON string becomes a TIMESTAMP where the
+/// plan compares it with one); a value that does not fit names its `$N`.
+fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan> {
+    let types = plan.get_parameter_types()?;
+    let mut bound = Vec::with_capacity(params.len());
+    for (i, v) in params.iter().enumerate() {
+        let name = format!("${}", i + 1);
+        let want: Option<DataType> = types.get(&name).cloned().flatten();
+        let v = match want {
+            Some(t) if !v.is_null() && v.data_type() != t => v.cast_to(&t).map_err(|e| {
+                Error::Sql(format!("parameter {name}: cannot use {v:?} as {t}: {e}"))
+            })?,
+            Some(t) if v.is_null() => ScalarValue::try_from(&t)?,
+            _ => v.clone(),
+        };
+        bound.push(v);
+    }
+    if let Some(missing) = (params.len() + 1..=types.len())
+        .map(|i| format!("${i}"))
+        .find(|n| types.contains_key(n))
+    {
+        return Err(Error::Sql(format!(
+            "parameter {missing} has no value: {} given",
+            params.len()
+        )));
+    }
+    Ok(plan.replace_params_with_values(&ParamValues::List(
+        bound.into_iter().map(Into::into).collect(),
+    ))?)
 }

@@ -19,6 +19,15 @@ pub enum Error {
     /// A file that cannot be imported; names file, line and column where known.
     #[error("{file}: {msg}")]
     Import { file: String, msg: String },
+    /// Refused at admission: too many queries running and waiting.
+    #[error("{0}")]
+    Overloaded(String),
+    /// The query ran past its deadline (`--query-timeout`) and was stopped.
+    #[error("canceling statement due to statement timeout ({})", humantime_ms(*.0))]
+    Timeout(std::time::Duration),
+    /// The query was cancelled (PostgreSQL CancelRequest, or by the server).
+    #[error("canceling statement due to user request")]
+    Cancelled,
     #[error("io error {context}: {source}")]
     Io {
         context: String,
@@ -50,6 +59,10 @@ impl From<arrow::error::ArrowError> for Error {
     fn from(e: arrow::error::ArrowError) -> Self {
         Error::DataFusion(Box::new(e.into()))
     }
+}
+
+fn humantime_ms(d: std::time::Duration) -> String {
+    format!("{}ms", d.as_millis())
 }
 
 /// Wraps a storage error for DataFusion, to be unwrapped by `From` above.

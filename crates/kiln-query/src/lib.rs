@@ -13,10 +13,14 @@ pub mod functions;
 pub mod import;
 mod provider;
 pub mod pruning;
+pub mod queries;
 mod session;
 pub mod system;
 
-pub use engine::{Engine, Output};
+pub use engine::{Engine, Output, Streamed};
 pub use error::{Error, Result};
 pub use provider::KilnTable;
+pub use queries::{
+    QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
+};
 pub use session::{CATALOG, SCHEMA, build_session};

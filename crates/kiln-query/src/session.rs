@@ -15,6 +15,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
 use crate::provider::KilnTable;
+use crate::queries::QueryRegistry;
 
 /// Catalog and schema names of user tables.
 pub const CATALOG: &str = "kiln";
@@ -49,7 +50,11 @@ impl SchemaProvider for KilnSchema {
 }
 
 /// Builds the shared session over `db`.
-pub fn build_session(db: &Db, target_partitions: usize) -> DfResult<SessionContext> {
+pub fn build_session(
+    db: &Db,
+    target_partitions: usize,
+    queries: Arc<QueryRegistry>,
+) -> DfResult<SessionContext> {
     let mut config = SessionConfig::new()
         .with_information_schema(true)
         .with_default_catalog_and_schema(CATALOG, SCHEMA)
@@ -75,7 +80,7 @@ pub fn build_session(db: &Db, target_partitions: usize) -> DfResult<SessionConte
     catalog
         .register_schema(
             crate::system::SYSTEM,
-            Arc::new(crate::system::SystemSchema::new(db.clone())),
+            Arc::new(crate::system::SystemSchema::new(db.clone(), queries)),
         )
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
     ctx.register_catalog(CATALOG, Arc::new(catalog));

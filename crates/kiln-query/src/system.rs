@@ -1,12 +1,14 @@
 //! The `system` schema: live views of the database's own state, built from
 //! the lock-free registry and pinned manifests at scan time.
 //! `system.tables`: one row per table; `system.segments`: one row per
-//! Parquet segment of the current manifest versions.
+//! Parquet segment of the current manifest versions; `system.queries`: the
+//! running and recent queries of every protocol (see [`crate::queries`]).
 
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Date32Builder, Int64Builder, RecordBatch, StringBuilder, TimestampNanosecondBuilder,
+    ArrayRef, Date32Builder, Float64Builder, Int32Builder, Int64Builder, RecordBatch,
+    StringBuilder, TimestampNanosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
@@ -18,6 +20,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use kiln_storage::Db;
 
+use crate::queries::QueryRegistry;
+
 /// Schema name of the system tables.
 pub const SYSTEM: &str = "system";
 
@@ -25,19 +29,25 @@ pub const SYSTEM: &str = "system";
 enum Kind {
     Tables,
     Segments,
+    Queries,
 }
 
-const NAMES: [(&str, Kind); 2] = [("tables", Kind::Tables), ("segments", Kind::Segments)];
+const NAMES: [(&str, Kind); 3] = [
+    ("tables", Kind::Tables),
+    ("segments", Kind::Segments),
+    ("queries", Kind::Queries),
+];
 
 /// The `system` schema provider.
 #[derive(Debug)]
 pub struct SystemSchema {
     db: Db,
+    queries: Arc<QueryRegistry>,
 }
 
 impl SystemSchema {
-    pub fn new(db: Db) -> Self {
-        Self { db }
+    pub fn new(db: Db, queries: Arc<QueryRegistry>) -> Self {
+        Self { db, queries }
     }
 }
 
@@ -51,6 +61,7 @@ impl SchemaProvider for SystemSchema {
         Ok(NAMES.iter().find(|(n, _)| *n == name).map(|(_, kind)| {
             Arc::new(SystemTable {
                 db: self.db.clone(),
+                queries: self.queries.clone(),
                 kind: *kind,
             }) as _
         }))
@@ -64,6 +75,7 @@ impl SchemaProvider for SystemSchema {
 #[derive(Debug)]
 struct SystemTable {
     db: Db,
+    queries: Arc<QueryRegistry>,
     kind: Kind,
 }
 
@@ -154,6 +166,44 @@ impl SystemTable {
                     Arc::new(hi.finish()),
                 ]
             }
+            Kind::Queries => {
+                let queries = self.queries.snapshot();
+                let (mut id, mut protocol, mut session, mut status) = (
+                    Int64Builder::new(),
+                    StringBuilder::new(),
+                    Int32Builder::new(),
+                    StringBuilder::new(),
+                );
+                let (mut started, mut elapsed, mut rows, mut text, mut error) = (
+                    TimestampNanosecondBuilder::new(),
+                    Float64Builder::new(),
+                    Int64Builder::new(),
+                    StringBuilder::new(),
+                    StringBuilder::new(),
+                );
+                for q in &queries {
+                    id.append_value(q.id as i64);
+                    protocol.append_value(q.protocol);
+                    session.append_option(q.session);
+                    status.append_value(q.status().as_str());
+                    started.append_value(q.started_ns);
+                    elapsed.append_value(q.elapsed().as_secs_f64() * 1e3);
+                    rows.append_value(q.rows() as i64);
+                    text.append_value(&q.text);
+                    error.append_option(q.error());
+                }
+                vec![
+                    Arc::new(id.finish()),
+                    Arc::new(protocol.finish()),
+                    Arc::new(session.finish()),
+                    Arc::new(status.finish()),
+                    Arc::new(started.finish()),
+                    Arc::new(elapsed.finish()),
+                    Arc::new(rows.finish()),
+                    Arc::new(text.finish()),
+                    Arc::new(error.finish()),
+                ]
+            }
         };
         Ok(RecordBatch::try_new(schema, cols)?)
     }
@@ -184,6 +234,17 @@ impl TableProvider for SystemTable {
                 f("bytes", DataType::Int64),
                 f("min_time", ts()),
                 f("max_time", ts()),
+            ],
+            Kind::Queries => vec![
+                f("query_id", DataType::Int64),
+                f("protocol", DataType::Utf8),
+                Field::new("session", DataType::Int32, true),
+                f("status", DataType::Utf8),
+                f("started", ts()),
+                f("elapsed_ms", DataType::Float64),
+                f("rows", DataType::Int64),
+                f("query", DataType::Utf8),
+                Field::new("error", DataType::Utf8, true),
             ],
         }))
     }

@@ -75,11 +75,6 @@ impl ApiError {
         )
     }
 
-    /// A statement stopped before it finished (timeout, client gone).
-    pub fn cancelled(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::REQUEST_TIMEOUT, "cancelled", "57014", message)
-    }
-
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -130,6 +125,12 @@ impl From<kiln_storage::Error> for ApiError {
                 Self::new(StatusCode::BAD_REQUEST, "not_null_violation", "23502", msg)
             }
             E::InvalidRow { .. } | E::InvalidData(_) => Self::bad_input(msg),
+            E::IdempotencyConflict { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_conflict",
+                "22000",
+                msg,
+            ),
             E::ShuttingDown => Self::shutting_down(),
             _ => Self::internal(msg),
         }
@@ -145,6 +146,21 @@ impl From<kiln_query::Error> for ApiError {
             E::Sql(msg) => Self::new(StatusCode::BAD_REQUEST, "syntax_error", "42601", msg),
             E::DataFusion(df) => from_datafusion(*df),
             E::Import { file, msg } => Self::bad_input(format!("{file}: {msg}")),
+            E::Overloaded(msg) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53000", msg)
+            }
+            e @ E::Timeout(_) => Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                "57014",
+                e.to_string(),
+            ),
+            e @ E::Cancelled => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cancelled",
+                "57014",
+                e.to_string(),
+            ),
             other => Self::internal(other.to_string()),
         }
     }
@@ -212,7 +228,14 @@ impl IntoResponse for ApiError {
         let body = serde_json::json!({
             "error": { "code": self.code, "message": self.message }
         });
-        (self.status, Json(body)).into_response()
+        let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        resp
     }
 }
 
@@ -237,5 +260,19 @@ mod tests {
         assert_eq!((e.status.as_u16(), e.sqlstate), (404, "42P01"));
         let e = ApiError::from(kiln_storage::Error::ShuttingDown);
         assert_eq!(e.status.as_u16(), 503);
+        let e = ApiError::from(kiln_query::Error::Overloaded("busy".into()));
+        assert_eq!(
+            (e.status.as_u16(), e.sqlstate, e.code),
+            (503, "53000", "overloaded")
+        );
+        let e = ApiError::from(kiln_query::Error::Timeout(std::time::Duration::from_secs(
+            1,
+        )));
+        assert_eq!(
+            (e.status.as_u16(), e.sqlstate, e.code),
+            (504, "57014", "timeout")
+        );
+        let e = ApiError::from(kiln_query::Error::Cancelled);
+        assert_eq!(e.sqlstate, "57014");
     }
 }

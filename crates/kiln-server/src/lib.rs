@@ -9,6 +9,7 @@
 //! for it), serve until SIGTERM or SIGINT, stop accepting, give in-flight
 //! requests `--shutdown-grace`, then close the database (WAL synced).
 
+mod conn;
 pub mod decode;
 pub mod error;
 pub mod http;
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use kiln_query::Engine;
+use kiln_query::{Engine, QueryLimits};
 use kiln_storage::{Db, StorageConfig, parse_bytes};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -52,6 +53,35 @@ pub struct ServerConfig {
     /// Queries slower than this are logged (one line each, with the SQL).
     #[arg(long, env = "KILN_SLOW_QUERY", default_value = "1s", value_parser = humantime::parse_duration)]
     pub slow_query: Duration,
+
+    /// Queries executing at once, all protocols together; more wait in a queue.
+    #[arg(long, env = "KILN_MAX_CONCURRENT_QUERIES", default_value_t = 32)]
+    pub max_concurrent_queries: usize,
+
+    /// Queries waiting for a slot; beyond this a query is refused at once
+    /// (HTTP 503, SQLSTATE 53000) instead of piling up.
+    #[arg(long, env = "KILN_MAX_QUEUED_QUERIES", default_value_t = 1024)]
+    pub max_queued_queries: usize,
+
+    /// Longest a query may take, queueing included (HTTP 504, SQLSTATE
+    /// 57014); 0s: no limit.
+    #[arg(long, env = "KILN_QUERY_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub query_timeout: Duration,
+
+    /// Finished queries kept in `system.queries`.
+    #[arg(long, env = "KILN_QUERY_HISTORY", default_value_t = 1000)]
+    pub query_history: usize,
+}
+
+impl ServerConfig {
+    fn query_limits(&self) -> QueryLimits {
+        QueryLimits {
+            max_concurrent: self.max_concurrent_queries,
+            max_queued: self.max_queued_queries,
+            timeout: (!self.query_timeout.is_zero()).then_some(self.query_timeout),
+            history: self.query_history,
+        }
+    }
 }
 
 /// State shared by every HTTP handler.
@@ -97,9 +127,10 @@ async fn serve_db(
     config: ServerConfig,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
-    let engine = Arc::new(Engine::new(db)?);
+    let engine = Arc::new(Engine::with_limits(db, config.query_limits())?);
     pg::setup_catalog(&engine)?;
     let metrics = Arc::new(Metrics::new());
+    observe_queries(&engine, metrics.clone(), config.slow_query);
 
     let http_listener = TcpListener::bind(config.http_addr)
         .await
@@ -119,18 +150,19 @@ async fn serve_db(
     });
     let app = http::router(state.clone());
     let mut http_stop = stop.clone();
+    let http_metrics = metrics.clone();
     let http_task = tokio::spawn(async move {
-        axum::serve(http_listener, app)
+        let listener = conn::Counted {
+            inner: http_listener,
+            metrics: http_metrics,
+        };
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = http_stop.wait_for(|s| *s).await;
             })
             .await
     });
-    let handlers = Arc::new(pg::Handlers::new(
-        engine.clone(),
-        metrics.clone(),
-        config.slow_query,
-    ));
+    let handlers = Arc::new(pg::Handlers::new(engine.clone(), metrics.clone()));
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
 
     eprintln!("kiln listening http={http_addr} pg={pg_addr}");
@@ -154,11 +186,36 @@ async fn serve_db(
         Ok(Ok(Err(e))) => tracing::warn!("http server: {e}"),
         Ok(Err(e)) => tracing::warn!("http server task: {e}"),
         Err(_) => {
-            tracing::warn!("shutdown grace period over; closing remaining connections");
+            let n = engine.queries().cancel_all();
+            tracing::warn!(
+                cancelled = n,
+                "shutdown grace period over; cancelling queries, closing connections"
+            );
             pg_conns.abort_all();
         }
     }
     Ok(())
+}
+
+/// Every finished query, whatever its protocol, is counted and timed (arrival
+/// to last row) and, when slow, logged once.
+fn observe_queries(engine: &Engine, metrics: Arc<Metrics>, slow: Duration) {
+    engine.queries().set_observer(Box::new(move |q| {
+        let elapsed = q.elapsed();
+        let status = q.status().as_str();
+        metrics.query(q.protocol, status, elapsed);
+        if elapsed >= slow {
+            tracing::warn!(
+                query_id = q.id,
+                protocol = q.protocol,
+                elapsed_ms = elapsed.as_millis() as u64,
+                status,
+                rows = q.rows(),
+                sql = %q.text,
+                "slow query"
+            );
+        }
+    }));
 }
 
 #[cfg(unix)]

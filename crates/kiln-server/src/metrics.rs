@@ -6,8 +6,8 @@
 
 use kiln_storage::Db;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::sync::atomic::Ordering;
 
@@ -24,12 +24,15 @@ pub const FLUSHES: &str = "kiln_flushes_total";
 pub const COMPACTIONS: &str = "kiln_compactions_total";
 pub const MEMSTORE_BYTES: &str = "kiln_memstore_bytes";
 pub const SEGMENTS: &str = "kiln_segments";
+pub const OPEN_CONNECTIONS: &str = "kiln_open_connections";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
 pub const PG: &str = "pg";
-/// Outcome labels: `rejected` is the client's fault (4xx), `error` the server's.
+/// Write outcome labels: `rejected` is the client's fault (4xx), `error` the server's.
 pub const OUTCOMES: [&str; 3] = ["ok", "rejected", "error"];
+/// Query outcome labels: the final status of a query in `system.queries`.
+pub const QUERY_OUTCOMES: [&str; 5] = ["ok", "error", "cancelled", "timeout", "overloaded"];
 /// Write format labels (`BodyFormat` in lower case).
 pub const FORMATS: [&str; 4] = ["ndjson", "csv", "arrowstream", "parquet"];
 
@@ -41,9 +44,11 @@ fn outcome_index(outcome: &str) -> usize {
 /// write touches atomics only, never the label map's lock.
 struct Resolved {
     /// Per protocol (HTTP, PG): counters per outcome and the latency histogram.
-    queries: [([IntCounter; 3], Histogram); 2],
+    queries: [([IntCounter; 5], Histogram); 2],
     writes: [IntCounter; 3],
     write_duration: [Histogram; 4],
+    /// Open connections per protocol (HTTP, PG).
+    connections: [IntGauge; 2],
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -99,10 +104,14 @@ impl Metrics {
         };
         let queries = counter_vec(
             QUERIES_TOTAL,
-            "SQL statements run, by protocol and outcome (ok, rejected, error).",
+            "SQL queries finished, by protocol and outcome (ok, error, cancelled, timeout, overloaded).",
             &["protocol", "outcome"],
         );
-        let query_duration = histogram(QUERY_DURATION, "SQL request latency.", &["protocol"]);
+        let query_duration = histogram(
+            QUERY_DURATION,
+            "SQL query latency, arrival to last row sent.",
+            &["protocol"],
+        );
         let writes = counter_vec(
             HTTP_WRITES_TOTAL,
             "POST /v1/write requests, by outcome.",
@@ -115,11 +124,20 @@ impl Metrics {
         );
         let per_protocol = |p: &str| {
             (
-                OUTCOMES.map(|o| queries.with_label_values(&[p, o])),
+                QUERY_OUTCOMES.map(|o| queries.with_label_values(&[p, o])),
                 query_duration.with_label_values(&[p]),
             )
         };
+        let connections = IntGaugeVec::new(
+            Opts::new(OPEN_CONNECTIONS, "Open client connections, by protocol."),
+            &["protocol"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(connections.clone()))
+            .expect("unique metric");
         let resolved = Resolved {
+            connections: [HTTP, PG].map(|p| connections.with_label_values(&[p])),
             queries: [per_protocol(HTTP), per_protocol(PG)],
             writes: OUTCOMES.map(|o| writes.with_label_values(&[o])),
             write_duration: FORMATS.map(|f| write_duration.with_label_values(&[f])),
@@ -142,11 +160,22 @@ impl Metrics {
         }
     }
 
-    /// Records one SQL request.
+    /// Records one finished query (`outcome`: one of [`QUERY_OUTCOMES`]).
     pub fn query(&self, protocol: &str, outcome: &str, elapsed: std::time::Duration) {
         let (outcomes, duration) = &self.resolved.queries[usize::from(protocol == PG)];
-        outcomes[outcome_index(outcome)].inc();
+        let i = QUERY_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(1);
+        outcomes[i].inc();
         duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a connection as open until the guard is dropped.
+    pub fn connection(&self, protocol: &str) -> ConnectionGuard {
+        let g = self.resolved.connections[usize::from(protocol == PG)].clone();
+        g.inc();
+        ConnectionGuard(g)
     }
 
     /// Records one HTTP write request; latency only for successful ones.
@@ -193,5 +222,14 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Decrements the open-connections gauge when dropped.
+pub struct ConnectionGuard(IntGauge);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

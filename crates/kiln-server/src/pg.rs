@@ -8,11 +8,19 @@
 //! - [`KilnDdlHook`] sends `CREATE TABLE` / `DROP TABLE` to Kiln's DDL (else
 //!   DataFusion would create an in-memory table), in the simple and the
 //!   extended query paths;
-//! - [`PgSimple`] wraps the simple query handler to count and time queries
-//!   and to map DataFusion errors to SQLSTATEs through [`crate::error`].
+//! - [`PgSimple`] and [`PgExtended`] wrap the simple and extended query
+//!   handlers: each query is registered in the engine's [`QueryRegistry`]
+//!   (admission, timeout, `system.queries`, metrics), its row stream is
+//!   guarded so a cancel or timeout stops it while rows are still being
+//!   computed, and DataFusion errors get SQLSTATEs through [`crate::error`];
+//! - [`KilnCancel`] answers the CancelRequest message: pgwire's own cancel
+//!   only interrupts a query until it returns its row stream, and rows are
+//!   computed while that stream is sent, so after checking the secret key it
+//!   also cancels the connection's query in the registry.
 
+use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::common::{DFSchema, ParamValues};
@@ -20,14 +28,14 @@ use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
-use datafusion_postgres::DfSessionService;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire::api::auth::StartupHandler;
 use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
-use datafusion_postgres::pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use datafusion_postgres::pgwire::api::cancel::CancelHandler;
+use datafusion_postgres::pgwire::api::portal::Portal;
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use datafusion_postgres::pgwire::api::results::{Response, Tag};
 use datafusion_postgres::pgwire::api::store::PortalStore;
@@ -36,13 +44,18 @@ use datafusion_postgres::pgwire::api::{
 };
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
-use kiln_query::{Engine, Output};
+use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
+use datafusion_postgres::{DfSessionService, Parser};
+use kiln_query::{Engine, Output, QueryHandle, QueryRegistry};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
+
+/// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
+type PgStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
 /// Makes the shared session look like PostgreSQL to clients (pg_catalog
 /// tables and functions such as `current_database()`).
@@ -128,11 +141,61 @@ impl QueryHook for KilnDdlHook {
     }
 }
 
-/// The simple query handler, counted, timed and with Kiln's SQLSTATEs.
+/// Registers a query of connection `pid`; refused (overloaded) as a pg error.
+async fn begin(
+    queries: &Arc<QueryRegistry>,
+    text: &str,
+    pid: i32,
+) -> PgWireResult<Arc<QueryHandle>> {
+    match queries.begin(PG, text, Some(pid)).await {
+        Ok(h) => Ok(Arc::new(h)),
+        Err(e) => Err(ApiError::from(e).to_pg()),
+    }
+}
+
+/// Runs `fut` (a handler's `do_query`) under the query's cancel and
+/// deadline, maps its errors to Kiln's SQLSTATEs and records them.
+async fn run_guarded<T>(
+    handle: &Arc<QueryHandle>,
+    fut: impl Future<Output = PgWireResult<T>>,
+) -> PgWireResult<T> {
+    match handle.run(fut).await {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => {
+            let e = pg_error(e);
+            handle.fail(&kiln_query::Error::Sql(e.to_string()));
+            Err(e)
+        }
+        Err(stopped) => Err(ApiError::from(stopped).to_pg()),
+    }
+}
+
+/// Puts a query's row stream under its handle: rows are counted, and a
+/// cancel or timeout ends the stream with SQLSTATE 57014.
+fn guard_response(handle: &Arc<QueryHandle>, resp: Response) -> Response {
+    match resp {
+        Response::Query(mut q) => {
+            let rows = std::mem::replace(&mut q.data_rows, Box::pin(futures::stream::empty()));
+            let guarded = handle.clone().guard(
+                rows,
+                |_| 1,
+                |stop| ApiError::from(kiln_query::Error::from(stop)).to_pg(),
+            );
+            q.data_rows = Box::pin(guarded);
+            Response::Query(q)
+        }
+        Response::Error(e) => {
+            handle.fail(&kiln_query::Error::Sql(e.message.clone()));
+            Response::Error(e)
+        }
+        other => other,
+    }
+}
+
+/// The simple query handler, registered and guarded.
 pub struct PgSimple {
     inner: Arc<DfSessionService>,
-    metrics: Arc<Metrics>,
-    slow_query: Duration,
+    queries: Arc<QueryRegistry>,
 }
 
 #[async_trait]
@@ -146,31 +209,81 @@ impl SimpleQueryHandler for PgSimple {
             + Send
             + Sync,
         C::PortalStore: PortalStore,
-        C::Error: std::fmt::Debug,
+        C::Error: Debug,
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
-        let started = Instant::now();
-        let res = SimpleQueryHandler::do_query(&*self.inner, client, query)
-            .await
-            .map_err(pg_error);
-        let elapsed = started.elapsed();
-        let outcome = match &res {
-            Ok(_) => "ok",
-            Err(PgWireError::UserError(info)) if info.code.starts_with("XX") => "error",
-            Err(PgWireError::UserError(_)) => "rejected",
-            Err(_) => "error",
-        };
-        self.metrics.query(PG, outcome, elapsed);
-        if elapsed >= self.slow_query {
-            tracing::warn!(
-                protocol = PG,
-                elapsed_ms = elapsed.as_millis() as u64,
-                outcome,
-                sql = query,
-                "slow query"
-            );
+        let handle = begin(&self.queries, query, client.pid_and_secret_key().0).await?;
+        let responses = run_guarded(
+            &handle,
+            SimpleQueryHandler::do_query(&*self.inner, client, query),
+        )
+        .await?;
+        Ok(responses
+            .into_iter()
+            .map(|r| guard_response(&handle, r))
+            .collect())
+    }
+}
+
+/// The extended query handler (Parse/Bind/Execute: prepared statements),
+/// registered and guarded like [`PgSimple`]. The statement's logical plan
+/// is built once at Parse and reused by every Execute.
+pub struct PgExtended {
+    inner: Arc<DfSessionService>,
+    queries: Arc<QueryRegistry>,
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for PgExtended {
+    type Statement = PgStatement;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.inner.query_parser()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo
+            + ClientPortalStore
+            + futures::Sink<PgWireBackendMessage>
+            + Unpin
+            + Send
+            + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
+    {
+        let text = &portal.statement.statement.0;
+        let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
+        let resp = run_guarded(
+            &handle,
+            ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows),
+        )
+        .await?;
+        Ok(guard_response(&handle, resp))
+    }
+}
+
+/// CancelRequest: checks the pid and secret key against pgwire's connection
+/// registry, then cancels that connection's running query.
+pub struct KilnCancel {
+    connections: Arc<ConnectionManager>,
+    queries: Arc<QueryRegistry>,
+}
+
+#[async_trait]
+impl CancelHandler for KilnCancel {
+    async fn on_cancel_request(&self, req: CancelRequest) {
+        if self.connections.cancel(req.pid, &req.secret_key).await {
+            let n = self.queries.cancel_session(req.pid);
+            tracing::info!(pid = req.pid, cancelled = n, "cancel request");
         }
-        res
     }
 }
 
@@ -190,13 +303,14 @@ impl NoopStartupHandler for Startup {
 /// The handler set given to every connection.
 pub struct Handlers {
     simple: Arc<PgSimple>,
-    session: Arc<DfSessionService>,
+    extended: Arc<PgExtended>,
     startup: Arc<Startup>,
-    cancel: Arc<DefaultCancelHandler>,
+    cancel: Arc<KilnCancel>,
+    metrics: Arc<Metrics>,
 }
 
 impl Handlers {
-    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, slow_query: Duration) -> Self {
+    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>) -> Self {
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
             Arc::new(KilnDdlHook {
                 engine: engine.clone(),
@@ -208,17 +322,24 @@ impl Handlers {
         let ctx = Arc::new(engine.session().clone());
         let session = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
         let connections = Arc::new(ConnectionManager::new());
+        let queries = engine.queries().clone();
         Self {
             simple: Arc::new(PgSimple {
                 inner: session.clone(),
-                metrics,
-                slow_query,
+                queries: queries.clone(),
             }),
-            session,
+            extended: Arc::new(PgExtended {
+                inner: session,
+                queries: queries.clone(),
+            }),
             startup: Arc::new(Startup {
                 connections: connections.clone(),
             }),
-            cancel: Arc::new(DefaultCancelHandler::new(connections)),
+            cancel: Arc::new(KilnCancel {
+                connections,
+                queries,
+            }),
+            metrics,
         }
     }
 }
@@ -229,7 +350,7 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
-        self.session.clone()
+        self.extended.clone()
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
@@ -254,7 +375,9 @@ pub async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((socket, addr)) => {
                     let handlers = handlers.clone();
+                    let open = handlers.metrics.connection(PG);
                     conns.spawn(async move {
+                        let _open = open;
                         if let Err(e) =
                             datafusion_postgres::pgwire::tokio::process_socket(socket, None, handlers).await
                         {

@@ -77,6 +77,10 @@ pub(crate) fn trim_wal(inner: &Inner) -> Result<()> {
         .min();
     let through = needed.map_or(applied, |n| n.saturating_sub(1).min(applied));
     if through > 0 {
+        if inner.wal.removable_through(through) > 0 {
+            // Those files may hold the only copy of live idempotency keys.
+            inner.keys.persist(&inner.config.data_dir)?;
+        }
         inner.wal.remove_through(through)?;
     }
     Ok(())

@@ -41,6 +41,11 @@ pub struct StorageConfig {
     #[arg(long, env = "KILN_WAL_SEGMENT_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
     pub wal_segment_bytes: usize,
 
+    /// Payload bytes the WAL's commit queue may hold before `?ack=memory`
+    /// writes wait for room (bounds memory when writers outpace the disk).
+    #[arg(long, env = "KILN_WAL_MAX_QUEUED_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
+    pub wal_max_queued_bytes: usize,
+
     /// Skip WAL records that fail their CRC during recovery instead of refusing to start.
     #[arg(long, env = "KILN_WAL_SKIP_CORRUPT", default_value_t = false)]
     pub wal_skip_corrupt: bool,
@@ -85,6 +90,18 @@ pub struct StorageConfig {
     /// query pinning it let go (a margin for readers still streaming it).
     #[arg(long, env = "KILN_SEGMENT_DELETE_DELAY", default_value = "60s", value_parser = humantime::parse_duration)]
     pub segment_delete_delay: Duration,
+
+    /// How long a write's idempotency key (HTTP `Idempotency-Key`) is
+    /// remembered: a retry with the same key within this window gets the
+    /// first answer instead of writing again. Keys survive restarts (they are
+    /// logged in the WAL and saved before WAL files are deleted).
+    #[arg(long, env = "KILN_IDEMPOTENCY_WINDOW", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub idempotency_window: Duration,
+
+    /// Most idempotency keys remembered at once (all tables); beyond it the
+    /// oldest are forgotten early (logged), so memory stays bounded.
+    #[arg(long, env = "KILN_IDEMPOTENCY_MAX_KEYS", default_value_t = 100_000)]
+    pub idempotency_max_keys: usize,
 
     /// Largest row accepted, in bytes of string data.
     #[arg(long, env = "KILN_MAX_ROW_BYTES", default_value = "1MiB", value_parser = parse_bytes)]

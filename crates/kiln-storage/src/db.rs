@@ -1,7 +1,8 @@
 //! [`Db`]: the storage engine's front door. Opening one takes the data
-//! directory's lock, loads the catalog and manifests, replays the WAL, and
-//! starts the background task; writes go through the WAL and are in the
-//! memstore when acknowledged.
+//! directory's lock, loads the catalog and manifests, replays the WAL (and
+//! rebuilds the idempotency keys from it), and starts the background task;
+//! writes go through the WAL and are in the memstore when acknowledged with
+//! [`Ack::Durable`], or shortly after with [`Ack::Memory`].
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,6 +22,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::codec;
 use crate::config::{StorageConfig, WalSync};
 use crate::error::{Error, Result};
+use crate::idempotency::{Begin, Done, IdempotencyKey, Keys};
 use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
 use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
 use crate::segment;
@@ -35,6 +37,48 @@ pub struct StorageMetrics {
     pub flushes: AtomicU64,
     pub flush_micros: AtomicU64,
     pub compactions: AtomicU64,
+}
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ack {
+    /// After the WAL fsync (under `--wal-sync=always`) and the memstore
+    /// apply: the rows survive a crash and the next query sees them.
+    #[default]
+    Durable,
+    /// Once the record is validated and queued for the WAL's commit thread:
+    /// the rows are visible within one group commit and durable after the
+    /// next fsync; a crash before it loses them (a graceful close does not).
+    Memory,
+}
+
+impl Ack {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ack::Durable => "durable",
+            Ack::Memory => "memory",
+        }
+    }
+}
+
+/// Options of [`Db::write_with`].
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    pub ack: Ack,
+    /// A retry with the same key (same table, within
+    /// `--idempotency-window`) is answered without writing again.
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// What a write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub rows: usize,
+    /// How the write that stored the rows was acknowledged.
+    pub ack: Ack,
+    /// True if the idempotency key had been used already: nothing was
+    /// written now, `rows` and `ack` are the first write's.
+    pub replayed: bool,
 }
 
 /// How a new table is declared.
@@ -52,6 +96,7 @@ pub(crate) struct Inner {
     pub store: Store,
     pub registry: SharedRegistry,
     pub wal: Wal,
+    pub keys: Arc<Keys>,
     pub clock: Arc<dyn Clock>,
     pub reaper: Reaper,
     pub metrics: Arc<StorageMetrics>,
@@ -77,9 +122,11 @@ impl std::fmt::Debug for Db {
     }
 }
 
-/// Applies committed WAL records to the memstores, in sequence order.
+/// Applies committed WAL records to the memstores and their idempotency
+/// keys to the key map, in sequence order.
 struct MemApplier {
     registry: SharedRegistry,
+    keys: Arc<Keys>,
     clock: Arc<dyn Clock>,
     last_applied: Arc<AtomicU64>,
 }
@@ -87,14 +134,24 @@ struct MemApplier {
 impl Applier for MemApplier {
     fn apply(&self, seq: u64, payload: &Bytes) {
         match codec::decode(payload) {
-            Ok((id, batch)) => {
-                if let Some(t) = self.registry.load().by_id.get(&id) {
+            Ok((head, batch)) => {
+                record_key(&self.keys, &head);
+                if let Some(t) = self.registry.load().by_id.get(&head.table_id) {
                     t.mem.apply(seq, &batch, self.clock.now_ns());
                 }
             }
             Err(e) => tracing::error!(seq, error = %e, "undecodable WAL record"),
         }
         self.last_applied.store(seq, Ordering::Release);
+    }
+}
+
+/// Remembers the idempotency key a WAL record carries, if any. Done before
+/// `last_applied` moves past the record, so the key is in the map before the
+/// record can be flushed and its WAL file deleted (which saves the map).
+fn record_key(keys: &Keys, head: &codec::Header) {
+    if let (Some(k), Some(at)) = (&head.key, head.written_at_ns) {
+        keys.record(head.table_id, k, at);
     }
 }
 
@@ -130,8 +187,15 @@ impl Db {
         if let Some((file, offset)) = &recovered.truncated_tail {
             tracing::warn!(file = %file.display(), offset, "WAL ended in a torn record; truncated it");
         }
+        let keys = Arc::new(Keys::new(
+            config.idempotency_window,
+            config.idempotency_max_keys,
+            clock.clone(),
+        ));
+        let saved_keys = keys.load(&dir);
         let applier = MemApplier {
             registry: registry.clone(),
+            keys: keys.clone(),
             clock: clock.clone(),
             last_applied: Default::default(),
         };
@@ -139,13 +203,15 @@ impl Db {
         let mut replayed = 0;
         for (seq, payload) in &recovered.records {
             last_seq = *seq;
-            let (id, _) = codec::decode(payload)?;
+            let (head, _) = codec::decode_header(payload)?;
             let reg = registry.load();
-            if let Some(t) = reg.by_id.get(&id)
-                && *seq > t.mem.manifest().flushed_seq
-            {
-                applier.apply(*seq, payload);
-                replayed += 1;
+            match reg.by_id.get(&head.table_id) {
+                Some(t) if *seq > t.mem.manifest().flushed_seq => {
+                    applier.apply(*seq, payload);
+                    replayed += 1;
+                }
+                // Flushed rows are in segments, but their keys are only here.
+                _ => record_key(&keys, &head),
             }
         }
         let flushed = registry
@@ -156,7 +222,7 @@ impl Db {
             .max();
         let next_seq = last_seq.max(flushed.unwrap_or(0)) + 1;
         applier.last_applied.store(next_seq - 1, Ordering::Release);
-        tracing::info!(replayed, next_seq, dir = %dir.display(), "database opened");
+        tracing::info!(replayed, next_seq, saved_keys, idempotency_keys = keys.len(), dir = %dir.display(), "database opened");
         let last_applied = applier.last_applied.clone();
         let wal = Wal::start(&wal_dir, wal_opts, next_seq, Arc::new(applier))?;
 
@@ -166,6 +232,7 @@ impl Db {
             store,
             registry,
             wal,
+            keys,
             clock,
             reaper,
             metrics: Default::default(),
@@ -282,12 +349,95 @@ impl Db {
     /// `--wal-sync=always`) and applied to the memstore when this returns,
     /// so the next query sees them. Returns the number of rows.
     pub async fn write(&self, table: &str, batches: &[RecordBatch]) -> Result<usize> {
-        let (t, batch) = self.prepare(table, batches)?;
-        let Some(batch) = batch else { return Ok(0) };
+        let w = self
+            .write_with(table, batches, WriteOptions::default())
+            .await?;
+        Ok(w.rows)
+    }
+
+    /// Writes rows atomically, acknowledged as `opts.ack` says, at most once
+    /// per idempotency key (see the `idempotency` module for the exact
+    /// guarantees).
+    ///
+    /// Every check (unknown table, row validation, key reuse with another
+    /// body: [`Error::IdempotencyConflict`]) is done before anything is
+    /// queued, so it is reported here whatever the ack. With
+    /// [`Ack::Memory`], `Ok` means queued: a later WAL failure poisons the
+    /// WAL (logged) instead of failing this call.
+    pub async fn write_with(
+        &self,
+        table: &str,
+        batches: &[RecordBatch],
+        opts: WriteOptions,
+    ) -> Result<Written> {
+        let t = self
+            .table(table)
+            .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        let mut claim = match &opts.idempotency_key {
+            None => None,
+            Some(key) => match self.inner.keys.begin(t.def.id, key).await? {
+                Begin::Replay(d) => {
+                    return Ok(Written {
+                        rows: d.rows as usize,
+                        ack: d.ack,
+                        replayed: true,
+                    });
+                }
+                Begin::Fresh(claim) => Some(claim),
+            },
+        };
+        let written = |rows| Written {
+            rows,
+            ack: opts.ack,
+            replayed: false,
+        };
+        // On an error return the claim is dropped unsettled: key forgotten.
+        let Some(batch) = self.conform_rows(&t, batches)? else {
+            return Ok(written(0));
+        };
         let rows = batch.num_rows();
-        let payload = codec::encode(t.def.id, &batch)?;
+        let at_ns = self.inner.clock.now_ns();
+        let key = opts.idempotency_key.map(|k| codec::KeyRecord {
+            key: k.key().to_string(),
+            fingerprint: k.fingerprint(),
+            rows: rows as u64,
+            ack: opts.ack,
+        });
+        let payload = codec::encode(t.def.id, at_ns, key.as_ref(), &batch)?;
         let bytes = payload.len() as u64;
-        self.inner.wal.append(payload).await?;
+        let done = key.map(|k| Done {
+            fingerprint: k.fingerprint,
+            rows: k.rows,
+            ack: k.ack,
+            at_ns,
+        });
+        let logged = match opts.ack {
+            Ack::Durable => {
+                // `append` queues the record when first polled, which the
+                // `.await` does at once: from here on, if this future is
+                // dropped (client gone), the record will be written and the
+                // key must be remembered.
+                if let (Some(c), Some(d)) = (claim.as_mut(), done) {
+                    c.settle_done(d);
+                }
+                self.inner.wal.append(payload).await.map(drop)
+            }
+            // May wait for room in the queue (nothing queued yet): settle after.
+            Ack::Memory => {
+                let queued = self.inner.wal.append_nowait(payload).await;
+                if let (Some(c), Some(d), Ok(())) = (claim.as_mut(), done, &queued) {
+                    c.settle_done(d);
+                }
+                queued
+            }
+        };
+        if let Err(e) = logged {
+            if let Some(c) = claim.as_mut() {
+                c.settle_forgotten();
+            }
+            return Err(e.into());
+        }
+        drop(claim);
         self.inner
             .metrics
             .rows_written
@@ -296,18 +446,11 @@ impl Db {
             .metrics
             .bytes_written
             .fetch_add(bytes, Ordering::Relaxed);
-        Ok(rows)
+        Ok(written(rows))
     }
 
-    /// Validates and conforms rows for `table` into one batch (None if empty).
-    fn prepare(
-        &self,
-        table: &str,
-        batches: &[RecordBatch],
-    ) -> Result<(Arc<Table>, Option<RecordBatch>)> {
-        let t = self
-            .table(table)
-            .ok_or_else(|| Error::TableNotFound(table.into()))?;
+    /// Validates and conforms rows for `t` into one batch (None if empty).
+    fn conform_rows(&self, t: &Table, batches: &[RecordBatch]) -> Result<Option<RecordBatch>> {
         let mut out = Vec::with_capacity(batches.len());
         let mut offset = 0;
         for b in batches {
@@ -321,14 +464,14 @@ impl Db {
             offset += b.num_rows();
         }
         if offset == 0 {
-            return Ok((t, None));
+            return Ok(None);
         }
         let batch = if out.len() == 1 {
             out.pop().expect("one")
         } else {
             arrow::compute::concat_batches(&t.schema, &out)?
         };
-        Ok((t, Some(batch)))
+        Ok(Some(batch))
     }
 
     /// Bulk load: writes rows straight into Parquet segments and commits them
@@ -433,6 +576,7 @@ fn wal_options(c: &StorageConfig) -> WalOptions {
         linger: c.wal_linger,
         max_batch_bytes: c.wal_max_batch_bytes,
         segment_bytes: c.wal_segment_bytes as u64,
+        max_queued_bytes: c.wal_max_queued_bytes,
         skip_corrupt: c.wal_skip_corrupt,
         ..WalOptions::default()
     }

@@ -46,6 +46,13 @@ pub enum Error {
         context: String,
         source: std::io::Error,
     },
+    /// An idempotency key already used, within the window, for a write with
+    /// a different request (body or content type).
+    #[error(
+        "idempotency key '{key}' was already used for a different request to this table \
+         (a retry must resend the same body and Content-Type; use a new key for a new write)"
+    )]
+    IdempotencyConflict { key: String },
     /// The database is shutting down.
     #[error("kiln is shutting down")]
     ShuttingDown,

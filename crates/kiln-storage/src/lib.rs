@@ -14,6 +14,7 @@
 //! LOCK                                  one process owns the directory
 //! catalog.json                          table definitions
 //! wal/{first_seq}.wal                   WAL segments
+//! idempotency.json                      live idempotency keys, saved before WAL files are deleted
 //! tables/{id}/manifest/{version}.json   the newest manifest of a table
 //! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet   segments, by day partition
 //! ```
@@ -25,6 +26,7 @@ mod codec;
 mod config;
 mod db;
 mod error;
+mod idempotency;
 pub mod manifest;
 pub mod memstore;
 pub mod schema;
@@ -34,8 +36,9 @@ mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{StorageConfig, WalSync, parse_bytes};
-pub use db::{CreateTable, Db, StorageMetrics};
+pub use db::{Ack, CreateTable, Db, StorageMetrics, WriteOptions, Written};
 pub use error::{Error, Result};
+pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};
 pub use manifest::{Manifest, Segment, SegmentMeta, StatValue};
 pub use memstore::{MemStore, TableSnapshot};
 pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};

@@ -4,7 +4,9 @@
 //! around writes, and every request queued while a write+fsync is in flight
 //! joins the next group. N concurrent appenders therefore cost one `write`
 //! and one fdatasync, not N. Acknowledgement order is strict: write →
-//! fdatasync (policy `Always`) → apply → answer. Any I/O failure poisons the
+//! fdatasync (policy `Always`) → apply → answer (`append_nowait` requests
+//! have nobody to answer; they were acknowledged when queued, and learn of a
+//! failure only through the poison). Any I/O failure poisons the
 //! WAL: after a failed fsync the kernel may have dropped dirty pages, so no
 //! later success can be trusted.
 
@@ -13,13 +15,13 @@ use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::Seq;
 use crate::error::{Error, Result, dup_io, io_err};
@@ -30,11 +32,21 @@ use crate::options::{Applier, StatCounters, SyncPolicy, WalOptions};
 pub(crate) enum Request {
     Append {
         payload: Bytes,
-        reply: oneshot::Sender<Result<Seq>>,
+        /// `None` for [`crate::Wal::append_nowait`]: nobody waits for the answer.
+        reply: Option<oneshot::Sender<Result<Seq>>>,
     },
     Sync {
         reply: oneshot::Sender<Result<()>>,
     },
+}
+
+impl Request {
+    pub(crate) fn payload_len(&self) -> usize {
+        match self {
+            Request::Append { payload, .. } => payload.len(),
+            Request::Sync { .. } => 0,
+        }
+    }
 }
 
 /// One segment file on disk.
@@ -51,6 +63,10 @@ pub(crate) struct Shared {
     pub segments: Mutex<Vec<Segment>>,
     pub poisoned: Mutex<Option<String>>,
     pub stats: StatCounters,
+    /// Payload bytes of appends sent but not yet written (or failed).
+    pub queued_bytes: AtomicUsize,
+    /// Notified whenever `queued_bytes` shrinks and when the commit thread exits.
+    pub room: Notify,
 }
 
 impl Shared {
@@ -100,13 +116,17 @@ impl Committer {
         while let Some(first) = self.next_first() {
             batch.push(first);
             self.fill(&mut batch);
+            let bytes: usize = batch.iter().map(Request::payload_len).sum();
             self.commit(&mut batch);
+            self.shared.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.shared.room.notify_waiters();
         }
         if self.dirty
             && let Err(e) = self.fsync()
         {
             self.shared.poison(e.to_string());
         }
+        self.shared.room.notify_waiters();
         match self.shared.poison_error() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -248,7 +268,9 @@ impl Committer {
         for req in batch.drain(..) {
             match req {
                 Request::Append { reply, .. } => {
-                    let _ = reply.send(Ok(s));
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(s));
+                    }
                     s += 1;
                 }
                 Request::Sync { reply } => {
@@ -310,7 +332,9 @@ fn answer_all(batch: &mut Vec<Request>, err: impl Fn() -> Error) {
     for req in batch.drain(..) {
         match req {
             Request::Append { reply, .. } => {
-                let _ = reply.send(Err(err()));
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(err()));
+                }
             }
             Request::Sync { reply } => {
                 let _ = reply.send(Err(err()));

@@ -14,6 +14,10 @@
 //!   means the record is on stable storage and the [`Applier`] has seen it.
 //!   Under [`SyncPolicy::Interval`] it means written to the OS and applied;
 //!   up to one interval may be lost on power loss (but not on a process crash).
+//! - [`Wal::append_nowait`] only queues: nothing is durable when it returns;
+//!   the record is written, synced and applied with the next group commit
+//!   (or by [`Wal::sync`] / [`Wal::close`]), and is lost if the process dies
+//!   first. Its queue is bounded by [`WalOptions::max_queued_bytes`].
 //! - The applier sees records in seq order, each before its appender is
 //!   acknowledged. No append is acknowledged after a failed write or fsync;
 //!   such a failure poisons the WAL ([`Error::Poisoned`]).

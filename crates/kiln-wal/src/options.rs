@@ -38,6 +38,10 @@ pub struct WalOptions {
     pub max_batch_records: usize,
     /// Default 64 MiB: roll to a new segment once the current one reaches this size.
     pub segment_bytes: u64,
+    /// Default 64 MiB: [`crate::Wal::append_nowait`] waits for room while the
+    /// commit thread's queue holds this many payload bytes, so writers that do
+    /// not wait for the fsync cannot grow the queue without bound.
+    pub max_queued_bytes: usize,
     /// Default false: on mid-log damage, recovery skips it (reporting it in
     /// [`crate::Recovered::skipped`]) instead of failing with `Error::Corrupt`.
     pub skip_corrupt: bool,
@@ -51,13 +55,15 @@ impl Default for WalOptions {
             max_batch_bytes: 8 << 20,
             max_batch_records: 4096,
             segment_bytes: 64 << 20,
+            max_queued_bytes: 64 << 20,
             skip_corrupt: false,
         }
     }
 }
 
 /// Receives every record after it is written (and, under
-/// [`SyncPolicy::Always`], fsynced) and before its appender is acknowledged.
+/// [`SyncPolicy::Always`], fsynced) and before its appender is acknowledged
+/// (an [`crate::Wal::append_nowait`] caller was answered when it queued).
 ///
 /// Called on the commit thread, in seq order; keep it cheap, it delays every
 /// appender of the group. A panic poisons the WAL (the record stays on disk

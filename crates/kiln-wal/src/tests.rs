@@ -302,7 +302,10 @@ fn rolling_and_remove_through() {
     };
     assert_eq!(names(dir), ["1", "6", "11", "16", "21"]);
     assert_eq!(wal.stats().segment_files, 5);
+    assert_eq!(wal.removable_through(4), 0);
     assert_eq!(wal.remove_through(4).unwrap(), 0); // file 1 holds 5
+    assert_eq!(wal.removable_through(12), 2);
+    assert_eq!(wal.removable_through(u64::MAX), 4); // never the active file
     assert_eq!(wal.remove_through(8).unwrap(), 1); // file 1 (max 5) only
     assert_eq!(wal.remove_through(12).unwrap(), 1); // file 6 (max 10) only
     assert_eq!(names(dir), ["11", "16", "21"]);
@@ -393,4 +396,77 @@ fn applier_panic_poisons_wal() {
     // Record 2 was durable before apply; recovery replays it.
     let r = Wal::recover(dir, &WalOptions::default()).unwrap();
     assert_eq!(seqs(&r), vec![1, 2]);
+}
+
+/// Applier that takes its time, so the commit queue backs up.
+struct Slow(Recorder);
+
+impl Applier for Slow {
+    fn apply(&self, seq: Seq, payload: &Bytes) {
+        std::thread::sleep(Duration::from_millis(2));
+        self.0.apply(seq, payload);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn append_nowait_queues_bounded_and_close_makes_it_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let opts = WalOptions {
+        max_queued_bytes: 4 * 32, // four payloads
+        max_batch_records: 1,     // one record per group: the queue backs up
+        ..WalOptions::default()
+    };
+    let slow = Arc::new(Slow(Recorder::default()));
+    let wal = Wal::start(dir, opts, 1, slow.clone()).unwrap();
+    let mut max_seen = 0;
+    for i in 1..=40 {
+        wal.append_nowait(payload(i)).await.unwrap();
+        max_seen = max_seen.max(
+            wal.shared
+                .queued_bytes
+                .load(std::sync::atomic::Ordering::Acquire),
+        );
+    }
+    // Never more than the limit plus the one payload let in below it.
+    assert!(max_seen <= 5 * 32, "queue grew to {max_seen} bytes");
+    assert!(
+        max_seen >= 4 * 32,
+        "queue never filled ({max_seen} bytes): test too weak"
+    );
+    // A durable append queued behind them is answered after all of them.
+    assert_eq!(wal.append(payload(41)).await.unwrap(), 41);
+    assert_eq!(slow.0.0.lock().len(), 41);
+    for i in 42..=50 {
+        wal.append_nowait(payload(i)).await.unwrap();
+    }
+    // close() writes and fsyncs what is still queued.
+    wal.close().unwrap();
+    assert!(matches!(
+        wal.append_nowait(payload(51)).await,
+        Err(Error::Closed)
+    ));
+    let r = Wal::recover(dir, &WalOptions::default()).unwrap();
+    assert_eq!(seqs(&r), (1..=50).collect::<Vec<_>>());
+    assert_eq!(r.records[49].1, payload(50));
+}
+
+#[tokio::test]
+async fn append_nowait_reports_known_errors_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wal = Wal::start(tmp.path(), WalOptions::default(), 1, Arc::new(PanicOnTwo)).unwrap();
+    let huge = Bytes::from(vec![0u8; MAX_RECORD_BYTES + 1]);
+    assert!(matches!(
+        wal.append_nowait(huge).await,
+        Err(Error::RecordTooLarge { .. })
+    ));
+    // Seq 2 panics in the applier: nobody waits for it, but it poisons.
+    wal.append_nowait(payload(1)).await.unwrap();
+    wal.append_nowait(payload(2)).await.unwrap();
+    assert!(matches!(wal.sync().await, Err(Error::Poisoned(_))));
+    assert!(matches!(
+        wal.append_nowait(payload(3)).await,
+        Err(Error::Poisoned(_))
+    ));
+    assert!(matches!(wal.close(), Err(Error::Poisoned(_))));
 }

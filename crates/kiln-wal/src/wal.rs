@@ -28,7 +28,8 @@ use crate::recovery::{self, Recovered};
 ///
 /// Dropping it closes it (see [`Wal::close`]).
 pub struct Wal {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
+    max_queued_bytes: usize,
     tx: Mutex<Option<mpsc::Sender<Request>>>,
     thread: Mutex<Option<JoinHandle<Result<()>>>>,
 }
@@ -96,7 +97,10 @@ impl Wal {
             segments: Mutex::new(segments),
             poisoned: Mutex::new(None),
             stats,
+            queued_bytes: Default::default(),
+            room: Default::default(),
         });
+        let max_queued_bytes = opts.max_queued_bytes;
         let (tx, rx) = mpsc::channel();
         let committer = Committer {
             shared: shared.clone(),
@@ -117,6 +121,7 @@ impl Wal {
             .map_err(|e| io_err("spawning WAL commit thread", e))?;
         Ok(Wal {
             shared,
+            max_queued_bytes,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
@@ -145,6 +150,37 @@ impl Wal {
         rx.blocking_recv().map_err(|_| self.gone())?
     }
 
+    /// Queues one record without waiting for it to be written.
+    ///
+    /// Durability on return (`Ok`): none yet. The record is only queued for
+    /// the commit thread; it is written (and, under
+    /// [`crate::SyncPolicy::Always`], fsynced) and passed to the [`Applier`]
+    /// with the next group commit, in the order of the queue, so it becomes
+    /// visible within one group commit. A crash before that fsync loses it.
+    /// [`Wal::sync`] and [`Wal::close`] write and fsync it (they are queued
+    /// behind it). If the write or fsync later fails, nobody is told
+    /// directly: the failure poisons the WAL (logged at error level) and
+    /// every later append and `close` returns [`Error::Poisoned`].
+    ///
+    /// Waits (without blocking a thread) only while the queue holds more than
+    /// [`WalOptions::max_queued_bytes`]. Errors known at once (record too
+    /// large, WAL poisoned or closed) are returned and nothing is queued.
+    pub async fn append_nowait(&self, payload: Bytes) -> Result<()> {
+        self.check_append(&payload)?;
+        loop {
+            // Registered before the check, so a wake-up in between is not lost.
+            let room = self.shared.room.notified();
+            if self.shared.queued_bytes.load(Ordering::Acquire) < self.max_queued_bytes {
+                break;
+            }
+            if let Some(e) = self.shared.poison_error() {
+                return Err(e);
+            }
+            room.await;
+        }
+        self.enqueue(payload, None)
+    }
+
     /// Forces an fdatasync of everything written so far and waits for it.
     ///
     /// Durability on return (`Ok`): every record acknowledged before this call
@@ -153,6 +189,15 @@ impl Wal {
         let (reply, rx) = oneshot::channel();
         self.send(Request::Sync { reply })?;
         rx.await.map_err(|_| self.gone())?
+    }
+
+    /// How many segment files [`Wal::remove_through`] would delete for `seq`
+    /// right now (callers persist what those files alone remember first).
+    pub fn removable_through(&self, seq: Seq) -> usize {
+        let segs = self.shared.segments.lock();
+        (0..segs.len().saturating_sub(1))
+            .take_while(|&n| segs[n + 1].first_seq - 1 <= seq)
+            .count()
     }
 
     /// Deletes every closed segment file all of whose records have seq <=
@@ -212,18 +257,35 @@ impl Wal {
     }
 
     fn send_append(&self, payload: Bytes) -> Result<oneshot::Receiver<Result<Seq>>> {
+        self.check_append(&payload)?;
+        let (reply, rx) = oneshot::channel();
+        self.enqueue(payload, Some(reply))?;
+        Ok(rx)
+    }
+
+    fn check_append(&self, payload: &Bytes) -> Result<()> {
         if payload.len() > MAX_RECORD_BYTES {
             return Err(Error::RecordTooLarge {
                 len: payload.len(),
                 max: MAX_RECORD_BYTES,
             });
         }
-        if let Some(e) = self.shared.poison_error() {
-            return Err(e);
+        match self.shared.poison_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        let (reply, rx) = oneshot::channel();
-        self.send(Request::Append { payload, reply })?;
-        Ok(rx)
+    }
+
+    /// Sends an append, counting its bytes as queued until the commit thread
+    /// has handled it.
+    fn enqueue(&self, payload: Bytes, reply: Option<oneshot::Sender<Result<Seq>>>) -> Result<()> {
+        let len = payload.len();
+        self.shared.queued_bytes.fetch_add(len, Ordering::AcqRel);
+        let sent = self.send(Request::Append { payload, reply });
+        if sent.is_err() {
+            self.shared.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+        }
+        sent
     }
 
     fn send(&self, req: Request) -> Result<()> {

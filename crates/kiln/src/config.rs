@@ -14,6 +14,12 @@ pub struct Config {
     #[arg(long, global = true, env = "KILN_LOG", default_value = "warn")]
     pub log: String,
 
+    /// A TOML file of settings: each key is a flag's name (`http-addr` or
+    /// `http_addr`), each value its setting. Flags and `KILN_*` variables
+    /// override the file; the file overrides the defaults.
+    #[arg(long, global = true, env = "KILN_CONFIG")]
+    pub config: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -27,7 +33,7 @@ pub enum Command {
     /// Generate benchmark data.
     #[command(subcommand)]
     Gen(GenCommand),
-    /// Benchmarks of an embedded database.
+    /// Benchmarks: of an embedded database, and load drivers against a server.
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Serve the HTTP API and the PostgreSQL wire protocol until SIGTERM/SIGINT.
@@ -54,6 +60,10 @@ pub enum OutputFormat {
 pub struct SqlArgs {
     #[command(flatten)]
     pub storage: StorageConfig,
+    /// Run against a server (`http://HOST:PORT`) instead of opening the
+    /// data directory; the storage settings are then unused.
+    #[arg(long, env = "KILN_URL")]
+    pub url: Option<String>,
     /// Output format.
     #[arg(long, env = "KILN_FORMAT", value_enum, default_value = "table")]
     pub format: OutputFormat,
@@ -91,8 +101,20 @@ pub struct GenArgs {
     #[arg(long, env = "KILN_GEN_SEED", default_value_t = 42)]
     pub seed: u64,
     /// Output file; format from the extension (.parquet, .csv, .ndjson).
-    #[arg(long, env = "KILN_GEN_OUT")]
-    pub out: PathBuf,
+    #[arg(
+        long,
+        env = "KILN_GEN_OUT",
+        required_unless_present = "load",
+        conflicts_with = "load"
+    )]
+    pub out: Option<PathBuf>,
+    /// Instead of a file, stream the rows into a running server
+    /// (`http://HOST:PORT`), creating table `abtest` if missing.
+    #[arg(long, env = "KILN_GEN_LOAD")]
+    pub load: Option<String>,
+    /// With `--load`: write requests in flight at once.
+    #[arg(long, env = "KILN_GEN_PARALLEL", default_value_t = 4)]
+    pub parallel: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -103,6 +125,89 @@ pub enum BenchCommand {
     /// The same SQL against a Kiln table and against plain DataFusion reading
     /// one Parquet file, alternating, in one process: medians and ratio.
     ScanVsParquet(ScanVsParquetArgs),
+    /// Closed-loop query clients against a server, one table row per
+    /// concurrency level (clients, queries, q/s, mean and tail latency).
+    Query(BenchQueryArgs),
+    /// YCSB-style HTTP writes against a server: throughput and latency
+    /// percentiles for every second and overall.
+    Write(BenchWriteArgs),
+}
+
+/// Protocol of `kiln bench query`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchProtocol {
+    /// PostgreSQL wire with prepared statements.
+    Pg,
+    /// `POST /v1/sql` with JSON parameters.
+    Http,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchQueryArgs {
+    /// Server: `postgres://HOST:PORT` for `--protocol pg`, `http://HOST:PORT` for http.
+    #[arg(long, env = "KILN_URL", default_value = "postgres://127.0.0.1:5433")]
+    pub url: String,
+    /// Protocol the clients speak.
+    #[arg(long, env = "KILN_BENCH_PROTOCOL", value_enum, default_value = "pg")]
+    pub protocol: BenchProtocol,
+    /// Concurrency levels, run in order.
+    #[arg(
+        long,
+        env = "KILN_BENCH_CLIENTS",
+        value_delimiter = ',',
+        default_value = "1,15,25,50,75,100,150"
+    )]
+    pub clients: Vec<usize>,
+    /// How long each level runs.
+    #[arg(long, env = "KILN_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub duration: std::time::Duration,
+    /// Queries to draw from (see bench/workload/README.md).
+    #[arg(long, env = "KILN_BENCH_WORKLOAD", default_value = "dashboard")]
+    pub workload: String,
+    /// Seed of the parameter generator (client i uses seed * 1000003 + i).
+    #[arg(long, env = "KILN_BENCH_SEED", default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long, env = "KILN_BENCH_JSON", default_value_t = false)]
+    pub json: bool,
+}
+
+/// Body format of `kiln bench write`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WriteFormat {
+    Ndjson,
+    Arrow,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchWriteArgs {
+    /// Server: `http://HOST:PORT`.
+    #[arg(long, env = "KILN_URL", default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Table written (`abtest`, created if missing).
+    #[arg(long, env = "KILN_TABLE", default_value = "abtest")]
+    pub table: String,
+    /// Concurrent writers, each one request at a time.
+    #[arg(long, env = "KILN_BENCH_CLIENTS", default_value_t = 64)]
+    pub clients: usize,
+    /// Rows per request.
+    #[arg(long, env = "KILN_BATCH", default_value_t = 1)]
+    pub batch: usize,
+    /// How long to write.
+    #[arg(long, env = "KILN_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub duration: std::time::Duration,
+    /// `durable` (answer after fsync) or `memory` (answer once queued).
+    #[arg(long, env = "KILN_ACK", default_value = "durable", value_parser = ["durable", "memory"])]
+    pub ack: String,
+    /// Body format.
+    #[arg(long, env = "KILN_WRITE_FORMAT", value_enum, default_value = "ndjson")]
+    pub format: WriteFormat,
+    /// Seed of the generated rows.
+    #[arg(long, env = "KILN_BENCH_SEED", default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object on stdout instead of the tables.
+    #[arg(long, env = "KILN_BENCH_JSON", default_value_t = false)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

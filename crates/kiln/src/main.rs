@@ -5,12 +5,17 @@ use clap::Parser;
 mod commands;
 mod config;
 mod output;
+mod settings_file;
 
 // A scalable allocator without a central heap lock (seeds/001).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    if let Err(e) = settings_file::apply() {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let config = config::Config::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

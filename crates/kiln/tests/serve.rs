@@ -1,202 +1,16 @@
 //! End-to-end tests of `kiln serve` on the real binary: HTTP writes in every
 //! body format, SQL over HTTP and over the PostgreSQL wire (psql), errors
 //! that leave nothing half-written, and SIGTERM then restart on the same data.
-//!
-//! The HTTP client is a few lines over `TcpStream` (one request per
-//! connection), so the tests need no HTTP client crate.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::io::Write;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Server;
 use serde_json::Value;
-
-struct Server {
-    child: Child,
-    http: String,
-    pg_port: u16,
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(dir: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args([
-                "serve",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--pg-addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(dir)
-            .args(extra)
-            .env("KILN_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn kiln serve");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("kiln listening ") {
-                    let _ = tx.send(rest.to_string());
-                }
-                let mut l = sink.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("no 'kiln listening' line; log:\n{}", log.lock().unwrap()));
-        let mut http = String::new();
-        let mut pg_port = 0;
-        for part in line.split_whitespace() {
-            if let Some(a) = part.strip_prefix("http=") {
-                http = a.to_string();
-            } else if let Some(a) = part.strip_prefix("pg=") {
-                pg_port = a.rsplit(':').next().unwrap().parse().unwrap();
-            }
-        }
-        Server {
-            child,
-            http,
-            pg_port,
-            log,
-        }
-    }
-
-    /// One request; returns status and body.
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> (u16, Vec<u8>) {
-        let mut s = TcpStream::connect(&self.http).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.http,
-            body.len()
-        );
-        for (k, v) in headers {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-        head.push_str("\r\n");
-        // The server may answer (413) before reading everything: ignore write errors.
-        let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(body));
-        let mut resp = Vec::new();
-        let _ = s.read_to_end(&mut resp);
-        let split = resp
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or_else(|| panic!("bad response: {}", String::from_utf8_lossy(&resp)));
-        let head = String::from_utf8_lossy(&resp[..split]).to_ascii_lowercase();
-        let status = head[9..12].parse().unwrap();
-        let mut body = resp[split + 4..].to_vec();
-        if head.contains("transfer-encoding: chunked") {
-            body = dechunk(&body);
-        }
-        (status, body)
-    }
-
-    fn sql(&self, q: &str) -> Value {
-        let (status, body) = self.request(
-            "POST",
-            "/v1/sql",
-            &[("Content-Type", "text/plain")],
-            q.as_bytes(),
-        );
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(status, 200, "{q}: {v}");
-        v
-    }
-
-    fn rows(&self, q: &str) -> Value {
-        self.sql(q)["rows"].clone()
-    }
-
-    fn write(&self, table: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
-        let (status, body) = self.request("POST", &format!("/v1/write/{table}"), headers, body);
-        let v = serde_json::from_slice(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
-        (status, v)
-    }
-
-    fn psql(&self, q: &str) -> String {
-        let out = Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.pg_port.to_string(),
-                "-U",
-                "postgres",
-                "-At",
-                "-c",
-                q,
-            ])
-            .env("PGCONNECT_TIMEOUT", "10")
-            .env("PGSSLMODE", "disable")
-            .output()
-            .expect("run psql");
-        assert!(
-            out.status.success(),
-            "psql {q}: {}\nserver log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log.lock().unwrap()
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// SIGTERM, then the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(Instant::now() < deadline, "kiln did not exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
-        if n == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = &b[eol + 4 + n..];
-    }
-}
 
 const DDL: &str =
     "CREATE TABLE ev (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, url VARCHAR, amount DOUBLE)";
@@ -250,22 +64,28 @@ fn http_writes_every_format_and_queries() {
     let nd = b"{\"ts\":\"2026-05-01T10:00:00\",\"user_id\":1,\"url\":\"/a\",\"amount\":1.5}\n\n{\"ts\":\"2026-05-01T11:00:00\",\"user_id\":2}\n";
     assert_eq!(
         s.write("ev", &[NDJSON], nd),
-        (200, serde_json::json!({"rows": 2}))
+        (200, serde_json::json!({"rows": 2, "ack": "durable"}))
     );
     let csv = b"user_id,ts,url,amount\n3,2026-05-01T12:00:00,/c,3\n";
     assert_eq!(
         s.write("ev", &[("Content-Type", "text/csv")], csv),
-        (200, serde_json::json!({"rows": 1}))
+        (200, serde_json::json!({"rows": 1, "ack": "durable"}))
     );
     let gz = gzip(b"{\"ts\":\"2026-05-01T13:00:00\",\"user_id\":4,\"url\":\"/gz\"}\n{\"ts\":\"2026-05-01T14:00:00\",\"user_id\":5}\n");
     let (st, v) = s.write("ev", &[NDJSON, ("Content-Encoding", "gzip")], &gz);
-    assert_eq!((st, v), (200, serde_json::json!({"rows": 2})));
+    assert_eq!(
+        (st, v),
+        (200, serde_json::json!({"rows": 2, "ack": "durable"}))
+    );
     let (st, v) = s.write(
         "ev",
         &[("Content-Type", "application/vnd.apache.arrow.stream")],
         &arrow_ipc(),
     );
-    assert_eq!((st, v), (200, serde_json::json!({"rows": 2})));
+    assert_eq!(
+        (st, v),
+        (200, serde_json::json!({"rows": 2, "ack": "durable"}))
+    );
 
     let res = s.sql("SELECT user_id, url, amount FROM ev ORDER BY user_id");
     assert_eq!(

@@ -34,7 +34,7 @@ use arrow::record_batch::RecordBatch;
 
 use rng::{Categorical, SplitMix64, Zipf, mix64, scramble40};
 
-pub use write::{GenError, OutFormat, par_for_each_batch, write_file};
+pub use write::{OutFormat, par_for_each_batch, write_file};
 
 /// DDL for the generated table; also in `bench/sql/abtest.sql`.
 pub const ABTEST_DDL: &str = "CREATE TABLE abtest (event_time TIMESTAMP NOT NULL, experiment_id BIGINT NOT NULL, arm VARCHAR NOT NULL, user_id BIGINT NOT NULL, region VARCHAR NOT NULL, platform VARCHAR NOT NULL, action VARCHAR NOT NULL, page_url VARCHAR NOT NULL, amount DOUBLE, dwell_ms BIGINT NOT NULL)";

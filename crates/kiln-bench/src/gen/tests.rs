@@ -12,6 +12,7 @@ use arrow::datatypes::{Float64Type, Int64Type, TimestampNanosecondType};
 use arrow::record_batch::RecordBatch;
 
 use super::*;
+use crate::error::Error;
 
 fn all(g: &AbTestGen) -> RecordBatch {
     let batches: Vec<_> = g.batches().collect();
@@ -156,17 +157,17 @@ fn parallel_stops_at_sink_error() {
     let err = par_for_each_batch(&g, 4, &mut |_| {
         calls += 1;
         if calls == 4 {
-            Err(GenError::Io(std::io::Error::other("disk full")))
+            Err(Error::Io(std::io::Error::other("disk full")))
         } else {
             Ok(())
         }
     })
     .unwrap_err();
-    assert!(matches!(err, GenError::Io(_)), "{err}");
+    assert!(matches!(err, Error::Io(_)), "{err}");
     assert_eq!(calls, 4);
     let missing = Path::new("/nonexistent-kiln-dir/x.csv");
     let res = write_file(&g, missing, OutFormat::Csv, &mut |_| {});
-    assert!(matches!(res, Err(GenError::Io(_))));
+    assert!(matches!(res, Err(Error::Io(_))));
 }
 
 #[test]

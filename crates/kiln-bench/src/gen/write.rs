@@ -15,30 +15,18 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, mpsc};
 
-use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use super::{AbTestGen, abtest_schema};
+use crate::error::Error;
 
 /// Timestamp format for text outputs: RFC 3339 without offset and with
 /// nanoseconds, e.g. `2026-11-01T00:00:00.123456789`, which arrow's CSV and
 /// JSON readers parse back into `Timestamp(Nanosecond, None)`.
 const TEXT_TIMESTAMP_FORMAT: &str = "%Y-%m-%dT%H:%M:%S%.9f";
-
-/// Errors from [`write_file`].
-#[derive(Debug, thiserror::Error)]
-pub enum GenError {
-    #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("Arrow error: {0}")]
-    Arrow(#[from] ArrowError),
-    #[error("Parquet error: {0}")]
-    Parquet(#[from] ParquetError),
-}
 
 /// Output file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,8 +59,8 @@ impl OutFormat {
 pub fn par_for_each_batch(
     generator: &AbTestGen,
     threads: usize,
-    sink: &mut dyn FnMut(RecordBatch) -> Result<(), GenError>,
-) -> Result<(), GenError> {
+    sink: &mut dyn FnMut(RecordBatch) -> Result<(), Error>,
+) -> Result<(), Error> {
     let total = generator.num_batches();
     let threads = threads.clamp(1, total.max(1));
     if threads == 1 {
@@ -146,7 +134,7 @@ pub fn write_file(
     path: &Path,
     format: OutFormat,
     progress: &mut dyn FnMut(u64),
-) -> Result<u64, GenError> {
+) -> Result<u64, Error> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let file = BufWriter::with_capacity(1 << 20, File::create(path)?);
     let mut written = 0u64;

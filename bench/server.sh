@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Benchmarks of `kiln serve` (issue 3), in one run on this machine:
+#  1. HTTP write rows/s: batches of 1, 100 and 10,000 rows, 1 and 64
+#     clients, ack=durable and ack=memory (`kiln bench write`);
+#  2. pgbench (-n -M prepared -j 2) with `SELECT 1` and a one-row lookup at
+#     1, 16, 64 and 256 connections, against Kiln and against a PostgreSQL
+#     server started here, same machine, same run.
+# Usage: bench/server.sh [WRITE_SECONDS=20] [PGBENCH_SECONDS=30]
+# Prints Markdown tables for docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/lib/common.sh
+WRITE_S="${1:-20}"
+PGBENCH_S="${2:-30}"
+trap bench_cleanup EXIT
+
+kiln_binary
+pg_install
+WORK=$(mktemp -d /tmp/kiln-server-bench.XXXX)
+chmod 755 "$WORK"
+
+echo "## HTTP writes (kiln bench write, ${WRITE_S}s each)"
+echo
+echo "| ack | clients | rows/request | requests/s | rows/s | p50 ms | p99 ms | p99.9 ms | errors |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+for ack in durable memory; do
+  for clients in 1 64; do
+    for batch in 1 100 10000; do
+      # A fresh server per cell, so earlier cells' flushes do not overlap.
+      kiln_start "$WORK/w-$ack-$clients-$batch"
+      "$KILN" bench write --url "http://$KILN_HTTP" --clients "$clients" --batch "$batch" \
+        --duration "${WRITE_S}s" --ack "$ack" --json 2>/dev/null |
+        python3 -c '
+import json, sys
+r = json.load(sys.stdin); t = r["total"]
+print(f"| {r[\"ack\"]} | {r[\"clients\"]} | {r[\"batch\"]} | {t[\"qps\"]:.0f} | {r[\"rows_per_sec\"]:.0f} | {t[\"p50_ms\"]:.2f} | {t[\"p99_ms\"]:.2f} | {t[\"p999_ms\"]:.2f} | {t[\"errors\"]} |")'
+      kill "${BENCH_PIDS[-1]}"; wait "${BENCH_PIDS[-1]}" 2>/dev/null || true
+    done
+  done
+done
+
+# pgbench against both servers: the same scripts, the same table.
+LOOKUP_ROWS=100000
+kiln_start "$WORK/pgbench-kiln"
+pg_start "$WORK/pg"
+SETUP="CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v VARCHAR)"
+FILL="INSERT INTO kv SELECT TIMESTAMP '2026-11-01 00:00:00', g, 'value-' || g FROM generate_series(1, $LOOKUP_ROWS) AS t(g)"
+"$KILN" sql --url "http://$KILN_HTTP" "$SETUP; $FILL" >/dev/null
+psql -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -c "$SETUP" -c "$FILL" \
+  -c "CREATE UNIQUE INDEX ON kv (id)" -c "ANALYZE kv"
+printf 'SELECT 1;\n' >"$WORK/select1.sql"
+printf '\\set id random(1, %d)\nSELECT v FROM kv WHERE id = :id;\n' "$LOOKUP_ROWS" >"$WORK/lookup.sql"
+
+tps() { # tps HOST_PORT SCRIPT CLIENTS
+  "$PG_BIN/pgbench" -n -M prepared -f "$2" -c "$3" -j 2 -T "$PGBENCH_S" \
+    -h 127.0.0.1 -p "$1" -U postgres postgres 2>&1 |
+    sed -nE 's/^tps = ([0-9.]+) \(without initial connection time\)/\1/p'
+}
+echo
+echo "## pgbench -n -M prepared -j 2 -T $PGBENCH_S (q/s)"
+echo
+echo "| script | connections | Kiln q/s | PostgreSQL q/s | Kiln / PostgreSQL |"
+echo "|---|---:|---:|---:|---:|"
+for script in select1 lookup; do
+  for c in 1 16 64 256; do
+    k=$(tps "$KILN_PG_PORT" "$WORK/$script.sql" "$c")
+    p=$(tps "$PG_PORT" "$WORK/$script.sql" "$c")
+    ratio=$(python3 -c "print(f'{float(\"${k:-0}\")/float(\"${p:-1}\"):.2f}x')" 2>/dev/null || echo "n/a")
+    echo "| $script | $c | ${k:-failed} | ${p:-failed} | $ratio |"
+  done
+done

@@ -1,0 +1,228 @@
+//! `kiln bench query`: closed-loop clients, JMeter-style. Each client owns
+//! one connection, prepares every query of the workload once (PostgreSQL
+//! wire: Parse at connect, Bind/Execute per call) or posts JSON with
+//! parameters (HTTP), and sends its next call as soon as the previous one
+//! answered. Each concurrency level runs for a fixed time; its latencies go
+//! to per-client histograms merged at the end, so measuring takes no lock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde_json::json;
+use tokio_postgres::{Client, NoTls, Statement};
+
+use super::stats::{LevelReport, histogram, record};
+use super::workload::{Call, CallGen, Query, statement};
+use crate::{Error, Result};
+
+/// How the clients talk to the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// PostgreSQL wire, prepared statements.
+    Pg,
+    /// `POST /v1/sql` with `{"sql", "params"}`.
+    Http,
+}
+
+/// One `kiln bench query` run.
+#[derive(Clone, Debug)]
+pub struct QueryLoad {
+    /// `postgres://HOST:PORT` (PostgreSQL wire) or `http://HOST:PORT`.
+    pub url: String,
+    pub protocol: Protocol,
+    /// Concurrency levels, run in order.
+    pub clients: Vec<usize>,
+    pub duration: Duration,
+    pub seed: u64,
+    pub queries: &'static [Query],
+}
+
+/// Live counters of the level being run, for a progress line.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub clients: AtomicU64,
+    pub done: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// Runs every level; `progress` is updated live. The first error of a
+/// level is kept (with its query) and returned if no call succeeded.
+pub async fn run(load: &QueryLoad, progress: Arc<Progress>) -> Result<Vec<LevelReport>> {
+    let mut out = Vec::with_capacity(load.clients.len());
+    for &clients in &load.clients {
+        progress.clients.store(clients as u64, Ordering::Relaxed);
+        progress.done.store(0, Ordering::Relaxed);
+        progress.errors.store(0, Ordering::Relaxed);
+        out.push(run_level(load, clients, &progress).await?);
+    }
+    Ok(out)
+}
+
+/// What one client measured.
+struct ClientResult {
+    hist: Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+async fn run_level(
+    load: &QueryLoad,
+    clients: usize,
+    progress: &Arc<Progress>,
+) -> Result<LevelReport> {
+    // Connect (and prepare) every client first, so connecting is not measured.
+    let mut conns = Vec::with_capacity(clients);
+    for i in 0..clients {
+        conns.push(Conn::open(load, i).await?);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(clients);
+    for (i, mut conn) in conns.into_iter().enumerate() {
+        let stop = stop.clone();
+        let mut calls = CallGen::new(load.seed, i as u64, load.queries.len());
+        let queries = load.queries;
+        let progress = progress.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut r = ClientResult {
+                hist: histogram(),
+                errors: 0,
+                first_error: None,
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let call = calls.next_call();
+                let t = Instant::now();
+                match conn.call(queries, &call).await {
+                    Ok(()) => {
+                        record(&mut r.hist, t.elapsed());
+                        progress.done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        r.errors += 1;
+                        progress.errors.fetch_add(1, Ordering::Relaxed);
+                        r.first_error
+                            .get_or_insert_with(|| format!("{}: {e}", queries[call.query].name));
+                    }
+                }
+            }
+            r
+        }));
+    }
+    tokio::time::sleep(load.duration).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = histogram();
+    let (mut errors, mut first_error) = (0, None);
+    for t in tasks {
+        let r = t
+            .await
+            .map_err(|e| Error::Config(format!("client task: {e}")))?;
+        hist.add(&r.hist).expect("same bounds");
+        errors += r.errors;
+        first_error = first_error.or(r.first_error);
+    }
+    let elapsed = started.elapsed();
+    if let Some(e) = &first_error {
+        if hist.is_empty() {
+            return Err(Error::Config(format!("every call failed; first: {e}")));
+        }
+        tracing::warn!(clients, errors, "level had errors; first: {e}");
+    }
+    Ok(LevelReport::new(clients, &hist, errors, elapsed))
+}
+
+/// One client's connection.
+enum Conn {
+    Pg {
+        client: Client,
+        statements: Vec<Statement>,
+    },
+    Http {
+        client: reqwest::Client,
+        url: String,
+    },
+}
+
+impl Conn {
+    async fn open(load: &QueryLoad, i: usize) -> Result<Conn> {
+        match load.protocol {
+            Protocol::Pg => {
+                let client = pg_connect(&load.url).await?;
+                let mut statements = Vec::with_capacity(load.queries.len());
+                for q in load.queries {
+                    let s = client.prepare(statement(q)).await.map_err(|e| {
+                        Error::Config(format!(
+                            "client {i}: preparing {}: {}",
+                            q.name,
+                            pg_message(&e)
+                        ))
+                    })?;
+                    statements.push(s);
+                }
+                Ok(Conn::Pg { client, statements })
+            }
+            Protocol::Http => Ok(Conn::Http {
+                client: reqwest::Client::builder().build()?,
+                url: format!("{}/v1/sql?format=ndjson", load.url.trim_end_matches('/')),
+            }),
+        }
+    }
+
+    /// Runs one call and reads its whole result.
+    async fn call(&mut self, queries: &[Query], call: &Call) -> Result<()> {
+        match self {
+            Conn::Pg { client, statements } => {
+                let (from, to) = (call.from_time(), call.to_time());
+                client
+                    .query(&statements[call.query], &[&call.experiment, &from, &to])
+                    .await
+                    .map_err(|e| Error::Config(pg_message(&e)))?;
+                Ok(())
+            }
+            Conn::Http { client, url } => {
+                let body = json!({
+                    "sql": statement(&queries[call.query]),
+                    "params": [call.experiment, call.from_text(), call.to_text()],
+                });
+                let resp = client.post(url.as_str()).json(&body).send().await?;
+                let status = resp.status();
+                let text = resp.bytes().await?;
+                if !status.is_success() {
+                    return Err(Error::Status {
+                        what: queries[call.query].name.into(),
+                        status: status.as_u16(),
+                        body: String::from_utf8_lossy(&text).into_owned(),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Connects to `postgres://[user@]host:port[/db]` (user `kiln` if none).
+pub async fn pg_connect(url: &str) -> Result<Client> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Config(format!("--url {url}: {e}")))?;
+    if config.get_user().is_none() {
+        config.user("kiln");
+    }
+    config.connect_timeout(Duration::from_secs(10));
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("pg connection closed: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// A PostgreSQL error with the server's message and SQLSTATE, if it sent one.
+fn pg_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}

@@ -1,0 +1,210 @@
+//! `POST /v1/sql`: SQL as the body, or JSON `{"sql": ..., "params": [...]}`;
+//! results as JSON, CSV, NDJSON or an Arrow IPC stream.
+//!
+//! Every request is a query in the engine's registry: it waits for an
+//! admission slot (503 when the queue is full), is bounded by
+//! `--query-timeout` (504), and shows in `system.queries`. The status code
+//! is decided when the first batch is ready, so planning and most execution
+//! errors get their proper status; the rest of the result then streams. An
+//! error after that point can only cut the response short (the client sees
+//! an incomplete body), as with any streaming database API.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use datafusion::common::ScalarValue;
+use futures::{Stream, StreamExt, TryStreamExt};
+use kiln_query::{Engine, Streamed};
+use serde_json::{Value, json};
+
+use super::encode::{Encoder, ResultFormat};
+use super::{header_str, read_body};
+use crate::AppState;
+use crate::error::ApiError;
+use crate::metrics::HTTP;
+
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct SqlParams {
+    format: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct SqlBody {
+    sql: String,
+    #[serde(default)]
+    params: Vec<Value>,
+}
+
+pub(crate) async fn sql(
+    State(st): State<Arc<AppState>>,
+    Query(params): Query<SqlParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    run_sql(&st, params, &headers, body, started)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+/// The request's SQL text and its parameters.
+fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<(String, Vec<ScalarValue>), ApiError> {
+    let is_json = header_str(headers, header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.trim_start().starts_with("application/json"));
+    if !is_json {
+        let text = String::from_utf8(raw.to_vec())
+            .map_err(|_| ApiError::bad_request("SQL text is not valid UTF-8"))?;
+        return Ok((text, vec![]));
+    }
+    let body: SqlBody = serde_json::from_slice(raw).map_err(|e| {
+        ApiError::bad_request(format!(
+            "expected {{\"sql\": \"...\", \"params\": [...]}}: {e}"
+        ))
+    })?;
+    let params = body
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json_param(i + 1, v))
+        .collect::<Result<_, _>>()?;
+    Ok((body.sql, params))
+}
+
+/// A JSON parameter as a SQL value; the engine casts it to the type the
+/// query needs (a string compared with a TIMESTAMP becomes one).
+fn json_param(n: usize, v: &Value) -> Result<ScalarValue, ApiError> {
+    Ok(match v {
+        Value::Null => ScalarValue::Null,
+        Value::Bool(b) => ScalarValue::Boolean(Some(*b)),
+        Value::Number(x) => match (x.as_i64(), x.as_u64(), x.as_f64()) {
+            (Some(i), _, _) => ScalarValue::Int64(Some(i)),
+            (None, Some(u), _) => ScalarValue::UInt64(Some(u)),
+            (_, _, f) => ScalarValue::Float64(f),
+        },
+        Value::String(s) => ScalarValue::Utf8(Some(s.clone())),
+        Value::Array(_) | Value::Object(_) => {
+            return Err(ApiError::bad_request(format!(
+                "parameter ${n}: arrays and objects are not supported (use null, a boolean, a number or a string)"
+            )));
+        }
+    })
+}
+
+async fn run_sql(
+    st: &AppState,
+    params: SqlParams,
+    headers: &HeaderMap,
+    body: Body,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    let format = ResultFormat::parse(params.format.as_deref())?;
+    let raw = read_body(headers, body, st.config.max_body_bytes).await?;
+    let (text, params) = parse_body(headers, &raw)?;
+    let stmts = Engine::parse(&text)?;
+    if stmts.is_empty() {
+        return Err(ApiError::bad_request("no SQL statement in the request"));
+    }
+    if !params.is_empty() && stmts.len() > 1 {
+        return Err(ApiError::bad_request(
+            "\"params\" needs exactly one statement in \"sql\"",
+        ));
+    }
+    let engine = &st.engine;
+    let handle = Arc::new(engine.queries().begin(HTTP, &text, None).await?);
+    let failed = |e: kiln_query::Error| {
+        handle.fail(&e);
+        ApiError::from(e)
+    };
+    let last = stmts.len() - 1;
+    let mut result = None;
+    for (i, stmt) in stmts.into_iter().enumerate() {
+        let streamed = handle
+            .run(engine.execute_streamed(stmt, &params))
+            .await?
+            .map_err(failed)?;
+        if i < last {
+            // Earlier statements run to completion; only the last one's result is sent.
+            if let Streamed::Rows { stream, .. } = streamed {
+                let drained = handle
+                    .run(stream.try_for_each(|_| async { Ok(()) }))
+                    .await?;
+                drained.map_err(|e| failed(e.into()))?;
+            }
+        } else {
+            result = Some(streamed);
+        }
+    }
+    match result.expect("at least one statement") {
+        Streamed::Command { tag, rows } => {
+            let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+            Ok(axum::Json(json!({
+                "command": tag,
+                "rows_affected": rows,
+                "columns": [],
+                "rows": [],
+                "elapsed_ms": elapsed_ms,
+            }))
+            .into_response())
+        }
+        Streamed::Rows { schema, stream } => {
+            let rows = handle.guard(
+                stream.map_err(kiln_query::Error::from),
+                |b: &RecordBatch| b.num_rows() as u64,
+                kiln_query::Error::from,
+            );
+            let mut rows = Box::pin(rows);
+            // The status is decided by the first batch (or the first error).
+            let first = match rows.next().await {
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(b)) => Some(b),
+                None => None,
+            };
+            let encoder = Encoder::new(format, schema, started);
+            let body = Body::from_stream(encode(encoder, first, rows));
+            Ok(([(header::CONTENT_TYPE, format.content_type())], body).into_response())
+        }
+    }
+}
+
+/// The response body: head, the first batch, every further batch as it
+/// arrives, tail. Holding `rows` keeps the query's handle alive until the
+/// body is sent or dropped (client gone: the query is recorded cancelled).
+fn encode<S>(
+    encoder: Encoder,
+    first: Option<RecordBatch>,
+    rows: S,
+) -> impl Stream<Item = Result<Bytes, kiln_query::Error>> + Send
+where
+    S: Stream<Item = Result<RecordBatch, kiln_query::Error>> + Send + Unpin + 'static,
+{
+    enum Phase {
+        Head,
+        First,
+        Rows,
+        Done,
+    }
+    let state = (encoder, first, rows, Phase::Head);
+    futures::stream::unfold(state, |(mut enc, mut first, mut rows, phase)| async move {
+        let (chunk, next) = match phase {
+            Phase::Done => return None,
+            Phase::Head => (enc.head(), Phase::First),
+            Phase::First => match first.take() {
+                Some(b) => (enc.batch(&b), Phase::Rows),
+                None => (enc.tail(), Phase::Done),
+            },
+            Phase::Rows => match rows.next().await {
+                Some(Ok(b)) => (enc.batch(&b), Phase::Rows),
+                Some(Err(e)) => return Some((Err(e), (enc, first, rows, Phase::Done))),
+                None => (enc.tail(), Phase::Done),
+            },
+        };
+        let item = chunk.map(Bytes::from).map_err(kiln_query::Error::from);
+        Some((item, (enc, first, rows, next)))
+    })
+}

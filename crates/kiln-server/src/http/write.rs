@@ -1,0 +1,147 @@
+//! `POST /v1/write/{table}[?ack=durable|memory]`: decode the body (any
+//! supported format and encoding), then one atomic `Db::write_with`.
+//!
+//! `ack=durable` (default) answers after the WAL fsync; `ack=memory` answers
+//! once the rows are validated and queued for the WAL (seeds/002's async
+//! mode: lower latency, the rows are lost if the process dies before the
+//! next group commit). An `Idempotency-Key` header makes a retry of the same
+//! request (same key, table, body and content type, within
+//! `--idempotency-window`) answer the first response with `"replayed": true`
+//! instead of writing again; the guarantees are in `kiln_storage`'s
+//! idempotency module. The response is `{"rows": N, "ack": "durable"|"memory"}`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderName, header};
+use axum::response::{IntoResponse, Response};
+use kiln_storage::{Ack, IdempotencyKey, WriteOptions, Written};
+use serde_json::json;
+
+use super::{header_str, read_body};
+use crate::AppState;
+use crate::decode::{self, BodyFormat, Encoding};
+use crate::error::ApiError;
+
+/// The `Idempotency-Key` request header.
+pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct WriteParams {
+    ack: Option<String>,
+}
+
+fn parse_ack(v: Option<&str>) -> Result<Ack, ApiError> {
+    match v {
+        None | Some("durable") => Ok(Ack::Durable),
+        Some("memory") => Ok(Ack::Memory),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unknown ack '{other}' (durable, memory)"
+        ))),
+    }
+}
+
+pub(crate) async fn write(
+    State(st): State<Arc<AppState>>,
+    Path(table): Path<String>,
+    Query(params): Query<WriteParams>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let format = BodyFormat::from_content_type(header_str(&headers, header::CONTENT_TYPE));
+    let label = match &format {
+        Ok(f) => format!("{f:?}").to_ascii_lowercase(),
+        Err(_) => "unknown".into(),
+    };
+    let res = match (format, parse_ack(params.ack.as_deref())) {
+        (Ok(f), Ok(ack)) => do_write(&st, &table, f, ack, &headers, body).await,
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    let elapsed = started.elapsed();
+    match res {
+        Ok(w) => {
+            st.metrics.write(&label, "ok", elapsed);
+            let (rows, ack, replayed) = (w.rows, w.ack.as_str(), w.replayed);
+            tracing::debug!(table = %table, rows, ack, replayed, elapsed_ms = elapsed.as_millis() as u64, "write");
+            let mut body = json!({ "rows": rows, "ack": ack });
+            if replayed {
+                body["replayed"] = true.into();
+            }
+            axum::Json(body).into_response()
+        }
+        Err(e) => {
+            st.metrics.write(&label, e.outcome(), elapsed);
+            tracing::info!(table = %table, code = e.code, "write rejected: {}", e.message);
+            e.into_response()
+        }
+    }
+}
+
+async fn do_write(
+    st: &AppState,
+    table: &str,
+    format: BodyFormat,
+    ack: Ack,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Written, ApiError> {
+    let enc = Encoding::from_header(header_str(headers, header::CONTENT_ENCODING))?;
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("Idempotency-Key must be visible ASCII"))?
+                .trim()
+                .to_string(),
+        ),
+    };
+    let db = st.engine.db();
+    let t = db
+        .table(table)
+        .ok_or_else(|| kiln_storage::Error::TableNotFound(table.into()))?;
+    let limit = st.config.max_body_bytes;
+    let raw = read_body(headers, body, limit).await?;
+    let idempotency_key = match key {
+        None => None,
+        Some(key) => {
+            // The request's identity: what the body means and the body itself.
+            let norm = |h| {
+                header_str(headers, h)
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            };
+            let ct = norm(header::CONTENT_TYPE);
+            let ce = norm(header::CONTENT_ENCODING);
+            let parts: [&[u8]; 3] = [ct.as_bytes(), ce.as_bytes(), &raw];
+            Some(IdempotencyKey::new(key, &parts)?)
+        }
+    };
+    let schema = t.schema.clone();
+    let decoded = tokio::task::spawn_blocking(move || {
+        let body = decode::decompress(raw, enc, limit)?;
+        decode::decode(body, format, &schema)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("decoding task: {e}")))??;
+    let opts = WriteOptions {
+        ack,
+        idempotency_key,
+    };
+    db.write_with(table, &decoded.batches, opts)
+        .await
+        .map_err(|e| match e {
+            kiln_storage::Error::InvalidRow { row, msg } => {
+                let mut api = ApiError::from(kiln_storage::Error::InvalidRow {
+                    row,
+                    msg: msg.clone(),
+                });
+                api.message = format!("{}: {msg}", decoded.locate(row));
+                api
+            }
+            other => other.into(),
+        })
+}

@@ -1,0 +1,85 @@
+"""Kiln over the PostgreSQL wire with psycopg 3 (a real client library):
+DDL and INSERT, server-side prepared statements with parameters executed
+repeatedly, SQLSTATE-typed errors, and a long query cancelled with the
+protocol's CancelRequest, after which the connection keeps serving and
+system.queries shows the query as cancelled.
+
+Usage: python3 psycopg_check.py PORT   (prints "ok" and exits 0 on success)
+"""
+import sys
+import threading
+import time
+from datetime import datetime
+
+import psycopg
+
+LONG = "SELECT count(*) FROM generate_series(1, 1000000000000)"
+
+
+def main(port: int) -> None:
+    conn = psycopg.connect(
+        host="127.0.0.1", port=port, user="postgres", dbname="postgres",
+        autocommit=True, connect_timeout=10,
+    )
+    c = conn.cursor()
+    c.execute("CREATE TABLE pgt (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, name VARCHAR)")
+    c.execute(
+        "INSERT INTO pgt VALUES ('2026-05-01 00:00:00', 1, 'a'), "
+        "('2026-05-02 00:00:00', 2, 'b'), ('2026-05-03 00:00:00', 3, NULL)"
+    )
+
+    # Server-side prepared statements: Parse once, Bind/Execute many times.
+    for i in (1, 2, 3, 1, 2):
+        c.execute("SELECT id, name FROM pgt WHERE id = %s", (i,), prepare=True)
+        rows = c.fetchall()
+        assert [r[0] for r in rows] == [i], rows
+    c.execute("SELECT name FROM pgt WHERE id = %s", (3,), prepare=True)
+    assert c.fetchall() == [(None,)]
+    for lo, want in ((datetime(2026, 5, 2), 2), (datetime(2026, 5, 3), 1)):
+        c.execute(
+            "SELECT count(*) FROM pgt WHERE ts >= %s AND ts < %s",
+            (lo, datetime(2026, 5, 4)),
+            prepare=True,
+        )
+        assert c.fetchone()[0] == want
+
+    # Errors carry SQLSTATEs that client libraries turn into typed exceptions.
+    try:
+        c.execute("SELECT * FROM nope")
+        raise AssertionError("unknown table accepted")
+    except psycopg.errors.UndefinedTable:
+        pass
+
+    # CancelRequest stops a long query while it computes its rows.
+    def cancel_soon() -> None:
+        time.sleep(1.0)
+        conn.cancel_safe()
+
+    t = threading.Thread(target=cancel_soon)
+    t.start()
+    started = time.monotonic()
+    try:
+        c.execute(LONG)
+        raise AssertionError("long query was not cancelled")
+    except psycopg.errors.QueryCanceled:
+        pass
+    t.join()
+    elapsed = time.monotonic() - started
+    assert elapsed < 30, f"cancel took {elapsed:.1f}s"
+
+    # The connection and the server keep serving.
+    c.execute("SELECT count(*) FROM pgt")
+    assert c.fetchone()[0] == 3
+    c.execute(
+        "SELECT status, protocol, session IS NOT NULL FROM system.queries "
+        "WHERE query = %s",
+        (LONG,),
+    )
+    got = c.fetchall()
+    assert got == [("cancelled", "pg", True)], got
+    conn.close()
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

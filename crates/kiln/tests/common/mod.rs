@@ -1,0 +1,208 @@
+//! Shared harness of the end-to-end tests: spawns the real `kiln serve` on
+//! free ports, speaks HTTP with a few lines over `TcpStream` (one request per
+//! connection, so no HTTP client crate), and runs `psql`.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub struct Server {
+    pub child: Child,
+    pub http: String,
+    pub pg_port: u16,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args([
+                "serve",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--pg-addr",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(dir)
+            .args(extra)
+            .env("KILN_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kiln serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("kiln listening ") {
+                    let _ = tx.send(rest.to_string());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no 'kiln listening' line; log:\n{}", log.lock().unwrap()));
+        let mut http = String::new();
+        let mut pg_port = 0;
+        for part in line.split_whitespace() {
+            if let Some(a) = part.strip_prefix("http=") {
+                http = a.to_string();
+            } else if let Some(a) = part.strip_prefix("pg=") {
+                pg_port = a.rsplit(':').next().unwrap().parse().unwrap();
+            }
+        }
+        Server {
+            child,
+            http,
+            pg_port,
+            log,
+        }
+    }
+
+    /// One request; returns status and body.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, Vec<u8>) {
+        request(&self.http, method, path, headers, body)
+    }
+
+    pub fn sql(&self, q: &str) -> Value {
+        let (status, body) = self.request(
+            "POST",
+            "/v1/sql",
+            &[("Content-Type", "text/plain")],
+            q.as_bytes(),
+        );
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 200, "{q}: {v}");
+        v
+    }
+
+    pub fn rows(&self, q: &str) -> Value {
+        self.sql(q)["rows"].clone()
+    }
+
+    pub fn write(&self, table: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
+        let (status, body) = self.request("POST", &format!("/v1/write/{table}"), headers, body);
+        let v = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into()));
+        (status, v)
+    }
+
+    pub fn psql(&self, q: &str) -> String {
+        let out = Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.pg_port.to_string(),
+                "-U",
+                "postgres",
+                "-At",
+                "-c",
+                q,
+            ])
+            .env("PGCONNECT_TIMEOUT", "10")
+            .env("PGSSLMODE", "disable")
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "psql {q}: {}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log.lock().unwrap()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "kiln did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 4 + n..];
+    }
+}
+
+/// One HTTP/1.1 request to `addr` on a new connection; returns status and body.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        addr,
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    // The server may answer (413) before reading everything: ignore write errors.
+    let _ = s.write_all(head.as_bytes()).and_then(|_| s.write_all(body));
+    let mut resp = Vec::new();
+    let _ = s.read_to_end(&mut resp);
+    let split = resp
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("bad response: {}", String::from_utf8_lossy(&resp)));
+    let head = String::from_utf8_lossy(&resp[..split]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let mut body = resp[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, body)
+}

@@ -1,0 +1,244 @@
+//! End-to-end tests of the client-side tools against a real `kiln serve`:
+//! `kiln gen abtest --load` (HTTP bulk load with idempotency keys),
+//! `kiln bench query` over the PostgreSQL wire and over HTTP running the
+//! whole dashboard workload, `kiln bench write`, `kiln sql --url`, and a
+//! TOML settings file.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use common::Server;
+use serde_json::Value;
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .env("KILN_LOG", "warn")
+        .output()
+        .expect("run kiln")
+}
+
+fn ok_stdout(args: &[&str]) -> String {
+    let out = kiln(args);
+    assert!(
+        out.status.success(),
+        "kiln {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn count(s: &Server, table: &str) -> u64 {
+    s.rows(&format!("SELECT count(*) FROM {table}"))[0][0]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn gen_load_then_bench_query_and_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    let http = format!("http://{}", s.http);
+
+    // 3 batches of 65,536 rows and a short one, streamed in parallel.
+    ok_stdout(&[
+        "gen",
+        "abtest",
+        "--rows",
+        "200000",
+        "--load",
+        &http,
+        "--parallel",
+        "3",
+    ]);
+    assert_eq!(count(&s, "abtest"), 200_000);
+    // The same data again: every batch's idempotency key is known, nothing doubles.
+    ok_stdout(&["gen", "abtest", "--rows", "200000", "--load", &http]);
+    assert_eq!(count(&s, "abtest"), 200_000);
+
+    // The dashboard workload over both protocols: every query runs, none fails.
+    for (protocol, url) in [
+        ("pg", format!("postgres://127.0.0.1:{}", s.pg_port)),
+        ("http", http.clone()),
+    ] {
+        let out = ok_stdout(&[
+            "bench",
+            "query",
+            "--url",
+            &url,
+            "--protocol",
+            protocol,
+            "--clients",
+            "1,3",
+            "--duration",
+            "3s",
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        let levels = v["levels"].as_array().unwrap();
+        assert_eq!(levels.len(), 2, "{v}");
+        for (l, clients) in levels.iter().zip([1, 3]) {
+            assert_eq!(l["clients"], clients, "{v}");
+            assert_eq!(l["errors"], 0, "{protocol}: {v}");
+            assert!(l["queries"].as_u64().unwrap() > 0, "{protocol}: {v}");
+            assert!(l["p99_ms"].as_f64().unwrap() >= l["p50_ms"].as_f64().unwrap());
+        }
+    }
+    // Every one of the 15 queries ran on each protocol (system.queries
+    // keeps the recent ones).
+    let distinct = s.rows(
+        "SELECT protocol, count(DISTINCT query) FROM system.queries \
+         WHERE query LIKE '%experiment_id = $1%' AND status = 'ok' \
+         GROUP BY protocol ORDER BY protocol",
+    );
+    assert_eq!(distinct, serde_json::json!([["http", 15], ["pg", 15]]));
+
+    // The table form prints seeds/000's columns.
+    let table = ok_stdout(&[
+        "bench",
+        "query",
+        "--url",
+        &format!("postgres://127.0.0.1:{}", s.pg_port),
+        "--clients",
+        "2",
+        "--duration",
+        "1s",
+    ]);
+    assert!(
+        table.contains("| clients | handled queries | q/s |"),
+        "{table}"
+    );
+    assert!(table.lines().any(|l| l.starts_with("| 2 | ")), "{table}");
+
+    // Writes: every acknowledged row is in the table afterwards.
+    for ack in ["durable", "memory"] {
+        let before = count(&s, "abtest");
+        let out = ok_stdout(&[
+            "bench",
+            "write",
+            "--url",
+            &http,
+            "--clients",
+            "4",
+            "--batch",
+            "10",
+            "--duration",
+            "2s",
+            "--ack",
+            ack,
+            "--json",
+        ]);
+        let v: Value = serde_json::from_str(out.trim()).unwrap();
+        let writes = v["total"]["queries"].as_u64().unwrap();
+        assert!(writes > 0 && v["total"]["errors"] == 0, "{v}");
+        assert!(!v["per_second"].as_array().unwrap().is_empty(), "{v}");
+        // ack=memory rows are visible within one group commit.
+        let want = before + writes * 10;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while count(&s, "abtest") != want && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(count(&s, "abtest"), want, "ack={ack}");
+    }
+
+    // A server that is not there is an error, not a hang or a zero table.
+    let out = kiln(&[
+        "bench",
+        "query",
+        "--url",
+        "postgres://127.0.0.1:1",
+        "--clients",
+        "1",
+        "--duration",
+        "1s",
+    ]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn sql_over_http_matches_embedded_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    let url = format!("http://{}", s.http);
+    let out = ok_stdout(&[
+        "sql",
+        "--url",
+        &url,
+        "CREATE TABLE r (ts TIMESTAMP NOT NULL, k VARCHAR, v DOUBLE); \
+         INSERT INTO r VALUES ('2026-01-01 00:00:00', 'a', 1.5), ('2026-01-02 00:00:00', NULL, 2.5); \
+         SELECT k, v FROM r ORDER BY v",
+    ]);
+    assert!(out.contains("INSERT 0 2"), "{out}");
+    assert!(
+        out.contains("| a    | 1.5 |") && out.contains("| NULL | 2.5 |"),
+        "{out}"
+    );
+    let csv = ok_stdout(&[
+        "sql",
+        "--url",
+        &url,
+        "--format",
+        "csv",
+        "SELECT k, v FROM r ORDER BY v",
+    ]);
+    assert_eq!(csv, "k,v\na,1.5\n,2.5\n");
+
+    // The server's error message, and a failing exit status.
+    let out = kiln(&["sql", "--url", &url, "SELECT * FROM nope"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nope") && err.contains("HTTP 404"), "{err}");
+}
+
+#[test]
+fn settings_file_sets_flags_below_env_and_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let from_file = tmp.path().join("from-file");
+    let cfg = tmp.path().join("kiln.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "data_dir = {:?}\nformat = \"csv\"\n",
+            from_file.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    ok_stdout(&[
+        "sql",
+        "--config",
+        cfg,
+        "CREATE TABLE f (ts TIMESTAMP NOT NULL)",
+    ]);
+    assert!(
+        from_file.join("catalog.json").exists(),
+        "data_dir from the file"
+    );
+    // A flag beats the file.
+    let out = ok_stdout(&[
+        "sql",
+        "--config",
+        cfg,
+        "--format",
+        "json",
+        "SELECT 1 AS one",
+    ]);
+    assert_eq!(out.trim(), "[{\"one\":1}]");
+    let out = ok_stdout(&["sql", "--config", cfg, "SELECT 1 AS one"]);
+    assert_eq!(out, "one\n1\n");
+
+    std::fs::write(tmp.path().join("bad.toml"), "http_adr = \"x\"\n").unwrap();
+    let out = kiln(&[
+        "serve",
+        "--config",
+        tmp.path().join("bad.toml").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("unknown setting 'http_adr'"),
+        "{err}"
+    );
+}

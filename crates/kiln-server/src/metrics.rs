@@ -4,7 +4,7 @@
 //! copied from the `Db` at scrape time, so nothing on the write path pays
 //! for metrics it does not already keep.
 
-use kiln_storage::Db;
+use kiln_storage::{Db, LATENCY_BOUNDS_S, LatencySnapshot};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -24,6 +24,9 @@ pub const FLUSHES: &str = "kiln_flushes_total";
 pub const COMPACTIONS: &str = "kiln_compactions_total";
 pub const MEMSTORE_BYTES: &str = "kiln_memstore_bytes";
 pub const SEGMENTS: &str = "kiln_segments";
+pub const SEGMENT_BYTES: &str = "kiln_segment_bytes";
+pub const WAL_FSYNC_DURATION: &str = "kiln_wal_fsync_duration_seconds";
+pub const FLUSH_DURATION: &str = "kiln_flush_duration_seconds";
 pub const OPEN_CONNECTIONS: &str = "kiln_open_connections";
 
 /// Protocol labels.
@@ -67,6 +70,7 @@ pub struct Metrics {
     compactions: IntCounter,
     memstore_bytes: IntGaugeVec,
     segments: IntGaugeVec,
+    segment_bytes: IntGaugeVec,
     resolved: Resolved,
 }
 
@@ -156,6 +160,7 @@ impl Metrics {
             compactions: counter(COMPACTIONS, "Segment compactions."),
             memstore_bytes: gauge_vec(MEMSTORE_BYTES, "Bytes held in a table's memstore."),
             segments: gauge_vec(SEGMENTS, "Parquet segments in a table's current manifest."),
+            segment_bytes: gauge_vec(SEGMENT_BYTES, "Bytes of a table's Parquet segments."),
             registry,
         }
     }
@@ -203,19 +208,40 @@ impl Metrics {
         set(&self.wal_bytes, wal.bytes);
         self.memstore_bytes.reset();
         self.segments.reset();
+        self.segment_bytes.reset();
         for t in db.tables() {
+            let segments = t.segments();
+            self.segment_bytes
+                .with_label_values(&[t.name()])
+                .set(segments.iter().map(|s| s.meta.bytes).sum::<u64>() as i64);
             self.memstore_bytes
                 .with_label_values(&[t.name()])
                 .set(t.mem.bytes() as i64);
             self.segments
                 .with_label_values(&[t.name()])
-                .set(t.segments().len() as i64);
+                .set(segments.len() as i64);
         }
         let mut out = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
             tracing::error!("encoding metrics: {e}");
         }
-        String::from_utf8(out).unwrap_or_default()
+        let mut text = String::from_utf8(out).unwrap_or_default();
+        let histograms = [
+            (
+                WAL_FSYNC_DURATION,
+                "WAL fdatasync latency.",
+                wal.fsync_latency,
+            ),
+            (
+                FLUSH_DURATION,
+                "Memstore flush duration (sort, encode, write, manifest swap).",
+                m.flush_duration.snapshot(),
+            ),
+        ];
+        for (name, help, h) in histograms {
+            render_histogram(&mut text, name, help, &h);
+        }
+        text
     }
 }
 
@@ -223,6 +249,22 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Appends one histogram kept by the storage engine, in the text format.
+fn render_histogram(out: &mut String, name: &str, help: &str, h: &LatencySnapshot) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (bound, n) in LATENCY_BOUNDS_S.iter().zip(&h.cumulative) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {n}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count());
+    let _ = writeln!(
+        out,
+        "{name}_sum {}\n{name}_count {}",
+        h.sum_seconds,
+        h.count()
+    );
 }
 
 /// Decrements the open-connections gauge when dropped.

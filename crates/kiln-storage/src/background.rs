@@ -122,10 +122,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     }
     let rows: u64 = written.iter().map(|s| s.meta.rows).sum();
     inner.metrics.flushes.fetch_add(1, Ordering::Relaxed);
-    inner
-        .metrics
-        .flush_micros
-        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    inner.metrics.flush_duration.record(started.elapsed());
     tracing::info!(table = table.name(), rows, segments = written.len(), elapsed = ?started.elapsed(), "flushed");
     Ok(())
 }

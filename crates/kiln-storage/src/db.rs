@@ -35,7 +35,8 @@ pub struct StorageMetrics {
     pub rows_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub flushes: AtomicU64,
-    pub flush_micros: AtomicU64,
+    /// Duration of each flush (freeze, sort, encode, write, manifest swap).
+    pub flush_duration: kiln_wal::LatencyHistogram,
     pub compactions: AtomicU64,
 }
 

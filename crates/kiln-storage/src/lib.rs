@@ -39,6 +39,7 @@ pub use config::{StorageConfig, WalSync, parse_bytes};
 pub use db::{Ack, CreateTable, Db, StorageMetrics, WriteOptions, Written};
 pub use error::{Error, Result};
 pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};
+pub use kiln_wal::{LATENCY_BOUNDS_S, LatencyHistogram, LatencySnapshot, WalStats};
 pub use manifest::{Manifest, Segment, SegmentMeta, StatValue};
 pub use memstore::{MemStore, TableSnapshot};
 pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};

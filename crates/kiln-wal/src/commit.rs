@@ -295,10 +295,12 @@ impl Committer {
         let start = Instant::now();
         let res = self.file.sync_data();
         let stats = &self.shared.stats;
+        let took = start.elapsed();
         stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+        stats.fsync_latency.record(took);
         stats
             .last_fsync_micros
-            .store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            .store(took.as_micros() as u64, Ordering::Relaxed);
         self.last_sync = Instant::now();
         self.dirty = false;
         res.map_err(|e| io_err(format!("fsyncing {}", self.path.display()), e))

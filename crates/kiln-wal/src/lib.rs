@@ -46,6 +46,7 @@
 mod commit;
 mod error;
 mod format;
+mod latency;
 mod options;
 mod recovery;
 mod wal;
@@ -58,6 +59,7 @@ pub type Seq = u64;
 
 pub use error::{Error, Result};
 pub use format::MAX_RECORD_BYTES;
+pub use latency::{LATENCY_BOUNDS_S, LatencyHistogram, LatencySnapshot};
 pub use options::{Applier, SyncPolicy, WalOptions, WalStats};
 pub use recovery::{CorruptRecord, Recovered};
 pub use wal::Wal;

@@ -74,7 +74,7 @@ pub trait Applier: Send + Sync + 'static {
 }
 
 /// A point-in-time copy of the WAL's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct WalStats {
     /// Records written.
     pub records: u64,
@@ -88,6 +88,8 @@ pub struct WalStats {
     pub last_fsync_micros: u64,
     /// Segment files currently on disk (including the active one).
     pub segment_files: u64,
+    /// Durations of every fdatasync so far.
+    pub fsync_latency: crate::LatencySnapshot,
 }
 
 /// Lock-free counters behind [`WalStats`].
@@ -99,6 +101,7 @@ pub(crate) struct StatCounters {
     pub fsyncs: AtomicU64,
     pub last_fsync_micros: AtomicU64,
     pub segment_files: AtomicU64,
+    pub fsync_latency: crate::LatencyHistogram,
 }
 
 impl StatCounters {
@@ -111,6 +114,7 @@ impl StatCounters {
             fsyncs: r(&self.fsyncs),
             last_fsync_micros: r(&self.last_fsync_micros),
             segment_files: r(&self.segment_files),
+            fsync_latency: self.fsync_latency.snapshot(),
         }
     }
 }

@@ -140,9 +140,20 @@ fn http_writes_every_format_and_queries() {
         "kiln_memstore_bytes{table=\"ev\"}",
         "kiln_segments{table=\"ev\"}",
         "kiln_flushes_total",
+        "kiln_segment_bytes{table=\"ev\"}",
+        "kiln_wal_fsync_duration_seconds_bucket{le=\"+Inf\"}",
+        "kiln_flush_duration_seconds_count",
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
+    // Durable writes were fsynced, and each fsync was timed.
+    let fsyncs: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("kiln_wal_fsync_duration_seconds_count "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(fsyncs > 0, "{text}");
 }
 
 #[test]
@@ -223,10 +234,10 @@ fn http_errors_change_nothing() {
 
 #[test]
 fn psql_shares_the_database_with_http() {
-    if Command::new("psql").arg("--version").output().is_err() {
-        eprintln!("psql not installed; skipping");
-        return;
-    }
+    assert!(
+        Command::new("psql").arg("--version").output().is_ok(),
+        "psql is required (scripts/test.sh installs postgresql-client)"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &[]);
     s.sql(DDL);
@@ -248,6 +259,32 @@ fn psql_shares_the_database_with_http() {
     let catalog = std::fs::read_to_string(tmp.path().join("data/catalog.json")).unwrap();
     assert!(catalog.contains("t2"), "{catalog}");
     assert_eq!(s.psql("DROP TABLE t2"), "DROP TABLE\n");
+
+    // psql's own catalog queries: \dt lists tables, \d describes one.
+    let dt = s.psql("\\dt");
+    assert!(dt.lines().any(|l| l.contains("|ev|")), "{dt}");
+    assert!(!dt.contains("t2"), "{dt}");
+    let d = s.psql("\\d ev");
+    for col in ["ts", "user_id", "url", "amount"] {
+        assert!(
+            d.lines().any(|l| l.starts_with(&format!("{col}|"))),
+            "{col}: {d}"
+        );
+    }
+
+    // Garbage on the PostgreSQL port: that connection is dropped, the server serves on.
+    for junk in [
+        &b"GET / HTTP/1.1\r\n\r\n"[..],
+        &[0xff; 64][..],
+        &[0, 0, 0, 8, 1, 2, 3, 4][..],
+    ] {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", s.pg_port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(junk);
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut c, &mut buf);
+    }
+    assert_eq!(s.psql("SELECT count(*) FROM ev"), "2\n");
 
     // Errors carry Kiln's SQLSTATEs.
     let out = Command::new("psql")

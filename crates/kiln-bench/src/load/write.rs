@@ -215,7 +215,7 @@ pub async fn run(load: &WriteLoad, on_second: &mut dyn FnMut(&LevelReport)) -> R
 /// Writers step through the pool by a stride coprime with its length, so
 /// concurrent writers rarely send the same body at once.
 fn load_stride(len: usize) -> usize {
-    if len % 7 == 0 { 1 } else { 7 }
+    if len.is_multiple_of(7) { 1 } else { 7 }
 }
 
 /// At least 8 bodies, and at least 64k rows in all.

@@ -12,12 +12,13 @@ kiln_binary() {
   KILN="$CARGO_TARGET_DIR/release/kiln"
 }
 
-# kiln_start DATA_DIR [flags...]: starts `kiln serve` on free ports and sets
-# KILN_HTTP (host:port) and KILN_PG_PORT.
+# kiln_start DATA_DIR [flags...]: starts `$KILN serve` on free ports and sets
+# KILN_HTTP (host:port) and KILN_PG_PORT. $KILN may carry a prefix command
+# (e.g. `taskset -c 0 /path/kiln`), so it is expanded unquoted here.
 kiln_start() {
   local dir="$1"; shift
   local log="$dir.log"
-  "$KILN" serve --data-dir "$dir" --http-addr 127.0.0.1:0 --pg-addr 127.0.0.1:0 "$@" 2>"$log" &
+  $KILN serve --data-dir "$dir" --http-addr 127.0.0.1:0 --pg-addr 127.0.0.1:0 "$@" 2>"$log" &
   BENCH_PIDS+=($!)
   local line=""
   for _ in $(seq 600); do

@@ -287,19 +287,7 @@ fn psql_shares_the_database_with_http() {
     assert_eq!(s.psql("SELECT count(*) FROM ev"), "2\n");
 
     // Errors carry Kiln's SQLSTATEs.
-    let out = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &s.pg_port.to_string(),
-            "-U",
-            "postgres",
-            "-At",
-        ])
-        .args(["-v", "VERBOSITY=verbose", "-c", "SELECT * FROM nope"])
-        .output()
-        .unwrap();
+    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", "SELECT * FROM nope"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("42P01"), "{err}");

@@ -105,8 +105,9 @@ impl Server {
         (status, v)
     }
 
-    pub fn psql(&self, q: &str) -> String {
-        let out = Command::new("psql")
+    /// Runs `psql -At` with `args` against the server.
+    pub fn psql_output(&self, args: &[&str]) -> std::process::Output {
+        Command::new("psql")
             .args([
                 "-h",
                 "127.0.0.1",
@@ -115,13 +116,17 @@ impl Server {
                 "-U",
                 "postgres",
                 "-At",
-                "-c",
-                q,
             ])
+            .args(args)
             .env("PGCONNECT_TIMEOUT", "10")
             .env("PGSSLMODE", "disable")
             .output()
-            .expect("run psql");
+            .expect("run psql")
+    }
+
+    /// Runs one command with psql; it must succeed. Returns its output.
+    pub fn psql(&self, q: &str) -> String {
+        let out = self.psql_output(&["-c", q]);
         assert!(
             out.status.success(),
             "psql {q}: {}\nserver log:\n{}",

@@ -154,6 +154,8 @@ pub async fn scan_vs_parquet(args: ScanVsParquetArgs) -> Result<(), BoxError> {
     let plain = datafusion::prelude::SessionContext::new_with_config(
         datafusion::prelude::SessionConfig::new().with_target_partitions(cores),
     );
+    // The same SQL functions on both sides (bitmap_agg, retention, ...).
+    kiln_query::functions::register(&plain);
     let file = args.file.to_str().ok_or("file path is not UTF-8")?;
     plain
         .register_parquet(&args.table, file, Default::default())

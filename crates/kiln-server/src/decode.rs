@@ -27,6 +27,16 @@ pub enum BodyFormat {
 }
 
 impl BodyFormat {
+    /// The `format` label of the write metrics (one of `metrics::FORMATS`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Ndjson => "ndjson",
+            Self::Csv => "csv",
+            Self::ArrowStream => "arrowstream",
+            Self::Parquet => "parquet",
+        }
+    }
+
     pub fn from_content_type(ct: Option<&str>) -> Result<Self, ApiError> {
         let Some(ct) = ct else {
             return Err(ApiError::unsupported_media_type(

@@ -52,10 +52,7 @@ pub(crate) async fn write(
 ) -> Response {
     let started = Instant::now();
     let format = BodyFormat::from_content_type(header_str(&headers, header::CONTENT_TYPE));
-    let label = match &format {
-        Ok(f) => format!("{f:?}").to_ascii_lowercase(),
-        Err(_) => "unknown".into(),
-    };
+    let label = format.as_ref().map_or("unknown", |f| f.label());
     let res = match (format, parse_ack(params.ack.as_deref())) {
         (Ok(f), Ok(ack)) => do_write(&st, &table, f, ack, &headers, body).await,
         (Err(e), _) | (_, Err(e)) => Err(e),
@@ -63,7 +60,7 @@ pub(crate) async fn write(
     let elapsed = started.elapsed();
     match res {
         Ok(w) => {
-            st.metrics.write(&label, "ok", elapsed);
+            st.metrics.write(label, "ok", elapsed);
             let (rows, ack, replayed) = (w.rows, w.ack.as_str(), w.replayed);
             tracing::debug!(table = %table, rows, ack, replayed, elapsed_ms = elapsed.as_millis() as u64, "write");
             let mut body = json!({ "rows": rows, "ack": ack });
@@ -73,7 +70,7 @@ pub(crate) async fn write(
             axum::Json(body).into_response()
         }
         Err(e) => {
-            st.metrics.write(&label, e.outcome(), elapsed);
+            st.metrics.write(label, e.outcome(), elapsed);
             tracing::info!(table = %table, code = e.code, "write rejected: {}", e.message);
             e.into_response()
         }

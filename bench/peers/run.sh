@@ -124,11 +124,11 @@ PEER_LIST="$(echo "$ENGINES" | tr ',' '\n' | grep -vx kiln | paste -sd, -)"
 # ---- Kiln ----
 if has kiln; then
   KDIR="$OUT/kiln-data"
-  STAMP="$(stat -c '%n %s %Y' "$PARQUET")"
+  STAMP="$(stat -c '%n %s %Y' "$PARQUET") $(md5sum < "$ROOT/bench/sql/abtest.kiln.sql")"
   if [ "$(cat "$KDIR/.peers-stamp" 2>/dev/null)" != "$STAMP" ]; then
     log "kiln: import $PARQUET"
     rm -rf "$KDIR"
-    "$KILN_BIN" sql --data-dir "$KDIR" "$(cat "$ROOT/bench/sql/abtest.sql")" >/dev/null
+    "$KILN_BIN" sql --data-dir "$KDIR" "$(cat "$ROOT/bench/sql/abtest.kiln.sql")" >/dev/null
     "$KILN_BIN" import --data-dir "$KDIR" --table abtest "$PARQUET"
     mkdir -p "$KDIR"; echo "$STAMP" > "$KDIR/.peers-stamp"
   fi

@@ -16,6 +16,7 @@ pub mod pruning;
 pub mod queries;
 mod session;
 pub mod system;
+mod time_predicates;
 
 pub use engine::{Engine, Output, Streamed};
 pub use error::{Error, Result};
@@ -24,3 +25,4 @@ pub use queries::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
 pub use session::{CATALOG, SCHEMA, build_session};
+pub use time_predicates::TimePredicates;

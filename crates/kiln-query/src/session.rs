@@ -70,6 +70,7 @@ pub fn build_session(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_optimizer_rule(Arc::new(crate::time_predicates::TimePredicates))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);

@@ -1,0 +1,1 @@
+CREATE TABLE abtest (event_time TIMESTAMP NOT NULL, experiment_id BIGINT NOT NULL, arm VARCHAR NOT NULL, user_id BIGINT NOT NULL, region VARCHAR NOT NULL, platform VARCHAR NOT NULL, action VARCHAR NOT NULL, page_url VARCHAR NOT NULL, amount DOUBLE, dwell_ms BIGINT NOT NULL) WITH (sort_key = 'experiment_id');

@@ -1,0 +1,221 @@
+//! Time predicates rewritten so they compare the bare time column.
+//!
+//! Why: dashboards filter on expressions of the time column, such as
+//! `event_time - INTERVAL '1 day' < $3` or `date_trunc('day', event_time) <
+//! $3`. DataFusion evaluates those per row (interval arithmetic and
+//! truncation through calendar code, ~100-250 ns a row) and cannot prune
+//! segments, row groups or pages with them. Rewritten to `event_time <
+//! <constant>`, the same predicate costs one integer comparison a row and
+//! prunes like any range on the time column (the retention queries of the
+//! dashboard workload spent most of their time in such a filter).
+//!
+//! The rewrites are exact, and only applied where they are:
+//! - `ts ± I  op  c`  →  `ts  op  c ∓ I`, for a timestamp without time zone
+//!   and an interval of days and smaller units (months vary in length, and
+//!   with a time zone a day does too). Adding a fixed duration is a
+//!   bijection, so every comparison is preserved.
+//! - `date_trunc(unit, ts)  op  c`  →  a range on `ts`, for a timestamp
+//!   without time zone, `unit` in second, minute, hour, day, month, year,
+//!   and `c` on a unit boundary (`c` is then the truncation of exactly the
+//!   instants in `[c, c + unit)`), as DataFusion's `preimage` does for
+//!   `date_part`.
+
+use chrono::{DateTime, Datelike, Months, NaiveDate};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
+use datafusion::optimizer::optimizer::ApplyOrder;
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+
+/// The optimizer rule; see the module docs.
+#[derive(Debug, Default)]
+pub struct TimePredicates;
+
+impl OptimizerRule for TimePredicates {
+    fn name(&self) -> &str {
+        "kiln_time_predicates"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::BottomUp)
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        plan.map_expressions(|e| e.transform_up(rewrite_expr))
+    }
+}
+
+/// A timestamp literal without time zone: its value and a constructor for
+/// another value of the same unit.
+struct Ts {
+    value: i64,
+    /// Nanoseconds per tick of the unit.
+    tick_ns: i64,
+    make: fn(i64) -> ScalarValue,
+}
+
+fn timestamp(v: &ScalarValue) -> Option<Ts> {
+    let (value, tick_ns, make): (i64, i64, fn(i64) -> ScalarValue) = match v {
+        ScalarValue::TimestampNanosecond(Some(x), None) => {
+            (*x, 1, |x| ScalarValue::TimestampNanosecond(Some(x), None))
+        }
+        ScalarValue::TimestampMicrosecond(Some(x), None) => {
+            (*x, 1_000, |x| ScalarValue::TimestampMicrosecond(Some(x), None))
+        }
+        ScalarValue::TimestampMillisecond(Some(x), None) => {
+            (*x, 1_000_000, |x| ScalarValue::TimestampMillisecond(Some(x), None))
+        }
+        ScalarValue::TimestampSecond(Some(x), None) => (*x, 1_000_000_000, |x| {
+            ScalarValue::TimestampSecond(Some(x), None)
+        }),
+        _ => return None,
+    };
+    Some(Ts {
+        value,
+        tick_ns,
+        make,
+    })
+}
+
+/// A fixed-length interval in nanoseconds (no months).
+fn fixed_interval_ns(v: &ScalarValue) -> Option<i128> {
+    const DAY_NS: i128 = 86_400_000_000_000;
+    match v {
+        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            Some(i.days as i128 * DAY_NS + i.nanoseconds as i128)
+        }
+        ScalarValue::IntervalDayTime(Some(i)) => {
+            Some(i.days as i128 * DAY_NS + i.milliseconds as i128 * 1_000_000)
+        }
+        _ => None,
+    }
+}
+
+fn is_comparison(op: Operator) -> bool {
+    matches!(
+        op,
+        Operator::Eq | Operator::NotEq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+    )
+}
+
+fn rewrite_expr(e: Expr) -> Result<Transformed<Expr>> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
+        return Ok(Transformed::no(e));
+    };
+    if !is_comparison(*op) {
+        return Ok(Transformed::no(e));
+    }
+    // Put the literal on the right.
+    let (lhs, op, c) = match (left.as_ref(), right.as_ref()) {
+        (l, Expr::Literal(c, _)) => (l, *op, c),
+        (Expr::Literal(c, _), r) => match op.swap() {
+            Some(op) => (r, op, c),
+            None => return Ok(Transformed::no(e)),
+        },
+        _ => return Ok(Transformed::no(e)),
+    };
+    let Some(c) = timestamp(c) else {
+        return Ok(Transformed::no(e));
+    };
+    let rewritten = match lhs {
+        Expr::BinaryExpr(inner) => shift(inner, op, &c),
+        Expr::ScalarFunction(f) => truncation(f, op, &c),
+        _ => None,
+    };
+    Ok(match rewritten {
+        Some(new) => Transformed::yes(new),
+        None => Transformed::no(e),
+    })
+}
+
+/// `ts ± I op c` → `ts op c ∓ I`.
+fn shift(inner: &BinaryExpr, op: Operator, c: &Ts) -> Option<Expr> {
+    let (ts, interval, sign) = match (inner.left.as_ref(), inner.op, inner.right.as_ref()) {
+        (ts, Operator::Plus, Expr::Literal(i, _)) => (ts, i, 1),
+        (Expr::Literal(i, _), Operator::Plus, ts) => (ts, i, 1),
+        (ts, Operator::Minus, Expr::Literal(i, _)) => (ts, i, -1),
+        _ => return None,
+    };
+    let ns = fixed_interval_ns(interval)?;
+    if ns % c.tick_ns as i128 != 0 {
+        return None;
+    }
+    let moved = c.value as i128 - sign * (ns / c.tick_ns as i128);
+    let moved = i64::try_from(moved).ok()?;
+    Some(Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(ts.clone()),
+        op,
+        Box::new(Expr::Literal((c.make)(moved), None)),
+    )))
+}
+
+/// `date_trunc(unit, ts) op c` with `c` on a unit boundary → a range on `ts`.
+fn truncation(f: &ScalarFunction, op: Operator, c: &Ts) -> Option<Expr> {
+    if f.func.name() != "date_trunc" || f.args.len() != 2 {
+        return None;
+    }
+    let unit = match &f.args[0] {
+        Expr::Literal(ScalarValue::Utf8(Some(u)) | ScalarValue::Utf8View(Some(u)), _) => {
+            u.to_ascii_lowercase()
+        }
+        _ => return None,
+    };
+    let (lower, upper) = unit_range(&unit, c)?;
+    let ts = f.args[1].clone();
+    let at = |v: i64| Expr::Literal((c.make)(v), None);
+    Some(match op {
+        Operator::Lt => ts.lt(at(lower)),
+        Operator::GtEq => ts.gt_eq(at(lower)),
+        Operator::Gt => ts.gt_eq(at(upper)),
+        Operator::LtEq => ts.lt(at(upper)),
+        Operator::Eq => ts.clone().gt_eq(at(lower)).and(ts.lt(at(upper))),
+        Operator::NotEq => ts.clone().lt(at(lower)).or(ts.gt_eq(at(upper))),
+        _ => return None,
+    })
+}
+
+/// `[c, c + unit)` in `c`'s ticks, if `c` is on a boundary of `unit`.
+fn unit_range(unit: &str, c: &Ts) -> Option<(i64, i64)> {
+    let fixed_ns: i64 = match unit {
+        "second" => 1_000_000_000,
+        "minute" => 60_000_000_000,
+        "hour" => 3_600_000_000_000,
+        "day" => 86_400_000_000_000,
+        "month" | "year" => return calendar_range(unit, c),
+        _ => return None,
+    };
+    if fixed_ns % c.tick_ns != 0 {
+        return None;
+    }
+    let len = fixed_ns / c.tick_ns;
+    (c.value.rem_euclid(len) == 0).then_some((c.value, c.value.checked_add(len)?))
+}
+
+fn calendar_range(unit: &str, c: &Ts) -> Option<(i64, i64)> {
+    let ns = c.value as i128 * c.tick_ns as i128;
+    let at = DateTime::from_timestamp_nanos(i64::try_from(ns).ok()?).naive_utc();
+    let date = at.date();
+    let first = match unit {
+        "month" => NaiveDate::from_ymd_opt(date.year(), date.month(), 1)?,
+        _ => NaiveDate::from_ymd_opt(date.year(), 1, 1)?,
+    };
+    if first.and_hms_opt(0, 0, 0)? != at {
+        return None;
+    }
+    let next = first.checked_add_months(Months::new(if unit == "month" { 1 } else { 12 }))?;
+    let next_ns = next.and_hms_opt(0, 0, 0)?.and_utc().timestamp_nanos_opt()? as i128;
+    let upper = i64::try_from(next_ns / c.tick_ns as i128).ok()?;
+    Some((c.value, upper))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,149 @@
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, TimestampMillisecondArray, TimestampNanosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::datasource::MemTable;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionContext;
+
+use super::TimePredicates;
+
+const DAY_NS: i64 = 86_400_000_000_000;
+/// 2026-10-30T00:00:00Z.
+const START_NS: i64 = 1_761_782_400_000_000_000;
+
+/// Instants around day, month and year boundaries: every 15 minutes over
+/// six days from 2026-10-30, one nanosecond either side of each midnight,
+/// the new year 2027 and a NULL.
+fn table() -> MemTable {
+    let mut ns: Vec<Option<i64>> = vec![None];
+    for day in 0..6 {
+        let midnight = START_NS + day * DAY_NS;
+        ns.extend([midnight - 1, midnight, midnight + 1].map(Some));
+        ns.extend((0..96).map(|q| Some(midnight + q * 900_000_000_000)));
+    }
+    let new_year: i64 = 1_798_761_600_000_000_000; // 2027-01-01
+    ns.extend([new_year - 1, new_year, new_year + 1].map(Some));
+    let ms: Vec<Option<i64>> = ns.iter().map(|v| v.map(|v| v / 1_000_000)).collect();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
+        Field::new("ts_ms", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(TimestampNanosecondArray::from(ns)),
+            Arc::new(TimestampMillisecondArray::from(ms)),
+        ],
+    )
+    .unwrap();
+    MemTable::try_new(schema, vec![vec![batch]]).unwrap()
+}
+
+fn context(with_rule: bool) -> SessionContext {
+    let mut builder = SessionStateBuilder::new().with_default_features();
+    if with_rule {
+        builder = builder.with_optimizer_rule(Arc::new(TimePredicates));
+    }
+    let ctx = SessionContext::new_with_state(builder.build());
+    ctx.register_table("t", Arc::new(table())).unwrap();
+    ctx
+}
+
+async fn count(ctx: &SessionContext, predicate: &str) -> i64 {
+    let batches = ctx
+        .sql(&format!("SELECT count(*) FROM t WHERE {predicate}"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    arrow::array::cast::AsArray::as_primitive::<arrow::datatypes::Int64Type>(batches[0].column(0))
+        .value(0)
+}
+
+async fn filter_plan(ctx: &SessionContext, predicate: &str) -> String {
+    let plan = ctx
+        .sql(&format!("SELECT ts FROM t WHERE {predicate}"))
+        .await
+        .unwrap()
+        .into_optimized_plan()
+        .unwrap();
+    plan.display_indent().to_string()
+}
+
+const LHS: &[&str] = &[
+    "ts - INTERVAL '1 day'",
+    "ts + INTERVAL '36 hours'",
+    "INTERVAL '2 hours' + ts",
+    "ts_ms - INTERVAL '90 minutes'",
+    "date_trunc('day', ts)",
+    "date_trunc('HOUR', ts)",
+    "date_trunc('minute', ts_ms)",
+    "date_trunc('month', ts)",
+    "date_trunc('year', ts)",
+    // Not rewritten (months vary in length; weeks start on Monday): still
+    // compared, to check they are left alone and stay right.
+    "ts - INTERVAL '1 month'",
+    "date_trunc('week', ts)",
+];
+
+const CONSTANTS: &[&str] = &[
+    "TIMESTAMP '2026-11-01 00:00:00'",
+    "TIMESTAMP '2026-11-02 13:00:00'",
+    "TIMESTAMP '2026-11-02 12:34:56.5'",
+    "TIMESTAMP '2027-01-01 00:00:00'",
+];
+
+#[tokio::test]
+async fn rewritten_predicates_select_the_same_rows() {
+    let (plain, kiln) = (context(false), context(true));
+    let mut checked = 0;
+    for lhs in LHS {
+        for c in CONSTANTS {
+            for op in ["<", "<=", ">", ">=", "=", "<>"] {
+                for predicate in [format!("{lhs} {op} {c}"), format!("{c} {op} {lhs}")] {
+                    let (want, got) = (count(&plain, &predicate).await, count(&kiln, &predicate).await);
+                    assert_eq!(got, want, "{predicate}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, LHS.len() * CONSTANTS.len() * 12);
+    // Not vacuous: the boundaries split the rows.
+    let plain = context(false);
+    let below = count(&plain, "date_trunc('day', ts) < TIMESTAMP '2026-11-01 00:00:00'").await;
+    assert!(below > 0 && below < count(&plain, "true").await - 1);
+}
+
+#[tokio::test]
+async fn predicates_compare_the_bare_column() {
+    let kiln = context(true);
+    for predicate in [
+        "ts - INTERVAL '1 day' < TIMESTAMP '2026-11-03 00:00:00'",
+        "date_trunc('day', ts) < TIMESTAMP '2026-11-03 00:00:00'",
+        "TIMESTAMP '2026-11-01 00:00:00' = date_trunc('month', ts)",
+        "date_trunc('minute', ts_ms) >= TIMESTAMP '2026-11-02 13:00:00'",
+    ] {
+        let plan = filter_plan(&kiln, predicate).await;
+        assert!(
+            !plan.contains("date_trunc") && !plan.contains("Interval"),
+            "{predicate}:\n{plan}"
+        );
+    }
+    let plan = filter_plan(&kiln, "ts - INTERVAL '1 day' < TIMESTAMP '2026-11-03 00:00:00'").await;
+    // 2026-11-04T00:00:00 in nanoseconds.
+    assert!(plan.contains("t.ts < TimestampNanosecond(1793750400000000000, None)"), "{plan}");
+    // Off a boundary, or with a calendar-length interval: left alone.
+    for predicate in [
+        "date_trunc('day', ts) < TIMESTAMP '2026-11-02 12:34:56'",
+        "ts - INTERVAL '1 month' < TIMESTAMP '2026-11-03 00:00:00'",
+    ] {
+        let plan = filter_plan(&kiln, predicate).await;
+        assert!(
+            plan.contains("date_trunc") || plan.contains("Interval"),
+            "{predicate}:\n{plan}"
+        );
+    }
+}

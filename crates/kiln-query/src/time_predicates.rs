@@ -68,12 +68,12 @@ fn timestamp(v: &ScalarValue) -> Option<Ts> {
         ScalarValue::TimestampNanosecond(Some(x), None) => {
             (*x, 1, |x| ScalarValue::TimestampNanosecond(Some(x), None))
         }
-        ScalarValue::TimestampMicrosecond(Some(x), None) => {
-            (*x, 1_000, |x| ScalarValue::TimestampMicrosecond(Some(x), None))
-        }
-        ScalarValue::TimestampMillisecond(Some(x), None) => {
-            (*x, 1_000_000, |x| ScalarValue::TimestampMillisecond(Some(x), None))
-        }
+        ScalarValue::TimestampMicrosecond(Some(x), None) => (*x, 1_000, |x| {
+            ScalarValue::TimestampMicrosecond(Some(x), None)
+        }),
+        ScalarValue::TimestampMillisecond(Some(x), None) => (*x, 1_000_000, |x| {
+            ScalarValue::TimestampMillisecond(Some(x), None)
+        }),
         ScalarValue::TimestampSecond(Some(x), None) => (*x, 1_000_000_000, |x| {
             ScalarValue::TimestampSecond(Some(x), None)
         }),
@@ -103,7 +103,12 @@ fn fixed_interval_ns(v: &ScalarValue) -> Option<i128> {
 fn is_comparison(op: Operator) -> bool {
     matches!(
         op,
-        Operator::Eq | Operator::NotEq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+        Operator::Eq
+            | Operator::NotEq
+            | Operator::Lt
+            | Operator::LtEq
+            | Operator::Gt
+            | Operator::GtEq
     )
 }
 

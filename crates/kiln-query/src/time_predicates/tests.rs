@@ -27,7 +27,11 @@ fn table() -> MemTable {
     let ms: Vec<Option<i64>> = ns.iter().map(|v| v.map(|v| v / 1_000_000)).collect();
     let schema = Arc::new(Schema::new(vec![
         Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), true),
-        Field::new("ts_ms", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new(
+            "ts_ms",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            true,
+        ),
     ]));
     let batch = RecordBatch::try_new(
         schema.clone(),
@@ -103,7 +107,10 @@ async fn rewritten_predicates_select_the_same_rows() {
         for c in CONSTANTS {
             for op in ["<", "<=", ">", ">=", "=", "<>"] {
                 for predicate in [format!("{lhs} {op} {c}"), format!("{c} {op} {lhs}")] {
-                    let (want, got) = (count(&plain, &predicate).await, count(&kiln, &predicate).await);
+                    let (want, got) = (
+                        count(&plain, &predicate).await,
+                        count(&kiln, &predicate).await,
+                    );
                     assert_eq!(got, want, "{predicate}");
                     checked += 1;
                 }
@@ -113,7 +120,11 @@ async fn rewritten_predicates_select_the_same_rows() {
     assert_eq!(checked, LHS.len() * CONSTANTS.len() * 12);
     // Not vacuous: the boundaries split the rows.
     let plain = context(false);
-    let below = count(&plain, "date_trunc('day', ts) < TIMESTAMP '2026-11-01 00:00:00'").await;
+    let below = count(
+        &plain,
+        "date_trunc('day', ts) < TIMESTAMP '2026-11-01 00:00:00'",
+    )
+    .await;
     assert!(below > 0 && below < count(&plain, "true").await - 1);
 }
 
@@ -132,9 +143,16 @@ async fn predicates_compare_the_bare_column() {
             "{predicate}:\n{plan}"
         );
     }
-    let plan = filter_plan(&kiln, "ts - INTERVAL '1 day' < TIMESTAMP '2026-11-03 00:00:00'").await;
+    let plan = filter_plan(
+        &kiln,
+        "ts - INTERVAL '1 day' < TIMESTAMP '2026-11-03 00:00:00'",
+    )
+    .await;
     // 2026-11-04T00:00:00 in nanoseconds.
-    assert!(plan.contains("t.ts < TimestampNanosecond(1793750400000000000, None)"), "{plan}");
+    assert!(
+        plan.contains("t.ts < TimestampNanosecond(1793750400000000000, None)"),
+        "{plan}"
+    );
     // Off a boundary, or with a calendar-length interval: left alone.
     for predicate in [
         "date_trunc('day', ts) < TIMESTAMP '2026-11-02 12:34:56'",

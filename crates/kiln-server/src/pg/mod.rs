@@ -54,6 +54,8 @@ use tokio::task::JoinSet;
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 
+mod execute;
+
 /// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
 type PgStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
@@ -227,9 +229,11 @@ impl SimpleQueryHandler for PgSimple {
 
 /// The extended query handler (Parse/Bind/Execute: prepared statements),
 /// registered and guarded like [`PgSimple`]. The statement's logical plan
-/// is built once at Parse and reused by every Execute.
+/// is built once at Parse and reused by every Execute; queries are run by
+/// [`execute::execute_query`], everything else by `DfSessionService`.
 pub struct PgExtended {
     inner: Arc<DfSessionService>,
+    ctx: Arc<SessionContext>,
     queries: Arc<QueryRegistry>,
 }
 
@@ -261,10 +265,14 @@ impl ExtendedQueryHandler for PgExtended {
     {
         let text = &portal.statement.statement.0;
         let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
-        let resp = run_guarded(
-            &handle,
-            ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows),
-        )
+        let resp = run_guarded(&handle, async {
+            match execute::execute_query(&self.ctx, client, portal).await? {
+                Some(resp) => Ok(resp),
+                None => {
+                    ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows).await
+                }
+            }
+        })
         .await?;
         Ok(guard_response(&handle, resp))
     }
@@ -320,7 +328,7 @@ impl Handlers {
             Arc::new(TransactionStatementHook),
         ];
         let ctx = Arc::new(engine.session().clone());
-        let session = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
+        let session = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks));
         let connections = Arc::new(ConnectionManager::new());
         let queries = engine.queries().clone();
         Self {
@@ -330,6 +338,7 @@ impl Handlers {
             }),
             extended: Arc::new(PgExtended {
                 inner: session,
+                ctx,
                 queries: queries.clone(),
             }),
             startup: Arc::new(Startup {

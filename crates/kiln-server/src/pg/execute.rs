@@ -1,0 +1,163 @@
+//! Execute of a prepared `SELECT`: planned once per execution.
+//!
+//! Why: `DfSessionService` runs DataFusion's analyzer and optimizer twice per
+//! Execute (once itself, once more inside `DataFrame::create_physical_plan`)
+//! and clones the session state three times. In a profile of pgbench's
+//! prepared `SELECT 1` those were about a third of the server's CPU. Here the
+//! plan cached at Parse gets its parameters, one state snapshot, one
+//! optimization and one physical plan.
+//!
+//! It covers statements no hook handles (`SELECT`, `WITH`, `VALUES`) whose
+//! parameter types the plan infers; anything else goes through
+//! `DfSessionService`, which also infers types from casts and knows the
+//! catalog's OID-typed columns.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::physical_plan::execute_stream;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
+use datafusion_postgres::arrow_pg::datatypes::{
+    arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type,
+};
+use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::api::Type;
+use datafusion_postgres::pgwire::api::portal::Portal;
+use datafusion_postgres::pgwire::api::results::{QueryResponse, Response};
+use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
+use datafusion_postgres::pgwire::types::format::FormatOptions;
+use futures::StreamExt;
+
+use super::PgStatement;
+
+fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
+    PgWireError::ApiError(Box::new(e))
+}
+
+/// Runs the portal's query, or returns `None` when it is not one this path
+/// takes (see the module docs).
+pub(super) async fn execute_query<C: ClientInfo>(
+    ctx: &SessionContext,
+    client: &C,
+    portal: &Portal<PgStatement>,
+) -> PgWireResult<Option<Response>> {
+    let Some((Statement::Query(_), plan)) = &portal.statement.statement.1 else {
+        return Ok(None);
+    };
+    let Some(types) = parameter_types(plan)? else {
+        return Ok(None);
+    };
+    let wire: Vec<Type> = types
+        .iter()
+        .map(into_pg_type)
+        .collect::<PgWireResult<_>>()?;
+    let params = deserialize_parameters_with_server_types(
+        portal,
+        &types.iter().map(Some).collect::<Vec<_>>(),
+        &wire.iter().map(Some).collect::<Vec<_>>(),
+    )?;
+    let plan = plan
+        .clone()
+        .replace_params_with_values(&params)
+        .map_err(api)?;
+    let state = ctx.state();
+    let optimized = state.optimize(&plan).map_err(api)?;
+    let physical = state
+        .query_planner()
+        .create_physical_plan(&optimized, &state)
+        .await
+        .map_err(api)?;
+    let batches = execute_stream(physical, state.task_ctx()).map_err(api)?;
+
+    let format = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+    let fields = Arc::new(arrow_schema_to_pg_fields(
+        plan.schema().as_arrow(),
+        &portal.result_column_format,
+        Some(format),
+    )?);
+    let row_fields = fields.clone();
+    let rows = batches
+        .map(move |batch| {
+            let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> = match batch {
+                Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                Err(e) => Box::new(std::iter::once(Err(api(e)))),
+            };
+            futures::stream::iter(rows)
+        })
+        .flatten();
+    Ok(Some(Response::Query(QueryResponse::new(fields, rows))))
+}
+
+/// The plan's parameter types in order (`$1`, `$2`, ...), if every one is
+/// inferred and none carries field metadata (the catalog's OID columns).
+fn parameter_types(
+    plan: &LogicalPlan,
+) -> PgWireResult<Option<Vec<datafusion::arrow::datatypes::DataType>>> {
+    let mut plain = true;
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Placeholder(p) = e
+                    && p.field.as_ref().is_some_and(|f| !f.metadata().is_empty())
+                {
+                    plain = false;
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })
+    .map_err(api)?;
+    if !plain {
+        return Ok(None);
+    }
+    let mut types = Vec::new();
+    for (id, ty) in plan.get_parameter_types().map_err(api)? {
+        let (Some(n), Some(ty)) = (
+            id.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()),
+            ty,
+        ) else {
+            return Ok(None);
+        };
+        types.push((n, ty));
+    }
+    types.sort_by_key(|(n, _)| *n);
+    // `$1..$n` without gaps, as the Bind message numbers them.
+    if types.iter().enumerate().any(|(i, (n, _))| *n != i + 1) {
+        return Ok(None);
+    }
+    Ok(Some(types.into_iter().map(|(_, ty)| ty).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, TimeUnit};
+    use datafusion::prelude::SessionContext;
+
+    use super::parameter_types;
+
+    async fn types(sql: &str) -> Option<Vec<DataType>> {
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a BIGINT, ts TIMESTAMP, s VARCHAR)")
+            .await
+            .unwrap();
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        parameter_types(&plan).unwrap()
+    }
+
+    #[tokio::test]
+    async fn parameter_types_in_order_or_none() {
+        let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        assert_eq!(
+            types("SELECT count(*) FROM t WHERE ts < $2 AND a = $1 AND s = $3").await,
+            Some(vec![DataType::Int64, ts.clone(), DataType::Utf8View])
+        );
+        assert_eq!(types("SELECT 1").await, Some(vec![]));
+        // Not inferred from the plan: left to DfSessionService.
+        assert_eq!(types("SELECT $1").await, None);
+        // A gap: $1 is never used.
+        assert_eq!(types("SELECT a FROM t WHERE ts < $2").await, None);
+    }
+}

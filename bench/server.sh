@@ -7,7 +7,7 @@
 #     server started here, same machine, same run;
 #  3. the same at 16 connections with Kiln pinned to 1 core, then 2 (taskset):
 #     q/s must rise with cores (no global lock on the query path).
-# Usage: bench/server.sh [WRITE_SECONDS=20] [PGBENCH_SECONDS=30]
+# Usage: bench/server.sh [WRITE_SECONDS=20 (0: skip writes)] [PGBENCH_SECONDS=30]
 # Prints Markdown tables for docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,7 @@ pg_install
 WORK=$(mktemp -d /tmp/kiln-server-bench.XXXX)
 chmod 755 "$WORK"
 
+if [ "$WRITE_S" != 0 ]; then # WRITE_SECONDS=0 runs pgbench only
 echo "## HTTP writes (kiln bench write, ${WRITE_S}s each)"
 echo
 echo "| ack | clients | rows/request | requests/s | rows/s | p50 ms | p99 ms | p99.9 ms | errors |"
@@ -37,6 +38,7 @@ for ack in durable memory; do
     done
   done
 done
+fi
 
 # pgbench against both servers: the same scripts, the same table.
 LOOKUP_ROWS=100000

@@ -25,4 +25,3 @@ pub use queries::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
 pub use session::{CATALOG, SCHEMA, build_session};
-pub use time_predicates::TimePredicates;

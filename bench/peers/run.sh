@@ -124,7 +124,9 @@ PEER_LIST="$(echo "$ENGINES" | tr ',' '\n' | grep -vx kiln | paste -sd, -)"
 # ---- Kiln ----
 if has kiln; then
   KDIR="$OUT/kiln-data"
-  STAMP="$(stat -c '%n %s %Y' "$PARQUET") $(md5sum < "$ROOT/bench/sql/abtest.kiln.sql")"
+  # Segments are encoded at import: a new codec setting means a new import.
+  export KILN_SEGMENT_COMPRESSION="${KILN_SEGMENT_COMPRESSION:-lz4}"
+  STAMP="$(stat -c '%n %s %Y' "$PARQUET") $(md5sum < "$ROOT/bench/sql/abtest.kiln.sql") $KILN_SEGMENT_COMPRESSION"
   if [ "$(cat "$KDIR/.peers-stamp" 2>/dev/null)" != "$STAMP" ]; then
     log "kiln: import $PARQUET"
     rm -rf "$KDIR"

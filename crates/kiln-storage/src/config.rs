@@ -14,6 +14,18 @@ pub enum WalSync {
     Interval,
 }
 
+/// How segment pages are compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SegmentCompression {
+    /// LZ4 (Parquet's `LZ4_RAW`): decodes several times faster than zstd,
+    /// files ~1.2x larger; ClickHouse's default for the same reason.
+    Lz4,
+    /// zstd level 1: smallest files, slowest scans.
+    Zstd,
+    /// No compression.
+    None,
+}
+
 /// Settings of the storage engine.
 #[derive(Clone, Debug, Args)]
 pub struct StorageConfig {
@@ -77,6 +89,17 @@ pub struct StorageConfig {
     /// Merge small segments of a partition in the background.
     #[arg(long, env = "KILN_COMPACTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub compaction: bool,
+
+    /// Compression of new segments (flushes and compactions). Scans of a
+    /// hot table spend most of their time decompressing pages: lz4 decodes
+    /// several times faster than zstd. Existing segments keep theirs.
+    #[arg(
+        long,
+        env = "KILN_SEGMENT_COMPRESSION",
+        value_enum,
+        default_value = "lz4"
+    )]
+    pub segment_compression: SegmentCompression,
 
     /// Target size of a compacted segment.
     #[arg(long, env = "KILN_COMPACTION_TARGET_BYTES", default_value = "128MiB", value_parser = parse_bytes)]

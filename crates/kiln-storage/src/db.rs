@@ -507,7 +507,14 @@ impl Db {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let mut writes = futures::stream::iter(by_day)
                 .map(|(day, parts)| {
-                    segment::write(&self.inner.store, &t.def, &t.schema, day, parts)
+                    segment::write(
+                        &self.inner.store,
+                        &t.def,
+                        &t.schema,
+                        day,
+                        parts,
+                        self.inner.config.segment_compression,
+                    )
                 })
                 .buffer_unordered(cores);
             while let Some(meta) = writes.next().await {

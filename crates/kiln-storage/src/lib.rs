@@ -35,7 +35,7 @@ mod store;
 mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{StorageConfig, WalSync, parse_bytes};
+pub use config::{SegmentCompression, StorageConfig, WalSync, parse_bytes};
 pub use db::{Ack, CreateTable, Db, StorageMetrics, WriteOptions, Written};
 pub use error::{Error, Result};
 pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};

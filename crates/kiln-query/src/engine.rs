@@ -20,6 +20,7 @@ use kiln_storage::Db;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::queries::{QueryLimits, QueryRegistry};
+use crate::segment_cache::SegmentCache;
 use crate::session::build_session;
 
 /// The result of one statement.
@@ -52,6 +53,7 @@ pub struct Engine {
     db: Db,
     ctx: SessionContext,
     queries: Arc<QueryRegistry>,
+    cache: Arc<SegmentCache>,
 }
 
 impl Engine {
@@ -64,13 +66,27 @@ impl Engine {
     pub fn with_limits(db: Db, limits: QueryLimits) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let queries = QueryRegistry::new(limits);
-        let ctx = build_session(&db, cores, queries.clone())?;
-        Ok(Self { db, ctx, queries })
+        let cache = Arc::new(SegmentCache::new(
+            db.store().clone(),
+            db.config().segment_cache_bytes,
+        ));
+        let ctx = build_session(&db, cores, queries.clone(), cache.clone())?;
+        Ok(Self {
+            db,
+            ctx,
+            queries,
+            cache,
+        })
     }
 
     /// Running and recent queries; protocols register theirs here.
     pub fn queries(&self) -> &Arc<QueryRegistry> {
         &self.queries
+    }
+
+    /// Hot segments held decoded.
+    pub fn segment_cache(&self) -> &Arc<SegmentCache> {
+        &self.cache
     }
 
     pub fn db(&self) -> &Db {

@@ -14,6 +14,7 @@ pub mod import;
 mod provider;
 pub mod pruning;
 pub mod queries;
+pub mod segment_cache;
 mod session;
 pub mod system;
 mod time_predicates;
@@ -24,4 +25,5 @@ pub use provider::KilnTable;
 pub use queries::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
+pub use segment_cache::SegmentCache;
 pub use session::{CATALOG, SCHEMA, build_session};

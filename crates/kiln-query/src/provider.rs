@@ -3,7 +3,8 @@
 //! `scan` pins one [`TableSnapshot`] (a manifest version plus the memstore
 //! rows not in it), prunes segments and memory partitions with the query's
 //! filters, and plans a Parquet scan of the remaining segments (with the
-//! session's footer/page-index cache) next to an in-memory scan. No lock is
+//! session's footer/page-index cache) next to an in-memory scan of the
+//! memstore rows and of the segments held decoded in the [`SegmentCache`]. No lock is
 //! held while planning or executing. `insert_into` writes an INSERT's rows
 //! as one atomic write through the WAL.
 
@@ -37,7 +38,8 @@ use futures::TryStreamExt;
 use kiln_storage::{Db, STORE_URL, Table};
 
 use crate::error::to_df;
-use crate::pruning::{ContainerStats, keep};
+use crate::pruning::{ContainerStats, keep, pruning_predicate};
+use crate::segment_cache::SegmentCache;
 
 /// A Kiln table as a DataFusion `TableProvider`.
 ///
@@ -50,12 +52,18 @@ pub struct KilnTable {
     db: Db,
     table: Arc<Table>,
     schema: SchemaRef,
+    cache: Arc<SegmentCache>,
 }
 
 impl KilnTable {
-    pub fn new(db: Db, table: Arc<Table>) -> Self {
+    pub fn new(db: Db, table: Arc<Table>, cache: Arc<SegmentCache>) -> Self {
         let schema = view_schema(&table.schema);
-        Self { db, table, schema }
+        Self {
+            db,
+            table,
+            schema,
+            cache,
+        }
     }
 }
 
@@ -123,22 +131,30 @@ impl datafusion::datasource::TableProvider for KilnTable {
             }
             None => None,
         };
+        let pruning = pruning_predicate(predicate.as_ref(), &schema);
         let target = state.config().target_partitions().max(1);
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
 
-        // Persisted segments, pruned by their manifest statistics.
+        // Persisted segments, pruned by their manifest statistics. Those in
+        // the segment cache are scanned in memory (pruned again by slice);
+        // the others are read from Parquet and queued for decoding.
         let segments = &snapshot.version.manifest.segments;
         let stats: Vec<_> = segments
             .iter()
             .map(|s| ContainerStats::segment(&s.meta))
             .collect();
-        let kept = keep(predicate.as_ref(), &schema, &stats);
-        let mut files: Vec<_> = segments
-            .iter()
-            .zip(kept)
-            .filter(|(_, k)| *k)
-            .map(|(s, _)| s.clone())
-            .collect();
+        let kept = keep(pruning.as_deref(), &schema, &stats);
+        let mut in_memory = vec![];
+        let mut files = vec![];
+        for (s, _) in segments.iter().zip(kept).filter(|(_, k)| *k) {
+            match self.cache.get(&s.meta.path) {
+                Some(decoded) => in_memory.extend(decoded.slices(pruning.as_deref())),
+                None => {
+                    self.cache.load_later(s.clone(), schema.clone());
+                    files.push(s.clone());
+                }
+            }
+        }
         if !files.is_empty() {
             files.sort_by_key(|s| std::cmp::Reverse(s.meta.bytes));
             // Balance groups by bytes: biggest file to the lightest group.
@@ -190,19 +206,17 @@ impl datafusion::datasource::TableProvider for KilnTable {
             .collect();
         let kept_days: Vec<i32> = days
             .iter()
-            .zip(keep(predicate.as_ref(), &schema, &day_stats))
+            .zip(keep(pruning.as_deref(), &schema, &day_stats))
             .filter(|(_, k)| *k)
             .map(|(d, _)| *d)
             .collect();
-        let mem = snapshot
-            .mem_batches(|d| kept_days.contains(&d))
-            .iter()
-            .map(|b| to_view(b, &schema))
-            .collect::<DfResult<Vec<_>>>()?;
-        if !mem.is_empty() {
-            let mut parts = vec![vec![]; target.min(mem.len())];
+        for b in snapshot.mem_batches(|d| kept_days.contains(&d)).iter() {
+            in_memory.push(to_view(b, &schema)?);
+        }
+        if !in_memory.is_empty() {
+            let mut parts = vec![vec![]; target.min(in_memory.len())];
             let n = parts.len();
-            for (i, b) in mem.into_iter().enumerate() {
+            for (i, b) in in_memory.into_iter().enumerate() {
                 parts[i % n].push(b);
             }
             let src = MemorySourceConfig::try_new(&parts, schema.clone(), projection.cloned())?

@@ -11,7 +11,7 @@ use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use kiln_storage::{NANOS_PER_DAY, StatValue};
 
 /// Min/max/null statistics of one container (a segment or a memory partition).
@@ -115,20 +115,25 @@ impl PruningStatistics for Stats<'_> {
     }
 }
 
-/// Which containers may hold rows matching `predicate` (true = keep).
+/// The pruning form of a query's filter over `schema`; None when there is
+/// no filter or it cannot prune.
+pub fn pruning_predicate(
+    predicate: Option<&Arc<dyn PhysicalExpr>>,
+    schema: &SchemaRef,
+) -> Option<Arc<PruningPredicate>> {
+    PruningPredicateBuilder::new()
+        .with_file_schema(schema.clone())
+        .build(predicate?.clone())
+}
+
+/// Which containers may hold rows matching `pruning` (true = keep).
 /// Everything is kept when there is no predicate or it cannot be evaluated.
 pub fn keep(
-    predicate: Option<&Arc<dyn PhysicalExpr>>,
+    pruning: Option<&PruningPredicate>,
     schema: &SchemaRef,
     containers: &[ContainerStats],
 ) -> Vec<bool> {
     let all = vec![true; containers.len()];
-    let Some(expr) = predicate else { return all };
-    let Some(pp) = PruningPredicateBuilder::new()
-        .with_file_schema(schema.clone())
-        .build(expr.clone())
-    else {
-        return all;
-    };
+    let Some(pp) = pruning else { return all };
     pp.prune(&Stats { schema, containers }).unwrap_or(all)
 }

@@ -16,6 +16,7 @@ use kiln_storage::{Db, STORE_URL};
 
 use crate::provider::KilnTable;
 use crate::queries::QueryRegistry;
+use crate::segment_cache::SegmentCache;
 
 /// Catalog and schema names of user tables.
 pub const CATALOG: &str = "kiln";
@@ -25,6 +26,7 @@ pub const SCHEMA: &str = "public";
 #[derive(Debug)]
 pub struct KilnSchema {
     db: Db,
+    cache: Arc<SegmentCache>,
 }
 
 #[async_trait]
@@ -41,7 +43,7 @@ impl SchemaProvider for KilnSchema {
         Ok(self
             .db
             .table(name)
-            .map(|t| Arc::new(KilnTable::new(self.db.clone(), t)) as _))
+            .map(|t| Arc::new(KilnTable::new(self.db.clone(), t, self.cache.clone())) as _))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -49,11 +51,12 @@ impl SchemaProvider for KilnSchema {
     }
 }
 
-/// Builds the shared session over `db`.
+/// Builds the shared session over `db`; its scans share `cache`.
 pub fn build_session(
     db: &Db,
     target_partitions: usize,
     queries: Arc<QueryRegistry>,
+    cache: Arc<SegmentCache>,
 ) -> DfResult<SessionContext> {
     let mut config = SessionConfig::new()
         .with_information_schema(true)
@@ -76,12 +79,22 @@ pub fn build_session(
     crate::functions::register(&ctx);
     let catalog = MemoryCatalogProvider::new();
     catalog
-        .register_schema(SCHEMA, Arc::new(KilnSchema { db: db.clone() }))
+        .register_schema(
+            SCHEMA,
+            Arc::new(KilnSchema {
+                db: db.clone(),
+                cache: cache.clone(),
+            }),
+        )
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
     catalog
         .register_schema(
             crate::system::SYSTEM,
-            Arc::new(crate::system::SystemSchema::new(db.clone(), queries)),
+            Arc::new(crate::system::SystemSchema::new(
+                db.clone(),
+                queries,
+                cache.clone(),
+            )),
         )
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
     ctx.register_catalog(CATALOG, Arc::new(catalog));

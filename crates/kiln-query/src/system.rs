@@ -1,7 +1,8 @@
 //! The `system` schema: live views of the database's own state, built from
 //! the lock-free registry and pinned manifests at scan time.
 //! `system.tables`: one row per table; `system.segments`: one row per
-//! Parquet segment of the current manifest versions; `system.queries`: the
+//! Parquet segment of the current manifest versions (with the memory it
+//! holds in the segment cache, 0 if none); `system.queries`: the
 //! running and recent queries of every protocol (see [`crate::queries`]).
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use kiln_storage::Db;
 
 use crate::queries::QueryRegistry;
+use crate::segment_cache::SegmentCache;
 
 /// Schema name of the system tables.
 pub const SYSTEM: &str = "system";
@@ -43,11 +45,12 @@ const NAMES: [(&str, Kind); 3] = [
 pub struct SystemSchema {
     db: Db,
     queries: Arc<QueryRegistry>,
+    cache: Arc<SegmentCache>,
 }
 
 impl SystemSchema {
-    pub fn new(db: Db, queries: Arc<QueryRegistry>) -> Self {
-        Self { db, queries }
+    pub fn new(db: Db, queries: Arc<QueryRegistry>, cache: Arc<SegmentCache>) -> Self {
+        Self { db, queries, cache }
     }
 }
 
@@ -62,6 +65,7 @@ impl SchemaProvider for SystemSchema {
             Arc::new(SystemTable {
                 db: self.db.clone(),
                 queries: self.queries.clone(),
+                cache: self.cache.clone(),
                 kind: *kind,
             }) as _
         }))
@@ -76,6 +80,7 @@ impl SchemaProvider for SystemSchema {
 struct SystemTable {
     db: Db,
     queries: Arc<QueryRegistry>,
+    cache: Arc<SegmentCache>,
     kind: Kind,
 }
 
@@ -141,6 +146,7 @@ impl SystemTable {
                     StringBuilder::new(),
                 );
                 let (mut rows, mut bytes) = (Int64Builder::new(), Int64Builder::new());
+                let mut cached = Int64Builder::new();
                 let (mut lo, mut hi) = (
                     TimestampNanosecondBuilder::new(),
                     TimestampNanosecondBuilder::new(),
@@ -154,6 +160,9 @@ impl SystemTable {
                         bytes.append_value(s.meta.bytes as i64);
                         lo.append_value(s.meta.min_time);
                         hi.append_value(s.meta.max_time);
+                        cached.append_value(
+                            self.cache.get(&s.meta.path).map_or(0, |d| d.bytes() as i64),
+                        );
                     }
                 }
                 vec![
@@ -164,6 +173,7 @@ impl SystemTable {
                     Arc::new(bytes.finish()),
                     Arc::new(lo.finish()),
                     Arc::new(hi.finish()),
+                    Arc::new(cached.finish()),
                 ]
             }
             Kind::Queries => {
@@ -234,6 +244,7 @@ impl TableProvider for SystemTable {
                 f("bytes", DataType::Int64),
                 f("min_time", ts()),
                 f("max_time", ts()),
+                f("cached_bytes", DataType::Int64),
             ],
             Kind::Queries => vec![
                 f("query_id", DataType::Int64),

@@ -1,5 +1,5 @@
-//! Query answers are the same from memory, after a flush, after compaction
-//! and after a restart, and equal to a computation made here in plain Rust
+//! Query answers are the same from memory, after a flush, after compaction,
+//! after a restart and from the segment cache, and equal to a computation made here in plain Rust
 //! from the rows the test generated.
 
 use std::collections::BTreeMap;
@@ -181,6 +181,18 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     drop(engine);
     let engine = open(tmp.path()).await;
     check(&engine, &all, "restarted").await;
+    // The queries above queued every segment for decoding; once all are
+    // held, the same answers come from the segment cache.
+    let segments = engine.db().table("sales").unwrap().segments().len();
+    let cache = engine.segment_cache().clone();
+    for _ in 0..500 {
+        if cache.entries() == segments {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(cache.entries(), segments, "segments decoded into the cache");
+    check(&engine, &all, "from the segment cache").await;
     // Obsolete segment files were deleted; only live ones remain on disk.
     let live: usize = engine.db().table("sales").unwrap().segments().len();
     let on_disk = walk(tmp.path())

@@ -53,6 +53,17 @@ async fn explain_plans() {
     engine.db().flush_all().await.unwrap();
     // One segment per day; the time filter keeps only 2026-02-02's.
     insta::assert_snapshot!("segments_pruned_by_time", explain(&engine, q).await);
+    // That query queued the segment for decoding; once it is held, the
+    // same query scans it in memory (no Parquet reader).
+    let cache = engine.segment_cache().clone();
+    for _ in 0..500 {
+        if cache.entries() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(cache.entries(), 1);
+    insta::assert_snapshot!("segment_cached", explain(&engine, q).await);
     // Column statistics prune too: no segment holds region 'zz'.
     insta::assert_snapshot!(
         "segments_pruned_by_stats",

@@ -101,6 +101,12 @@ pub struct StorageConfig {
     )]
     pub segment_compression: SegmentCompression,
 
+    /// Memory for hot segments kept decoded as Arrow (0: off). A query
+    /// scans a held segment without reading or decoding Parquet; a segment
+    /// a query misses is decoded in the background for the next ones.
+    #[arg(long, env = "KILN_SEGMENT_CACHE_BYTES", default_value = "2GiB", value_parser = parse_bytes)]
+    pub segment_cache_bytes: usize,
+
     /// Target size of a compacted segment.
     #[arg(long, env = "KILN_COMPACTION_TARGET_BYTES", default_value = "128MiB", value_parser = parse_bytes)]
     pub compaction_target_bytes: usize,

@@ -1,0 +1,323 @@
+//! [`SegmentCache`]: hot segments kept decoded, as Arrow batches in memory.
+//!
+//! Why: a dashboard asks the same recent days again and again, and a profile
+//! of its queries over Parquet spent most of the scan decompressing and
+//! decoding the same pages each time (docs/benchmarks.md). Segments are
+//! immutable, so their decoded rows can be kept without any invalidation:
+//! a segment's path is never reused.
+//!
+//! How: a query that finds a segment here scans its batches in memory, and
+//! prunes them in slices of [`SLICE_ROWS`] rows with per-slice min/max (finer
+//! than Parquet's pages). A query that misses reads the Parquet file as
+//! before and asks for the segment to be decoded in the background, so no
+//! query waits for a load. The cache is bounded by bytes
+//! (`--segment-cache-bytes`) with least-recently-used eviction; lookups
+//! take no global lock.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, SchemaRef};
+use bytes::Bytes;
+use dashmap::DashMap;
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::error::Result as DfResult;
+use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
+use datafusion::logical_expr::Accumulator;
+use datafusion::physical_optimizer::pruning::PruningPredicate;
+use kiln_storage::{Segment, Store};
+use object_store::path::Path;
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+
+/// Rows per pruning slice of a cached segment: DataFusion's batch size, so
+/// each kept slice is one ordinary batch.
+pub const SLICE_ROWS: usize = 8192;
+
+/// A segment's rows, decoded.
+#[derive(Debug)]
+pub struct DecodedSegment {
+    /// Every slice of the segment, in order, each at most [`SLICE_ROWS`] rows
+    /// (zero-copy views into the row groups' batches).
+    slices: Vec<RecordBatch>,
+    /// Per column: min and max of every slice (null where unknown).
+    mins: Vec<ArrayRef>,
+    maxs: Vec<ArrayRef>,
+    null_counts: Vec<ArrayRef>,
+    row_counts: ArrayRef,
+    schema: SchemaRef,
+    /// Memory held (the cache's weight).
+    bytes: usize,
+}
+
+impl DecodedSegment {
+    /// Decodes a whole Parquet segment into `schema` (the query schema, with
+    /// strings as views) and computes its slice statistics.
+    pub fn decode(file: Bytes, schema: &SchemaRef) -> DfResult<Self> {
+        let options = ArrowReaderOptions::new().with_schema(schema.clone());
+        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)?;
+        let row_group_rows = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| rg.num_rows() as usize)
+            .max()
+            .unwrap_or(SLICE_ROWS)
+            .max(1);
+        // One batch per row group: a string column's dictionary is then
+        // shared by the row group's slices, and counted once below.
+        let batches = builder
+            .with_batch_size(row_group_rows)
+            .build()?
+            .collect::<Result<Vec<_>, _>>()?;
+        let bytes = batches.iter().map(|b| b.get_array_memory_size()).sum();
+        let slices: Vec<RecordBatch> = batches
+            .iter()
+            .flat_map(|b| {
+                (0..b.num_rows())
+                    .step_by(SLICE_ROWS)
+                    .map(|o| b.slice(o, SLICE_ROWS.min(b.num_rows() - o)))
+            })
+            .collect();
+        let mut mins = vec![];
+        let mut maxs = vec![];
+        let mut null_counts = vec![];
+        for (i, field) in schema.fields().iter().enumerate() {
+            let dt = field.data_type();
+            let (mut lo, mut hi) = (vec![], vec![]);
+            for s in &slices {
+                let (a, b) = min_max(s.column(i), dt)?;
+                lo.push(a);
+                hi.push(b);
+            }
+            mins.push(ScalarValue::iter_to_array(lo)?);
+            maxs.push(ScalarValue::iter_to_array(hi)?);
+            null_counts.push(Arc::new(UInt64Array::from_iter_values(
+                slices.iter().map(|s| s.column(i).null_count() as u64),
+            )) as ArrayRef);
+        }
+        let row_counts = Arc::new(UInt64Array::from_iter_values(
+            slices.iter().map(|s| s.num_rows() as u64),
+        ));
+        Ok(Self {
+            slices,
+            mins,
+            maxs,
+            null_counts,
+            row_counts,
+            schema: schema.clone(),
+            bytes,
+        })
+    }
+
+    /// The slices that may hold rows matching `pruning` (all without one).
+    pub fn slices(&self, pruning: Option<&PruningPredicate>) -> Vec<RecordBatch> {
+        let keep = pruning.and_then(|p| p.prune(self).ok());
+        match keep {
+            Some(keep) => self
+                .slices
+                .iter()
+                .zip(keep)
+                .filter(|(_, k)| *k)
+                .map(|(s, _)| s.clone())
+                .collect(),
+            None => self.slices.clone(),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn rows(&self) -> usize {
+        self.slices.iter().map(|s| s.num_rows()).sum()
+    }
+}
+
+/// Min and max of one slice; nulls (unknown) for types without an order
+/// pruning can use, and for floats holding NaN.
+fn min_max(values: &ArrayRef, dt: &DataType) -> DfResult<(ScalarValue, ScalarValue)> {
+    let unknown = || ScalarValue::try_from(dt);
+    let has_nan = match values.as_any().downcast_ref::<arrow::array::Float64Array>() {
+        Some(f) => f.iter().flatten().any(f64::is_nan),
+        None => false,
+    };
+    if has_nan {
+        return Ok((unknown()?, unknown()?));
+    }
+    let mut lo = MinAccumulator::try_new(dt)?;
+    let mut hi = MaxAccumulator::try_new(dt)?;
+    lo.update_batch(std::slice::from_ref(values))?;
+    hi.update_batch(std::slice::from_ref(values))?;
+    Ok((lo.evaluate()?, hi.evaluate()?))
+}
+
+impl PruningStatistics for DecodedSegment {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        Some(self.mins[self.schema.index_of(&column.name).ok()?].clone())
+    }
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        Some(self.maxs[self.schema.index_of(&column.name).ok()?].clone())
+    }
+    fn num_containers(&self) -> usize {
+        self.slices.len()
+    }
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        Some(self.null_counts[self.schema.index_of(&column.name).ok()?].clone())
+    }
+    fn row_counts(&self) -> Option<ArrayRef> {
+        Some(self.row_counts.clone())
+    }
+    fn contained(&self, _: &Column, _: &HashSet<ScalarValue>) -> Option<BooleanArray> {
+        None
+    }
+}
+
+/// Decoded hot segments, by path; shared by every query of the process.
+///
+/// A sharded map (no global lock on lookups) with least-recently-used
+/// eviction by bytes. Not foyer's in-memory cache: it splits its capacity
+/// evenly over shards, and a whole decoded segment (~100 MiB for a day of
+/// the benchmark table) is a large share of one shard, so a dashboard's
+/// working set kept evicting itself while the total was half used.
+pub struct SegmentCache {
+    capacity: usize,
+    map: DashMap<String, Arc<Entry>>,
+    /// Bytes held; changed only under `admit`.
+    usage: AtomicUsize,
+    /// Logical clock of lookups, for LRU.
+    tick: AtomicU64,
+    /// Serializes inserts and evictions (background loads only, never a lookup).
+    admit: parking_lot::Mutex<()>,
+    store: Store,
+    /// Paths being decoded, so concurrent misses start one load.
+    loading: parking_lot::Mutex<HashSet<String>>,
+    /// One decode at a time: loads are background work and must not take
+    /// every core from the queries that triggered them.
+    decoders: tokio::sync::Semaphore,
+}
+
+struct Entry {
+    segment: Arc<DecodedSegment>,
+    last_used: AtomicU64,
+}
+
+impl std::fmt::Debug for SegmentCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentCache")
+            .field("capacity", &self.capacity)
+            .field("usage", &self.usage())
+            .finish()
+    }
+}
+
+impl SegmentCache {
+    /// A cache holding at most `capacity` bytes of decoded segments read
+    /// from `store` (0: disabled).
+    pub fn new(store: Store, capacity: usize) -> Self {
+        Self {
+            capacity,
+            map: DashMap::new(),
+            usage: AtomicUsize::new(0),
+            tick: AtomicU64::new(0),
+            admit: parking_lot::Mutex::new(()),
+            store,
+            loading: parking_lot::Mutex::new(HashSet::new()),
+            decoders: tokio::sync::Semaphore::new(1),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Bytes of decoded segments held now.
+    pub fn usage(&self) -> usize {
+        self.usage.load(Ordering::Relaxed)
+    }
+
+    /// Segments held now.
+    pub fn entries(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The decoded segment at `path`, if held.
+    pub fn get(&self, path: &str) -> Option<Arc<DecodedSegment>> {
+        let e = self.map.get(path)?;
+        e.last_used
+            .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        Some(e.segment.clone())
+    }
+
+    /// Holds `segment` under `path`, evicting the least recently used
+    /// segments to make room. A segment larger than the cache is not held.
+    pub fn insert(&self, path: String, segment: DecodedSegment) {
+        let bytes = segment.bytes();
+        if bytes > self.capacity {
+            return;
+        }
+        let _g = self.admit.lock();
+        if let Some((_, old)) = self.map.remove(&path) {
+            self.usage.fetch_sub(old.segment.bytes(), Ordering::Relaxed);
+        }
+        while self.usage() + bytes > self.capacity {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|e| e.last_used.load(Ordering::Relaxed))
+                .map(|e| e.key().clone());
+            let Some((_, e)) = oldest.and_then(|k| self.map.remove(&k)) else {
+                break;
+            };
+            self.usage.fetch_sub(e.segment.bytes(), Ordering::Relaxed);
+        }
+        let entry = Arc::new(Entry {
+            segment: Arc::new(segment),
+            last_used: AtomicU64::new(self.tick.fetch_add(1, Ordering::Relaxed)),
+        });
+        self.map.insert(path, entry);
+        self.usage.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Starts decoding `segment` in the background, unless it is held,
+    /// being loaded, or larger than the whole cache. Needs a tokio runtime;
+    /// without one (or disabled) it does nothing.
+    pub fn load_later(self: &Arc<Self>, segment: Arc<Segment>, schema: SchemaRef) {
+        if self.capacity == 0 {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let path = segment.meta.path.clone();
+        if self.map.contains_key(&path) || !self.loading.lock().insert(path.clone()) {
+            return;
+        }
+        let this = self.clone();
+        rt.spawn(async move {
+            // `segment` is held until the load ends, so its file is not deleted under it.
+            match this.load(&segment, schema).await {
+                Ok(d) => this.insert(path.clone(), d),
+                Err(e) => tracing::warn!(path = %path, error = %e, "segment cache: decode failed"),
+            }
+            this.loading.lock().remove(&path);
+        });
+    }
+
+    async fn load(&self, segment: &Segment, schema: SchemaRef) -> DfResult<DecodedSegment> {
+        let _permit = self.decoders.acquire().await.expect("never closed");
+        let file = self
+            .store
+            .get(&Path::from(segment.meta.path.as_str()))
+            .await
+            .map_err(crate::error::to_df)?;
+        tokio::task::spawn_blocking(move || DecodedSegment::decode(file, &schema))
+            .await
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -189,6 +189,8 @@ pub struct SegmentCache {
     usage: AtomicUsize,
     /// Logical clock of lookups, for LRU.
     tick: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
     /// Serializes inserts and evictions (background loads only, never a lookup).
     admit: parking_lot::Mutex<()>,
     store: Store,
@@ -222,6 +224,8 @@ impl SegmentCache {
             map: DashMap::new(),
             usage: AtomicUsize::new(0),
             tick: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
             admit: parking_lot::Mutex::new(()),
             store,
             loading: parking_lot::Mutex::new(HashSet::new()),
@@ -243,9 +247,21 @@ impl SegmentCache {
         self.map.len()
     }
 
+    /// Lookups so far: (hits, misses).
+    pub fn lookups(&self) -> (u64, u64) {
+        (
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
+    }
+
     /// The decoded segment at `path`, if held.
     pub fn get(&self, path: &str) -> Option<Arc<DecodedSegment>> {
-        let e = self.map.get(path)?;
+        let Some(e) = self.map.get(path) else {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        self.hits.fetch_add(1, Ordering::Relaxed);
         e.last_used
             .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         Some(e.segment.clone())

@@ -4,7 +4,8 @@
 //! copied from the `Db` at scrape time, so nothing on the write path pays
 //! for metrics it does not already keep.
 
-use kiln_storage::{Db, LATENCY_BOUNDS_S, LatencySnapshot};
+use kiln_query::Engine;
+use kiln_storage::{LATENCY_BOUNDS_S, LatencySnapshot};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -28,6 +29,10 @@ pub const SEGMENT_BYTES: &str = "kiln_segment_bytes";
 pub const WAL_FSYNC_DURATION: &str = "kiln_wal_fsync_duration_seconds";
 pub const FLUSH_DURATION: &str = "kiln_flush_duration_seconds";
 pub const OPEN_CONNECTIONS: &str = "kiln_open_connections";
+pub const SEGMENT_CACHE_BYTES: &str = "kiln_segment_cache_bytes";
+pub const SEGMENT_CACHE_SEGMENTS: &str = "kiln_segment_cache_segments";
+pub const SEGMENT_CACHE_HITS: &str = "kiln_segment_cache_hits_total";
+pub const SEGMENT_CACHE_MISSES: &str = "kiln_segment_cache_misses_total";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
@@ -71,6 +76,10 @@ pub struct Metrics {
     memstore_bytes: IntGaugeVec,
     segments: IntGaugeVec,
     segment_bytes: IntGaugeVec,
+    cache_bytes: IntGauge,
+    cache_segments: IntGauge,
+    cache_hits: IntCounter,
+    cache_misses: IntCounter,
     resolved: Resolved,
 }
 
@@ -98,6 +107,13 @@ impl Metrics {
                 .register(Box::new(h.clone()))
                 .expect("unique metric");
             h
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
         };
         let gauge_vec = |name: &str, help: &str| {
             let g = IntGaugeVec::new(Opts::new(name, help), &["table"]).expect("valid metric");
@@ -161,6 +177,19 @@ impl Metrics {
             memstore_bytes: gauge_vec(MEMSTORE_BYTES, "Bytes held in a table's memstore."),
             segments: gauge_vec(SEGMENTS, "Parquet segments in a table's current manifest."),
             segment_bytes: gauge_vec(SEGMENT_BYTES, "Bytes of a table's Parquet segments."),
+            cache_bytes: gauge(
+                SEGMENT_CACHE_BYTES,
+                "Memory held by decoded segments in the segment cache.",
+            ),
+            cache_segments: gauge(SEGMENT_CACHE_SEGMENTS, "Segments held decoded."),
+            cache_hits: counter(
+                SEGMENT_CACHE_HITS,
+                "Segment scans served from the segment cache.",
+            ),
+            cache_misses: counter(
+                SEGMENT_CACHE_MISSES,
+                "Segment scans that read Parquet (and queued the segment for decoding).",
+            ),
             registry,
         }
     }
@@ -194,9 +223,16 @@ impl Metrics {
         }
     }
 
-    /// Prometheus text exposition, with the storage engine's numbers as of now.
-    pub fn render(&self, db: &Db) -> String {
+    /// Prometheus text exposition, with the engine's numbers as of now.
+    pub fn render(&self, engine: &Engine) -> String {
+        let db = engine.db();
         let set = |c: &IntCounter, v: u64| c.inc_by(v.saturating_sub(c.get()));
+        let cache = engine.segment_cache();
+        self.cache_bytes.set(cache.usage() as i64);
+        self.cache_segments.set(cache.entries() as i64);
+        let (hits, misses) = cache.lookups();
+        set(&self.cache_hits, hits);
+        set(&self.cache_misses, misses);
         let m = db.metrics();
         set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));
         set(&self.bytes_written, m.bytes_written.load(Ordering::Relaxed));

@@ -328,3 +328,55 @@ fn sigterm_exits_cleanly_and_restart_keeps_rows() {
     let status = s.terminate();
     assert!(status.success(), "exit status {status}");
 }
+
+/// Polls `q` (one integer) until it returns at least `want`, for up to 20 s.
+fn wait_for(s: &Server, q: &str, want: i64) -> i64 {
+    let mut got = 0;
+    for _ in 0..400 {
+        got = s.rows(q)[0][0].as_i64().unwrap_or(0);
+        if got >= want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    got
+}
+
+/// A flushed segment read by a query is decoded into the segment cache in
+/// the background; later queries read it from there, with the same answer,
+/// and /metrics counts the hits.
+#[test]
+fn flushed_segments_are_served_from_the_segment_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &["--flush-bytes", "1"]);
+    s.sql(DDL);
+    let body: String = (1..=5000)
+        .map(|i| format!("{{\"ts\":\"2026-05-01T10:00:00\",\"user_id\":{i},\"amount\":{i}.5}}\n"))
+        .collect();
+    assert_eq!(s.write("ev", &[NDJSON], body.as_bytes()).0, 200);
+    let flushed = wait_for(
+        &s,
+        "SELECT coalesce(sum(rows), 0) FROM system.segments",
+        5000,
+    );
+    assert_eq!(flushed, 5000, "rows flushed to segments");
+    let q = "SELECT count(*), sum(amount) FROM ev WHERE user_id > 1000";
+    let want = serde_json::json!([[4000, 4000.0 * 3000.5 + 2000.0]]);
+    assert_eq!(s.rows(q), want);
+    let cached = wait_for(&s, "SELECT sum(cached_bytes) FROM system.segments", 1);
+    assert!(cached > 0, "the segment was decoded into the cache");
+    assert_eq!(s.rows(q), want);
+    let (_, body) = s.request("GET", "/metrics", &[], b"");
+    let text = String::from_utf8(body).unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("kiln_segment_cache_hits_total") >= 1.0, "{text}");
+    assert!(value("kiln_segment_cache_misses_total") >= 1.0, "{text}");
+    assert_eq!(value("kiln_segment_cache_bytes"), cached as f64);
+    assert_eq!(value("kiln_segment_cache_segments"), 1.0);
+}

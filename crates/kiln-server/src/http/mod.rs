@@ -42,7 +42,7 @@ async fn ready(State(st): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    let text = st.metrics.render(st.engine.db());
+    let text = st.metrics.render(&st.engine);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

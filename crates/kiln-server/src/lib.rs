@@ -162,7 +162,11 @@ async fn serve_db(
             })
             .await
     });
-    let handlers = Arc::new(pg::Handlers::new(engine.clone(), metrics.clone()));
+    let handlers = Arc::new(pg::Handlers::new(
+        engine.clone(),
+        metrics.clone(),
+        config.max_body_bytes,
+    ));
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
 
     eprintln!("kiln listening http={http_addr} pg={pg_addr}");

@@ -7,7 +7,7 @@
 //! with a handler set equivalent to the crate's own. On top of it:
 //! - [`KilnDdlHook`] sends `CREATE TABLE` / `DROP TABLE` to Kiln's DDL (else
 //!   DataFusion would create an in-memory table), in the simple and the
-//!   extended query paths;
+//!   extended query paths, and starts `COPY ... FROM STDIN` ([`copy`]);
 //! - [`PgSimple`] and [`PgExtended`] wrap the simple and extended query
 //!   handlers: each query is registered in the engine's [`QueryRegistry`]
 //!   (admission, timeout, `system.queries`, metrics), its row stream is
@@ -35,6 +35,7 @@ use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire::api::auth::StartupHandler;
 use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
+use datafusion_postgres::pgwire::api::copy::CopyHandler;
 use datafusion_postgres::pgwire::api::portal::Portal;
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use datafusion_postgres::pgwire::api::results::{Response, Tag};
@@ -54,6 +55,7 @@ use tokio::task::JoinSet;
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 
+mod copy;
 mod execute;
 
 /// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
@@ -73,6 +75,7 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
 /// Sends Kiln's DDL to the engine instead of DataFusion.
 pub struct KilnDdlHook {
     engine: Arc<Engine>,
+    copy_limit: usize,
 }
 
 fn is_kiln_ddl(stmt: &Statement) -> bool {
@@ -103,8 +106,11 @@ impl QueryHook for KilnDdlHook {
         &self,
         statement: &Statement,
         _ctx: &SessionContext,
-        _client: &mut dyn HookClient,
+        client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
+        if let Some(copy) = copy::start(statement, &self.engine, self.copy_limit, &*client) {
+            return Some(copy);
+        }
         if !is_kiln_ddl(statement) {
             return None;
         }
@@ -117,6 +123,10 @@ impl QueryHook for KilnDdlHook {
         _ctx: &SessionContext,
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
+        if matches!(statement, Statement::Copy { .. }) {
+            let msg = "COPY FROM STDIN is supported through the simple query protocol";
+            return Some(Err(ApiError::bad_input(msg).to_pg()));
+        }
         if !is_kiln_ddl(statement) {
             return None;
         }
@@ -314,14 +324,17 @@ pub struct Handlers {
     extended: Arc<PgExtended>,
     startup: Arc<Startup>,
     cancel: Arc<KilnCancel>,
+    copy: Arc<copy::KilnCopy>,
     metrics: Arc<Metrics>,
 }
 
 impl Handlers {
-    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>) -> Self {
+    /// `copy_limit`: the most bytes one COPY FROM STDIN may send.
+    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, copy_limit: usize) -> Self {
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
             Arc::new(KilnDdlHook {
                 engine: engine.clone(),
+                copy_limit,
             }),
             Arc::new(CursorStatementHook),
             Arc::new(SetShowHook),
@@ -348,6 +361,7 @@ impl Handlers {
                 connections,
                 queries,
             }),
+            copy: Arc::new(copy::KilnCopy { engine }),
             metrics,
         }
     }
@@ -368,6 +382,10 @@ impl PgWireServerHandlers for Handlers {
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         self.cancel.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.copy.clone()
     }
 }
 

@@ -23,7 +23,7 @@ use crate::codec;
 use crate::config::{StorageConfig, WalSync};
 use crate::error::{Error, Result};
 use crate::idempotency::{Begin, Done, IdempotencyKey, Keys};
-use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
+use crate::manifest::{Manifest, Reaper, Segment, SegmentMeta, table_prefix};
 use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
 use crate::segment;
 use crate::store::Store;
@@ -107,6 +107,21 @@ pub(crate) struct Inner {
     background: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The data directory lock, released by `close`.
     lock: parking_lot::Mutex<Option<std::fs::File>>,
+}
+
+impl Inner {
+    /// Sorts, encodes (with the configured compression) and durably writes
+    /// one segment of `table`'s partition `day`; not visible until a
+    /// manifest refers to it.
+    pub(crate) async fn write_segment(
+        &self,
+        table: &Table,
+        day: i32,
+        batches: Vec<RecordBatch>,
+    ) -> Result<SegmentMeta> {
+        let c = self.config.segment_compression;
+        segment::write(&self.store, &table.def, &table.schema, day, batches, c).await
+    }
 }
 
 /// An open Kiln database. Cheap to clone; all clones share one engine.
@@ -506,16 +521,7 @@ impl Db {
             // Partitions are sorted and encoded in parallel, one per core.
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let mut writes = futures::stream::iter(by_day)
-                .map(|(day, parts)| {
-                    segment::write(
-                        &self.inner.store,
-                        &t.def,
-                        &t.schema,
-                        day,
-                        parts,
-                        self.inner.config.segment_compression,
-                    )
-                })
+                .map(|(day, parts)| self.inner.write_segment(&t, day, parts))
                 .buffer_unordered(cores);
             while let Some(meta) = writes.next().await {
                 written.push(Segment::new(meta?, &self.inner.reaper));

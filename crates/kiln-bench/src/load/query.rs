@@ -4,6 +4,8 @@
 //! parameters (HTTP), and sends its next call as soon as the previous one
 //! answered. Each concurrency level runs for a fixed time; its latencies go
 //! to per-client histograms merged at the end, so measuring takes no lock.
+//! Before the first level every query runs once, unmeasured (as
+//! `bench/peers` does for the peers).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,6 +52,7 @@ pub struct Progress {
 /// Runs every level; `progress` is updated live. The first error of a
 /// level is kept (with its query) and returned if no call succeeded.
 pub async fn run(load: &QueryLoad, progress: Arc<Progress>) -> Result<Vec<LevelReport>> {
+    warm_up(load).await?;
     let mut out = Vec::with_capacity(load.clients.len());
     for &clients in &load.clients {
         progress.clients.store(clients as u64, Ordering::Relaxed);
@@ -58,6 +61,24 @@ pub async fn run(load: &QueryLoad, progress: Arc<Progress>) -> Result<Vec<LevelR
         out.push(run_level(load, clients, &progress).await?);
     }
     Ok(out)
+}
+
+/// Runs each query once, unmeasured, with the first call's parameters of
+/// client 0: the same warm-up `bench/peers` gives every peer, so no system's
+/// first level alone pays for cold caches. A failing query is left for the
+/// levels to report.
+async fn warm_up(load: &QueryLoad) -> Result<()> {
+    let t = Instant::now();
+    let mut conn = Conn::open(load, 0).await?;
+    let first = CallGen::new(load.seed, 0, load.queries.len()).next_call();
+    for query in 0..load.queries.len() {
+        let _ = conn.call(load.queries, &Call { query, ..first }).await;
+    }
+    tracing::info!(
+        "warm-up (each query once) {:.2}s",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// What one client measured.

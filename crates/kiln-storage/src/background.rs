@@ -102,7 +102,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     let mut written = vec![];
     let result: Result<()> = async {
         for (day, batches) in by_day {
-            let meta = inner.write_segment(&table, day, batches).await?;
+            let meta = inner.write_segment(table, day, batches).await?;
             written.push(Segment::new(meta, &inner.reaper));
         }
         let current = table.mem.manifest();
@@ -160,7 +160,7 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     for s in &picked {
         batches.extend(segment::read(&inner.store, &s.meta.path).await?);
     }
-    let meta = inner.write_segment(&table, day, batches).await?;
+    let meta = inner.write_segment(table, day, batches).await?;
     let merged = Segment::new(meta, &inner.reaper);
     let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
     if let Err(e) = next.persist(&inner.store, table.def.id).await {

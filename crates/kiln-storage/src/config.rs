@@ -104,6 +104,7 @@ pub struct StorageConfig {
     /// Memory for hot segments kept decoded as Arrow (0: off). A query
     /// scans a held segment without reading or decoding Parquet; a segment
     /// a query misses is decoded in the background for the next ones.
+    /// (`kiln sql` on a data directory, a one-shot process, never caches.)
     #[arg(long, env = "KILN_SEGMENT_CACHE_BYTES", default_value = "2GiB", value_parser = parse_bytes)]
     pub segment_cache_bytes: usize,
 

@@ -15,7 +15,11 @@ pub async fn run(args: SqlArgs) -> Result<(), BoxError> {
     if let Some(url) = &args.url {
         return remote(url, &args).await;
     }
-    let db = Db::open(args.storage).await?;
+    // One-shot: nothing would read a decoded segment again, and a decode
+    // still running at exit would delay it.
+    let mut storage = args.storage;
+    storage.segment_cache_bytes = 0;
+    let db = Db::open(storage).await?;
     let engine = Engine::new(db.clone())?;
     let result = async {
         let mut out = std::io::stdout().lock();

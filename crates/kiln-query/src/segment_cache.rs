@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
-use dashmap::DashMap;
+use dashmap::{DashMap, DashSet};
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::error::Result as DfResult;
@@ -194,8 +194,9 @@ pub struct SegmentCache {
     /// Serializes inserts and evictions (background loads only, never a lookup).
     admit: parking_lot::Mutex<()>,
     store: Store,
-    /// Paths being decoded, so concurrent misses start one load.
-    loading: parking_lot::Mutex<HashSet<String>>,
+    /// Paths being decoded, so concurrent misses start one load (sharded:
+    /// a miss is on the query path).
+    loading: DashSet<String>,
     /// One decode at a time: loads are background work and must not take
     /// every core from the queries that triggered them.
     decoders: tokio::sync::Semaphore,
@@ -228,7 +229,7 @@ impl SegmentCache {
             misses: AtomicU64::new(0),
             admit: parking_lot::Mutex::new(()),
             store,
-            loading: parking_lot::Mutex::new(HashSet::new()),
+            loading: DashSet::new(),
             decoders: tokio::sync::Semaphore::new(1),
         }
     }
@@ -308,7 +309,7 @@ impl SegmentCache {
             return;
         };
         let path = segment.meta.path.clone();
-        if self.map.contains_key(&path) || !self.loading.lock().insert(path.clone()) {
+        if self.map.contains_key(&path) || !self.loading.insert(path.clone()) {
             return;
         }
         let this = self.clone();
@@ -318,7 +319,7 @@ impl SegmentCache {
                 Ok(d) => this.insert(path.clone(), d),
                 Err(e) => tracing::warn!(path = %path, error = %e, "segment cache: decode failed"),
             }
-            this.loading.lock().remove(&path);
+            this.loading.remove(&path);
         });
     }
 

@@ -137,6 +137,22 @@ impl From<kiln_storage::Error> for ApiError {
     }
 }
 
+impl ApiError {
+    /// A write's error, with a bad row named where it came from
+    /// (`locate(row)`: e.g. `line 7` of a body or a COPY).
+    pub fn from_write(e: kiln_storage::Error, locate: impl Fn(usize) -> String) -> Self {
+        let location = match &e {
+            kiln_storage::Error::InvalidRow { row, msg } => Some((locate(*row), msg.clone())),
+            _ => None,
+        };
+        let mut api = Self::from(e);
+        if let Some((at, msg)) = location {
+            api.message = format!("{at}: {msg}");
+        }
+        api
+    }
+}
+
 impl From<kiln_query::Error> for ApiError {
     fn from(e: kiln_query::Error) -> Self {
         use kiln_query::Error as E;

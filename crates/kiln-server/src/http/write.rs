@@ -130,15 +130,5 @@ async fn do_write(
     };
     db.write_with(table, &decoded.batches, opts)
         .await
-        .map_err(|e| match e {
-            kiln_storage::Error::InvalidRow { row, msg } => {
-                let mut api = ApiError::from(kiln_storage::Error::InvalidRow {
-                    row,
-                    msg: msg.clone(),
-                });
-                api.message = format!("{}: {msg}", decoded.locate(row));
-                api
-            }
-            other => other.into(),
-        })
+        .map_err(|e| ApiError::from_write(e, |row| decoded.locate(row)))
 }

@@ -405,17 +405,11 @@ impl KilnCopy {
             .db()
             .write(&table, &[batch])
             .await
-            .map_err(|e| match e {
-                kiln_storage::Error::InvalidRow { row, msg } => {
+            .map_err(|e| {
+                ApiError::from_write(e, |row| {
                     let line = lines.get(row.wrapping_sub(1)).copied().unwrap_or(row);
-                    let mut api = ApiError::from(kiln_storage::Error::InvalidRow {
-                        row,
-                        msg: msg.clone(),
-                    });
-                    api.message = format!("line {line}: {msg}");
-                    api
-                }
-                other => other.into(),
+                    format!("line {line}")
+                })
             })?;
         Ok(rows)
     }

@@ -10,8 +10,9 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
 use datafusion::common::{ParamValues, ScalarValue};
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
@@ -97,6 +98,11 @@ impl Engine {
         &self.ctx
     }
 
+    /// The session state to plan one query with; see [`query_state`].
+    pub fn query_state(&self) -> SessionState {
+        query_state(&self.ctx, &self.queries)
+    }
+
     /// Splits SQL text into statements.
     pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
         let stmts = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
@@ -158,7 +164,12 @@ impl Engine {
                 ..
             })
         );
-        let df = self.ctx.execute_logical_plan(plan).await?;
+        let df = match plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
+                self.ctx.execute_logical_plan(plan).await?
+            }
+            plan => DataFrame::new(self.query_state(), plan),
+        };
         let schema = df.schema().inner().clone();
         if insert {
             let batches = df.collect().await?;
@@ -200,6 +211,32 @@ impl Engine {
     }
 }
 
+/// The session state to plan one query with: the session's, with the
+/// query's parallelism (`target_partitions`) divided among the queries
+/// running now.
+///
+/// Why: a query split into N partitions pays for it with repartitioning and
+/// a second aggregation phase. That buys latency when cores are idle, and
+/// nothing when other queries already keep them busy: with 25 dashboard
+/// clients on 2 cores, planning every query with 1 partition served
+/// 15-37% more queries per second (docs/benchmarks.md). A query alone still
+/// gets every core.
+pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionState {
+    let mut state = ctx.state();
+    let max = state.config().target_partitions();
+    let n = partitions_for(max, queries.running());
+    if n != max {
+        state.config_mut().options_mut().execution.target_partitions = n;
+    }
+    state
+}
+
+/// Partitions for one query when `running` queries (itself included) share
+/// `max` partitions' worth of cores.
+fn partitions_for(max: usize, running: usize) -> usize {
+    (max / running.max(1)).max(1)
+}
+
 /// Binds positional parameters, casting each value to the type the plan
 /// infers for its placeholder (a JSON string becomes a TIMESTAMP where the
 /// plan compares it with one); a value that does not fit names its `$N`.
@@ -230,4 +267,37 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
     Ok(plan.replace_params_with_values(&ParamValues::List(
         bound.into_iter().map(Into::into).collect(),
     ))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    use super::*;
+    use crate::queries::QueryLimits;
+
+    #[test]
+    fn partitions_are_shared_among_running_queries() {
+        assert_eq!(partitions_for(2, 0), 2);
+        assert_eq!(partitions_for(2, 1), 2);
+        assert_eq!(partitions_for(2, 2), 1);
+        assert_eq!(partitions_for(2, 150), 1);
+        assert_eq!(partitions_for(8, 3), 2);
+        assert_eq!(partitions_for(1, 1), 1);
+    }
+
+    #[tokio::test]
+    async fn a_query_planned_beside_others_gets_fewer_partitions() {
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+        let queries = QueryRegistry::new(QueryLimits::default());
+        let partitions = |q: &QueryRegistry| query_state(&ctx, q).config().target_partitions();
+        assert_eq!(partitions(&queries), 4);
+        let a = queries.begin("pg", "a", None).await.unwrap();
+        let b = queries.begin("pg", "b", None).await.unwrap();
+        assert_eq!(partitions(&queries), 2);
+        drop((a, b));
+        assert_eq!(partitions(&queries), 4);
+        // The session's own setting is untouched.
+        assert_eq!(ctx.state().config().target_partitions(), 4);
+    }
 }

@@ -19,7 +19,7 @@ mod session;
 pub mod system;
 mod time_predicates;
 
-pub use engine::{Engine, Output, Streamed};
+pub use engine::{Engine, Output, Streamed, query_state};
 pub use error::{Error, Result};
 pub use provider::KilnTable;
 pub use queries::{

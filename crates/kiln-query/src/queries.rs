@@ -226,6 +226,14 @@ impl QueryRegistry {
         &self.limits
     }
 
+    /// Queries holding an execution slot now (running or streaming rows).
+    pub fn running(&self) -> usize {
+        self.limits
+            .max_concurrent
+            .max(1)
+            .saturating_sub(self.permits.available_permits())
+    }
+
     /// Installs the function called with every finished query (once; later
     /// calls are ignored). It runs on the query's task: keep it cheap.
     pub fn set_observer(&self, f: Observer) {

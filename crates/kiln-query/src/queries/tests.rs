@@ -139,3 +139,16 @@ async fn history_is_bounded_and_newest_first() {
     let texts: Vec<String> = r.snapshot().iter().map(|q| q.text.clone()).collect();
     assert_eq!(texts, vec!["q9", "q8", "q7", "q6"]);
 }
+
+#[tokio::test]
+async fn running_counts_queries_holding_a_slot() {
+    let r = registry(4, 4, None);
+    assert_eq!(r.running(), 0);
+    let a = r.begin("pg", "a", None).await.unwrap();
+    let b = r.begin("http", "b", None).await.unwrap();
+    assert_eq!(r.running(), 2);
+    drop(a);
+    assert_eq!(r.running(), 1);
+    drop(b);
+    assert_eq!(r.running(), 0);
+}

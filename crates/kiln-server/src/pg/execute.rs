@@ -4,7 +4,8 @@
 //! Execute (once itself, once more inside `DataFrame::create_physical_plan`)
 //! and clones the session state three times. In a profile of pgbench's
 //! prepared `SELECT 1` those were about a third of the server's CPU. Here the
-//! plan cached at Parse gets its parameters, one state snapshot, one
+//! plan cached at Parse gets its parameters, one state snapshot (with the
+//! query's share of the cores, [`kiln_query::query_state`]), one
 //! optimization and one physical plan.
 //!
 //! It covers statements no hook handles (`SELECT`, `WITH`, `VALUES`) whose
@@ -30,6 +31,7 @@ use datafusion_postgres::pgwire::api::results::{QueryResponse, Response};
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use futures::StreamExt;
+use kiln_query::QueryRegistry;
 
 use super::PgStatement;
 
@@ -41,6 +43,7 @@ fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
 /// takes (see the module docs).
 pub(super) async fn execute_query<C: ClientInfo>(
     ctx: &SessionContext,
+    queries: &QueryRegistry,
     client: &C,
     portal: &Portal<PgStatement>,
 ) -> PgWireResult<Option<Response>> {
@@ -63,7 +66,7 @@ pub(super) async fn execute_query<C: ClientInfo>(
         .clone()
         .replace_params_with_values(&params)
         .map_err(api)?;
-    let state = ctx.state();
+    let state = kiln_query::query_state(ctx, queries);
     let optimized = state.optimize(&plan).map_err(api)?;
     let physical = state
         .query_planner()

@@ -276,7 +276,7 @@ impl ExtendedQueryHandler for PgExtended {
         let text = &portal.statement.statement.0;
         let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
         let resp = run_guarded(&handle, async {
-            match execute::execute_query(&self.ctx, client, portal).await? {
+            match execute::execute_query(&self.ctx, &self.queries, client, portal).await? {
                 Some(resp) => Ok(resp),
                 None => {
                     ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows).await

@@ -6,7 +6,8 @@
 //! prepared `SELECT 1` those were about a third of the server's CPU. Here the
 //! plan cached at Parse gets its parameters, one state snapshot (with the
 //! query's share of the cores, [`kiln_query::query_state`]), one
-//! optimization and one physical plan.
+//! optimization and one physical plan. Constant statements (`SELECT 1`)
+//! are planned once in all ([`super::constant`]).
 //!
 //! It covers statements no hook handles (`SELECT`, `WITH`, `VALUES`) whose
 //! parameter types the plan infers; anything else goes through
@@ -34,6 +35,7 @@ use futures::StreamExt;
 use kiln_query::QueryRegistry;
 
 use super::PgStatement;
+use super::constant::ConstantPlans;
 
 fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
     PgWireError::ApiError(Box::new(e))
@@ -44,36 +46,46 @@ fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
 pub(super) async fn execute_query<C: ClientInfo>(
     ctx: &SessionContext,
     queries: &QueryRegistry,
+    constants: &ConstantPlans,
     client: &C,
     portal: &Portal<PgStatement>,
 ) -> PgWireResult<Option<Response>> {
-    let Some((Statement::Query(_), plan)) = &portal.statement.statement.1 else {
+    let (sql, parsed) = &portal.statement.statement;
+    let Some((Statement::Query(_), plan)) = parsed else {
         return Ok(None);
     };
-    let Some(types) = parameter_types(plan)? else {
-        return Ok(None);
+    let (physical, task) = match constants.get(sql).map_err(api)? {
+        Some(kept) => kept,
+        None => {
+            let Some(types) = parameter_types(plan)? else {
+                return Ok(None);
+            };
+            let wire: Vec<Type> = types
+                .iter()
+                .map(into_pg_type)
+                .collect::<PgWireResult<_>>()?;
+            let params = deserialize_parameters_with_server_types(
+                portal,
+                &types.iter().map(Some).collect::<Vec<_>>(),
+                &wire.iter().map(Some).collect::<Vec<_>>(),
+            )?;
+            let bound = plan
+                .clone()
+                .replace_params_with_values(&params)
+                .map_err(api)?;
+            let state = kiln_query::query_state(ctx, queries);
+            let optimized = state.optimize(&bound).map_err(api)?;
+            let physical = state
+                .query_planner()
+                .create_physical_plan(&optimized, &state)
+                .await
+                .map_err(api)?;
+            let task = state.task_ctx();
+            constants.offer(sql, plan, &physical, &task);
+            (physical, task)
+        }
     };
-    let wire: Vec<Type> = types
-        .iter()
-        .map(into_pg_type)
-        .collect::<PgWireResult<_>>()?;
-    let params = deserialize_parameters_with_server_types(
-        portal,
-        &types.iter().map(Some).collect::<Vec<_>>(),
-        &wire.iter().map(Some).collect::<Vec<_>>(),
-    )?;
-    let plan = plan
-        .clone()
-        .replace_params_with_values(&params)
-        .map_err(api)?;
-    let state = kiln_query::query_state(ctx, queries);
-    let optimized = state.optimize(&plan).map_err(api)?;
-    let physical = state
-        .query_planner()
-        .create_physical_plan(&optimized, &state)
-        .await
-        .map_err(api)?;
-    let batches = execute_stream(physical, state.task_ctx()).map_err(api)?;
+    let batches = execute_stream(physical, task).map_err(api)?;
 
     let format = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
     let fields = Arc::new(arrow_schema_to_pg_fields(

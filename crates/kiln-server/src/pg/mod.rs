@@ -55,6 +55,7 @@ use tokio::task::JoinSet;
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 
+mod constant;
 mod copy;
 mod execute;
 
@@ -245,6 +246,7 @@ pub struct PgExtended {
     inner: Arc<DfSessionService>,
     ctx: Arc<SessionContext>,
     queries: Arc<QueryRegistry>,
+    constants: constant::ConstantPlans,
 }
 
 #[async_trait]
@@ -276,7 +278,9 @@ impl ExtendedQueryHandler for PgExtended {
         let text = &portal.statement.statement.0;
         let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
         let resp = run_guarded(&handle, async {
-            match execute::execute_query(&self.ctx, &self.queries, client, portal).await? {
+            match execute::execute_query(&self.ctx, &self.queries, &self.constants, client, portal)
+                .await?
+            {
                 Some(resp) => Ok(resp),
                 None => {
                     ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows).await
@@ -353,6 +357,7 @@ impl Handlers {
                 inner: session,
                 ctx,
                 queries: queries.clone(),
+                constants: Default::default(),
             }),
             startup: Arc::new(Startup {
                 connections: connections.clone(),

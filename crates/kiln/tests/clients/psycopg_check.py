@@ -1,6 +1,7 @@
 """Kiln over the PostgreSQL wire with psycopg 3 (a real client library):
 DDL and INSERT, server-side prepared statements with parameters executed
-repeatedly, SQLSTATE-typed errors, and a long query cancelled with the
+repeatedly (constant ones planned once, the rest at every execution),
+SQLSTATE-typed errors, and a long query cancelled with the
 protocol's CancelRequest, after which the connection keeps serving and
 system.queries shows the query as cancelled.
 
@@ -77,6 +78,22 @@ def main(port: int) -> None:
     )
     got = c.fetchall()
     assert got == [("cancelled", "pg", True)], got
+
+    # A constant prepared statement is planned once and re-executed; one
+    # reading the clock or a table is planned at every Execute.
+    for _ in range(3):
+        c.execute("SELECT 1 AS one, 'x' || 'y' AS s", prepare=True)
+        assert c.fetchall() == [(1, "xy")]
+    c.execute("SELECT now()", prepare=True)
+    first = c.fetchone()[0]
+    time.sleep(0.01)
+    c.execute("SELECT now()", prepare=True)
+    assert c.fetchone()[0] > first
+    c.execute("SELECT count(*) FROM pgt", prepare=True)
+    assert c.fetchone()[0] == 3
+    c.execute("INSERT INTO pgt VALUES ('2026-05-04 00:00:00', 4, 'd')")
+    c.execute("SELECT count(*) FROM pgt", prepare=True)
+    assert c.fetchone()[0] == 4
     conn.close()
     print("ok")
 

@@ -11,9 +11,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, not_impl_err};
@@ -35,6 +33,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
+use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, STORE_URL, Table};
 
 use crate::error::to_df;
@@ -65,36 +64,6 @@ impl KilnTable {
             cache,
         }
     }
-}
-
-/// The table schema with `Utf8` columns as `Utf8View`.
-pub fn view_schema(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<_> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Utf8 => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8View)),
-            _ => f.clone(),
-        })
-        .collect();
-    Arc::new(arrow::datatypes::Schema::new(fields))
-}
-
-/// Casts a memstore batch (Utf8) to the query schema (Utf8View).
-fn to_view(batch: &RecordBatch, schema: &SchemaRef) -> DfResult<RecordBatch> {
-    let cols = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                cast(c, f.data_type())
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), cols)?)
 }
 
 #[async_trait]
@@ -210,9 +179,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
             .filter(|(_, k)| *k)
             .map(|(d, _)| *d)
             .collect();
-        for b in snapshot.mem_batches(|d| kept_days.contains(&d)).iter() {
-            in_memory.push(to_view(b, &schema)?);
-        }
+        in_memory.extend(snapshot.mem_viewed_batches(|d| kept_days.contains(&d)));
         if !in_memory.is_empty() {
             let mut parts = vec![vec![]; target.min(in_memory.len())];
             let n = parts.len();

@@ -97,7 +97,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     let started = Instant::now();
     let mut by_day: BTreeMap<i32, Vec<_>> = BTreeMap::new();
     for c in &set.chunks {
-        by_day.entry(c.day).or_default().push(c.batch.clone());
+        by_day.entry(c.day).or_default().push(c.batch.batch.clone());
     }
     let mut written = vec![];
     let result: Result<()> = async {

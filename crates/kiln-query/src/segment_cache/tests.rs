@@ -41,7 +41,10 @@ fn segment() -> (Bytes, SchemaRef) {
     let mut w = ArrowWriter::try_new(&mut buf, file_schema.clone(), Some(props)).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-    (Bytes::from(buf), crate::provider::view_schema(&file_schema))
+    (
+        Bytes::from(buf),
+        kiln_storage::schema::view_schema(&file_schema),
+    )
 }
 
 fn rows(batches: &[RecordBatch]) -> usize {

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use super::MemBatch;
 use arrow::array::BooleanBufferBuilder;
 use arrow::array::{
     Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, PrimitiveArray, RecordBatch,
@@ -186,7 +187,7 @@ pub struct ActiveBuffer {
     bytes: usize,
     /// Rows already handed to readers as `published` batches.
     published_rows: usize,
-    published: Vec<RecordBatch>,
+    published: Vec<Arc<MemBatch>>,
     /// Smallest and largest WAL sequence appended.
     pub min_seq: u64,
     pub max_seq: u64,
@@ -241,10 +242,10 @@ impl ActiveBuffer {
 
     /// Immutable batches holding every row appended so far. Only rows added
     /// since the previous call are copied.
-    pub fn snapshot(&mut self) -> Vec<RecordBatch> {
+    pub fn snapshot(&mut self) -> Vec<Arc<MemBatch>> {
         if self.rows > self.published_rows {
             let batch = self.range(self.published_rows, self.rows);
-            self.published.push(batch);
+            self.published.push(Arc::new(MemBatch::new(batch)));
             self.published_rows = self.rows;
         }
         self.published.clone()

@@ -3,7 +3,8 @@ use std::sync::Arc;
 use arrow::array::{
     BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray,
 };
-use arrow::compute::concat_batches;
+use arrow::compute::{cast, concat_batches};
+use arrow::datatypes::DataType;
 
 use super::*;
 use crate::schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
@@ -130,4 +131,33 @@ fn a_failed_flush_keeps_rows_needed_for_recovery() {
     mem.abort_flush();
     assert_eq!(mem.wal_needed_from(), Some(7));
     assert_eq!(all_rows(&def, &mem.snapshot()).num_rows(), 10);
+}
+
+#[test]
+fn query_form_has_string_views_and_is_made_once_per_batch() {
+    let def = def();
+    // A small freeze size: the first batches are frozen, the last stay active.
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 2048);
+    for k in 0..20 {
+        mem.apply(k + 1, &batch(&def, 100, k as i64 * 10, 10), 0);
+    }
+    mem.apply(21, &batch(&def, 100, 1_000, 1), 0);
+    let first = mem.snapshot();
+    assert!(!first.version.frozen.is_empty() && !first.active.is_empty());
+    let viewed = first.mem_viewed_batches(|_| true);
+    let plain = first.mem_batches(|_| true);
+    assert_eq!(viewed.len(), plain.len());
+    for (v, p) in viewed.iter().zip(&plain) {
+        assert_eq!(v.schema().field(1).data_type(), &DataType::Utf8View);
+        assert_eq!(v.schema(), view_schema(p.schema_ref()));
+        let back = cast(v.column(1), &DataType::Utf8).unwrap();
+        assert_eq!(&back, p.column(1));
+        assert_eq!(v.column(0), p.column(0));
+    }
+    // A later snapshot reuses the same views, frozen and active alike.
+    let again = mem.snapshot().mem_viewed_batches(|_| true);
+    assert_eq!(again.len(), viewed.len());
+    for (a, b) in again.iter().zip(&viewed) {
+        assert!(Arc::ptr_eq(a.column(1), b.column(1)));
+    }
 }

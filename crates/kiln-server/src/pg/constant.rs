@@ -28,18 +28,18 @@ use datafusion::physical_plan::execution_plan::reset_plan_states;
 /// Execute.
 const MAX_PLANS: usize = 1024;
 
+/// A physical plan and the task context it runs with.
+pub(super) type Runnable = (Arc<dyn ExecutionPlan>, Arc<TaskContext>);
+
 /// Constant statements' plans by SQL text (sharded: no global lock).
 #[derive(Default)]
 pub(super) struct ConstantPlans {
-    plans: DashMap<String, (Arc<dyn ExecutionPlan>, Arc<TaskContext>)>,
+    plans: DashMap<String, Runnable>,
 }
 
 impl ConstantPlans {
     /// A fresh copy of the plan kept for `sql`, ready to execute.
-    pub(super) fn get(
-        &self,
-        sql: &str,
-    ) -> Result<Option<(Arc<dyn ExecutionPlan>, Arc<TaskContext>)>> {
+    pub(super) fn get(&self, sql: &str) -> Result<Option<Runnable>> {
         let Some(entry) = self.plans.get(sql) else {
             return Ok(None);
         };

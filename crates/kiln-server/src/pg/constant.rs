@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use dashmap::DashMap;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
@@ -31,34 +32,45 @@ const MAX_PLANS: usize = 1024;
 /// A physical plan and the task context it runs with.
 pub(super) type Runnable = (Arc<dyn ExecutionPlan>, Arc<TaskContext>);
 
-/// Constant statements' plans by SQL text (sharded: no global lock).
+/// Constant statements' plans by SQL text (sharded: no global lock), each
+/// with the session settings it was planned under: a `SET` replaces the
+/// session's settings object, and the plan is made again.
 #[derive(Default)]
 pub(super) struct ConstantPlans {
-    plans: DashMap<String, Runnable>,
+    plans: DashMap<String, (Runnable, Arc<ConfigOptions>)>,
 }
 
 impl ConstantPlans {
-    /// A fresh copy of the plan kept for `sql`, ready to execute.
-    pub(super) fn get(&self, sql: &str) -> Result<Option<Runnable>> {
+    /// A fresh copy of the plan kept for `sql` under `settings` (the
+    /// session's now), ready to execute.
+    pub(super) fn get(&self, sql: &str, settings: &Arc<ConfigOptions>) -> Result<Option<Runnable>> {
         let Some(entry) = self.plans.get(sql) else {
             return Ok(None);
         };
-        let (plan, task) = entry.value().clone();
+        let ((plan, task), planned_under) = entry.value();
+        if !Arc::ptr_eq(planned_under, settings) {
+            return Ok(None);
+        }
+        let (plan, task) = (plan.clone(), task.clone());
         drop(entry);
         Ok(Some((reset_plan_states(plan)?, task)))
     }
 
-    /// Keeps `physical`, the plan of `logical`, if `logical` is constant.
+    /// Keeps `physical`, the plan of `logical` under `settings`, if
+    /// `logical` is constant.
     pub(super) fn offer(
         &self,
         sql: &str,
         logical: &LogicalPlan,
-        physical: &Arc<dyn ExecutionPlan>,
-        task: &Arc<TaskContext>,
+        (physical, task): &Runnable,
+        settings: &Arc<ConfigOptions>,
     ) {
-        if self.plans.len() < MAX_PLANS && is_constant(logical) {
-            self.plans
-                .insert(sql.to_string(), (physical.clone(), task.clone()));
+        let room = self.plans.len() < MAX_PLANS || self.plans.contains_key(sql);
+        if room && is_constant(logical) {
+            self.plans.insert(
+                sql.to_string(),
+                ((physical.clone(), task.clone()), settings.clone()),
+            );
         }
     }
 }
@@ -113,7 +125,28 @@ pub(super) fn is_constant(plan: &LogicalPlan) -> bool {
 mod tests {
     use datafusion::prelude::SessionContext;
 
-    use super::is_constant;
+    use super::*;
+
+    #[tokio::test]
+    async fn a_kept_plan_is_reused_until_a_setting_changes() {
+        let ctx = SessionContext::new();
+        let settings = || ctx.state_ref().read().config().options().clone();
+        let plans = ConstantPlans::default();
+        let logical = ctx.state().create_logical_plan("SELECT 1").await.unwrap();
+        let physical = ctx.state().create_physical_plan(&logical).await.unwrap();
+        plans.offer(
+            "SELECT 1",
+            &logical,
+            &(physical, ctx.task_ctx()),
+            &settings(),
+        );
+        assert!(plans.get("SELECT 1", &settings()).unwrap().is_some());
+        assert!(plans.get("SELECT 2", &settings()).unwrap().is_none());
+        ctx.sql("SET datafusion.execution.time_zone = '+02:00'")
+            .await
+            .unwrap();
+        assert!(plans.get("SELECT 1", &settings()).unwrap().is_none());
+    }
 
     async fn constant(sql: &str) -> bool {
         let ctx = SessionContext::new();

@@ -54,7 +54,8 @@ pub(super) async fn execute_query<C: ClientInfo>(
     let Some((Statement::Query(_), plan)) = parsed else {
         return Ok(None);
     };
-    let (physical, task) = match constants.get(sql).map_err(api)? {
+    let settings = ctx.state_ref().read().config().options().clone();
+    let (physical, task) = match constants.get(sql, &settings).map_err(api)? {
         Some(kept) => kept,
         None => {
             let Some(types) = parameter_types(plan)? else {
@@ -80,9 +81,9 @@ pub(super) async fn execute_query<C: ClientInfo>(
                 .create_physical_plan(&optimized, &state)
                 .await
                 .map_err(api)?;
-            let task = state.task_ctx();
-            constants.offer(sql, plan, &physical, &task);
-            (physical, task)
+            let runnable = (physical, state.task_ctx());
+            constants.offer(sql, plan, &runnable, &settings);
+            runnable
         }
     };
     let batches = execute_stream(physical, task).map_err(api)?;

@@ -9,7 +9,8 @@ use arrow::array::{
     Array, AsArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray,
 };
 use arrow::datatypes::{Float64Type, Int64Type};
-use kiln_query::{Engine, Output};
+use kiln_query::segment_cache::PREWARM_EXPANSION;
+use kiln_query::{Engine, Output, SegmentCache};
 use kiln_storage::{Db, NANOS_PER_DAY, StorageConfig};
 use rand::{Rng, SeedableRng};
 
@@ -200,6 +201,57 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
         .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
         .count();
     assert_eq!(on_disk, live);
+}
+
+/// After a restart, the newest segments that fit are decoded before any
+/// query asks for them, newest day first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prewarm_decodes_the_newest_segments_that_fit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = open(tmp.path()).await;
+    engine
+        .execute("CREATE TABLE sales (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, region VARCHAR, amount DOUBLE)")
+        .await
+        .unwrap();
+    let db = engine.db().clone();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let rows = gen_rows(&mut rng, 3_000);
+    db.write("sales", &[batch(&db, &rows)]).await.unwrap();
+    db.flush_all().await.unwrap();
+    let mut segments = db.table("sales").unwrap().segments();
+    assert!(segments.len() >= 3, "rows span several days");
+    segments.sort_by_key(|s| std::cmp::Reverse(s.meta.day));
+    let newest = segments[0].meta.clone();
+    db.close().await.unwrap();
+    drop(engine);
+
+    // Room for the newest segment only, by the prewarm's estimate.
+    let mut cfg = StorageConfig::for_dir(tmp.path());
+    cfg.segment_cache_bytes = (newest.bytes * PREWARM_EXPANSION) as usize;
+    let engine = Engine::new(Db::open(cfg).await.unwrap()).unwrap();
+    let cache = engine.segment_cache().clone();
+    assert_eq!(cache.entries(), 0);
+    assert_eq!(cache.prewarm(engine.db()), 1);
+    for _ in 0..500 {
+        if cache.entries() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(cache.get(&newest.path).is_some(), "newest segment decoded");
+
+    // With room for all of them, every segment is queued and decoded.
+    let db = engine.db();
+    let all = Arc::new(SegmentCache::new(db.store().clone(), 1 << 30));
+    let n = segments.len();
+    assert_eq!(all.prewarm(db), n);
+    for _ in 0..500 {
+        if all.entries() == n {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(all.entries(), n);
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -128,6 +128,11 @@ async fn serve_db(
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
     let engine = Arc::new(Engine::with_limits(db, config.query_limits())?);
+    let prewarm = engine.segment_cache().prewarm(engine.db());
+    tracing::info!(
+        segments = prewarm,
+        "segment cache: decoding the newest segments"
+    );
     pg::setup_catalog(&engine)?;
     let metrics = Arc::new(Metrics::new());
     observe_queries(&engine, metrics.clone(), config.slow_query);

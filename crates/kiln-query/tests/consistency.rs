@@ -185,14 +185,7 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     // The queries above queued every segment for decoding; once all are
     // held, the same answers come from the segment cache.
     let segments = engine.db().table("sales").unwrap().segments().len();
-    let cache = engine.segment_cache().clone();
-    for _ in 0..500 {
-        if cache.entries() == segments {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(cache.entries(), segments, "segments decoded into the cache");
+    wait_for_entries(engine.segment_cache(), segments).await;
     check(&engine, &all, "from the segment cache").await;
     // Obsolete segment files were deleted; only live ones remain on disk.
     let live: usize = engine.db().table("sales").unwrap().segments().len();
@@ -232,12 +225,7 @@ async fn prewarm_decodes_the_newest_segments_that_fit() {
     let cache = engine.segment_cache().clone();
     assert_eq!(cache.entries(), 0);
     assert_eq!(cache.prewarm(engine.db()), 1);
-    for _ in 0..500 {
-        if cache.entries() == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_for_entries(&cache, 1).await;
     assert!(cache.get(&newest.path).is_some(), "newest segment decoded");
 
     // With room for all of them, every segment is queued and decoded.
@@ -245,13 +233,18 @@ async fn prewarm_decodes_the_newest_segments_that_fit() {
     let all = Arc::new(SegmentCache::new(db.store().clone(), 1 << 30));
     let n = segments.len();
     assert_eq!(all.prewarm(db), n);
+    wait_for_entries(&all, n).await;
+}
+
+/// Waits (up to 5 s) until `cache` holds `n` decoded segments.
+async fn wait_for_entries(cache: &SegmentCache, n: usize) {
     for _ in 0..500 {
-        if all.entries() == n {
+        if cache.entries() == n {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(all.entries(), n);
+    assert_eq!(cache.entries(), n, "segments decoded into the cache");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -12,11 +12,12 @@
 //! before and asks for the segment to be decoded in the background, so no
 //! query waits for a load. The cache is bounded by bytes
 //! (`--segment-cache-bytes`) with least-recently-used eviction; lookups
-//! take no global lock.
+//! take no global lock. Entries of segments that compaction replaced are
+//! dropped at the next insert, once no query pins the segment.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -212,6 +213,16 @@ pub const PREWARM_EXPANSION: u64 = 8;
 struct Entry {
     segment: Arc<DecodedSegment>,
     last_used: AtomicU64,
+    /// The storage segment it was decoded from, if known. Once nothing holds
+    /// that segment (compaction replaced it and the last query pinning it is
+    /// done), no scan can ask for it again and the entry is dropped.
+    source: Option<Weak<Segment>>,
+}
+
+impl Entry {
+    fn is_dead(&self) -> bool {
+        self.source.as_ref().is_some_and(|s| s.strong_count() == 0)
+    }
 }
 
 impl std::fmt::Debug for SegmentCache {
@@ -278,13 +289,27 @@ impl SegmentCache {
     /// Holds `segment` under `path`, evicting the least recently used
     /// segments to make room. A segment larger than the cache is not held.
     pub fn insert(&self, path: String, segment: DecodedSegment) {
+        self.admit(path, segment, None);
+    }
+
+    /// [`Self::insert`], first dropping the entries whose storage segment
+    /// is gone.
+    fn admit(&self, path: String, segment: DecodedSegment, source: Option<Weak<Segment>>) {
         let bytes = segment.bytes();
         if bytes > self.capacity {
             return;
         }
         let _g = self.admit.lock();
-        if let Some((_, old)) = self.map.remove(&path) {
-            self.usage.fetch_sub(old.segment.bytes(), Ordering::Relaxed);
+        let dead: Vec<String> = self
+            .map
+            .iter()
+            .filter(|e| e.is_dead())
+            .map(|e| e.key().clone())
+            .collect();
+        for key in dead.iter().chain(std::iter::once(&path)) {
+            if let Some((_, old)) = self.map.remove(key) {
+                self.usage.fetch_sub(old.segment.bytes(), Ordering::Relaxed);
+            }
         }
         while self.usage() + bytes > self.capacity {
             let oldest = self
@@ -300,6 +325,7 @@ impl SegmentCache {
         let entry = Arc::new(Entry {
             segment: Arc::new(segment),
             last_used: AtomicU64::new(self.tick.fetch_add(1, Ordering::Relaxed)),
+            source,
         });
         self.map.insert(path, entry);
         self.usage.fetch_add(bytes, Ordering::Relaxed);
@@ -352,7 +378,7 @@ impl SegmentCache {
         rt.spawn(async move {
             // `segment` is held until the load ends, so its file is not deleted under it.
             match this.load(&segment, schema).await {
-                Ok(d) => this.insert(path.clone(), d),
+                Ok(d) => this.admit(path.clone(), d, Some(Arc::downgrade(&segment))),
                 Err(e) => tracing::warn!(path = %path, error = %e, "segment cache: decode failed"),
             }
             this.loading.remove(&path);

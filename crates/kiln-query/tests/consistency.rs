@@ -170,6 +170,8 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     }
     db.flush_all().await.unwrap();
     let before = db.table("sales").unwrap().segments().len();
+    check(&engine, &all, "flushed, before compaction").await;
+    wait_for_entries(engine.segment_cache(), before).await;
     let merged = db.compact_all().await.unwrap();
     let after = db.table("sales").unwrap().segments().len();
     assert!(
@@ -177,6 +179,9 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
         "compaction merged {merged}: {before} -> {after} segments"
     );
     check(&engine, &all, "compacted").await;
+    // The merged segments are decoded; the entries of the ones compaction
+    // replaced are dropped then, not left to age out.
+    wait_for_entries(engine.segment_cache(), after).await;
 
     db.close().await.unwrap();
     drop(engine);

@@ -286,6 +286,12 @@ impl SegmentCache {
         Some(e.segment.clone())
     }
 
+    /// Bytes held for `path` (0 if none), for observability: unlike
+    /// [`Self::get`] it counts no lookup and leaves the LRU order alone.
+    pub fn held_bytes(&self, path: &str) -> usize {
+        self.map.get(path).map_or(0, |e| e.segment.bytes())
+    }
+
     /// Holds `segment` under `path`, evicting the least recently used
     /// segments to make room. A segment larger than the cache is not held.
     pub fn insert(&self, path: String, segment: DecodedSegment) {

@@ -160,9 +160,7 @@ impl SystemTable {
                         bytes.append_value(s.meta.bytes as i64);
                         lo.append_value(s.meta.min_time);
                         hi.append_value(s.meta.max_time);
-                        cached.append_value(
-                            self.cache.get(&s.meta.path).map_or(0, |d| d.bytes() as i64),
-                        );
+                        cached.append_value(self.cache.held_bytes(&s.meta.path) as i64);
                     }
                 }
                 vec![

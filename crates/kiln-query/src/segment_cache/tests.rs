@@ -145,6 +145,9 @@ async fn evicts_the_least_recently_used_segment_to_make_room() {
     cache.insert("a".into(), decoded());
     cache.insert("b".into(), decoded());
     assert_eq!((cache.entries(), cache.usage()), (2, 2 * size));
+    // Peeking at the size counts no lookup and does not refresh "b".
+    assert_eq!((cache.held_bytes("b"), cache.held_bytes("x")), (size, 0));
+    assert_eq!(cache.lookups(), (0, 0));
     // "a" is used after "b", so "b" is the one evicted for "c".
     assert!(cache.get("a").is_some());
     cache.insert("c".into(), decoded());

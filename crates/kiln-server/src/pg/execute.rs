@@ -82,7 +82,9 @@ pub(super) async fn execute_query<C: ClientInfo>(
                 .await
                 .map_err(api)?;
             let runnable = (physical, state.task_ctx());
-            constants.offer(sql, plan, &runnable, &settings);
+            if types.is_empty() {
+                constants.offer(sql, plan, &runnable, &settings);
+            }
             runnable
         }
     };

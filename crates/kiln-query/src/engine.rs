@@ -21,6 +21,7 @@ use kiln_storage::Db;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::queries::{QueryLimits, QueryRegistry};
+use crate::reuse::PlanCache;
 use crate::segment_cache::SegmentCache;
 use crate::session::build_session;
 
@@ -55,6 +56,7 @@ pub struct Engine {
     ctx: SessionContext,
     queries: Arc<QueryRegistry>,
     cache: Arc<SegmentCache>,
+    plans: PlanCache,
 }
 
 impl Engine {
@@ -73,6 +75,7 @@ impl Engine {
         ));
         let ctx = build_session(&db, cores, queries.clone(), cache.clone())?;
         Ok(Self {
+            plans: PlanCache::new(db.clone()),
             db,
             ctx,
             queries,
@@ -90,6 +93,11 @@ impl Engine {
         &self.cache
     }
 
+    /// Kept plans of prepared statements.
+    pub fn plans(&self) -> &PlanCache {
+        &self.plans
+    }
+
     pub fn db(&self) -> &Db {
         &self.db
     }
@@ -101,6 +109,22 @@ impl Engine {
     /// The session state to plan one query with; see [`query_state`].
     pub fn query_state(&self) -> SessionState {
         query_state(&self.ctx, &self.queries)
+    }
+
+    /// Runs a prepared query: `logical` is the plan of `sql` with
+    /// placeholders `$1..$n` of `types`, `params` their values. Repeated
+    /// statements may run a kept plan ([`crate::reuse`]).
+    pub async fn execute_prepared(
+        &self,
+        sql: &str,
+        logical: &LogicalPlan,
+        types: &[DataType],
+        params: &[ScalarValue],
+    ) -> Result<SendableRecordBatchStream> {
+        Ok(self
+            .plans
+            .execute(&self.ctx, &self.queries, sql, logical, types, params)
+            .await?)
     }
 
     /// Splits SQL text into statements.
@@ -233,7 +257,7 @@ pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionStat
 
 /// Partitions for one query when `running` queries (itself included) share
 /// `max` partitions' worth of cores.
-fn partitions_for(max: usize, running: usize) -> usize {
+pub(crate) fn partitions_for(max: usize, running: usize) -> usize {
     (max / running.max(1)).max(1)
 }
 

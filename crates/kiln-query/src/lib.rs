@@ -14,6 +14,7 @@ pub mod import;
 mod provider;
 pub mod pruning;
 pub mod queries;
+pub mod reuse;
 pub mod segment_cache;
 mod session;
 pub mod system;
@@ -25,5 +26,6 @@ pub use provider::KilnTable;
 pub use queries::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
+pub use reuse::PlanCache;
 pub use segment_cache::SegmentCache;
 pub use session::{CATALOG, SCHEMA, build_session};

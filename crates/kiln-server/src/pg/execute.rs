@@ -1,13 +1,14 @@
-//! Execute of a prepared `SELECT`: planned once per execution.
+//! Execute of a prepared `SELECT`.
 //!
 //! Why: `DfSessionService` runs DataFusion's analyzer and optimizer twice per
 //! Execute (once itself, once more inside `DataFrame::create_physical_plan`)
 //! and clones the session state three times. In a profile of pgbench's
 //! prepared `SELECT 1` those were about a third of the server's CPU. Here the
-//! plan cached at Parse gets its parameters, one state snapshot (with the
-//! query's share of the cores, [`kiln_query::query_state`]), one
-//! optimization and one physical plan. Constant statements (`SELECT 1`)
-//! are planned once in all ([`super::constant`]).
+//! plan cached at Parse goes to [`Engine::execute_prepared`] with the bound
+//! values: planned once per execution (one state snapshot with the query's
+//! share of the cores, one optimization, one physical plan), or, once a
+//! generic plan has proved faster, not planned at all
+//! ([`kiln_query::reuse`]).
 //!
 //! It covers statements no hook handles (`SELECT`, `WITH`, `VALUES`) whose
 //! parameter types the plan infers; anything else goes through
@@ -16,10 +17,9 @@
 
 use std::sync::Arc;
 
+use datafusion::common::ParamValues;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::logical_expr::{Expr, LogicalPlan};
-use datafusion::physical_plan::execute_stream;
-use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
 use datafusion_postgres::arrow_pg::datatypes::{
@@ -32,10 +32,9 @@ use datafusion_postgres::pgwire::api::results::{QueryResponse, Response};
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use futures::StreamExt;
-use kiln_query::QueryRegistry;
+use kiln_query::Engine;
 
 use super::PgStatement;
-use super::constant::ConstantPlans;
 
 fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
     PgWireError::ApiError(Box::new(e))
@@ -44,9 +43,7 @@ fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
 /// Runs the portal's query, or returns `None` when it is not one this path
 /// takes (see the module docs).
 pub(super) async fn execute_query<C: ClientInfo>(
-    ctx: &SessionContext,
-    queries: &QueryRegistry,
-    constants: &ConstantPlans,
+    engine: &Engine,
     client: &C,
     portal: &Portal<PgStatement>,
 ) -> PgWireResult<Option<Response>> {
@@ -54,41 +51,26 @@ pub(super) async fn execute_query<C: ClientInfo>(
     let Some((Statement::Query(_), plan)) = parsed else {
         return Ok(None);
     };
-    let settings = ctx.state_ref().read().config().options().clone();
-    let (physical, task) = match constants.get(sql, &settings).map_err(api)? {
-        Some(kept) => kept,
-        None => {
-            let Some(types) = parameter_types(plan)? else {
-                return Ok(None);
-            };
-            let wire: Vec<Type> = types
-                .iter()
-                .map(into_pg_type)
-                .collect::<PgWireResult<_>>()?;
-            let params = deserialize_parameters_with_server_types(
-                portal,
-                &types.iter().map(Some).collect::<Vec<_>>(),
-                &wire.iter().map(Some).collect::<Vec<_>>(),
-            )?;
-            let bound = plan
-                .clone()
-                .replace_params_with_values(&params)
-                .map_err(api)?;
-            let state = kiln_query::query_state(ctx, queries);
-            let optimized = state.optimize(&bound).map_err(api)?;
-            let physical = state
-                .query_planner()
-                .create_physical_plan(&optimized, &state)
-                .await
-                .map_err(api)?;
-            let runnable = (physical, state.task_ctx());
-            if types.is_empty() {
-                constants.offer(sql, plan, &runnable, &settings);
-            }
-            runnable
-        }
+    let Some(types) = parameter_types(plan)? else {
+        return Ok(None);
     };
-    let batches = execute_stream(physical, task).map_err(api)?;
+    let wire: Vec<Type> = types
+        .iter()
+        .map(into_pg_type)
+        .collect::<PgWireResult<_>>()?;
+    let params = deserialize_parameters_with_server_types(
+        portal,
+        &types.iter().map(Some).collect::<Vec<_>>(),
+        &wire.iter().map(Some).collect::<Vec<_>>(),
+    )?;
+    let values: Vec<_> = match params {
+        ParamValues::List(list) => list.into_iter().map(|p| p.value).collect(),
+        ParamValues::Map(_) => return Ok(None),
+    };
+    let batches = engine
+        .execute_prepared(sql, plan, &types, &values)
+        .await
+        .map_err(api)?;
 
     let format = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
     let fields = Arc::new(arrow_schema_to_pg_fields(

@@ -55,7 +55,6 @@ use tokio::task::JoinSet;
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 
-mod constant;
 mod copy;
 mod execute;
 
@@ -244,9 +243,8 @@ impl SimpleQueryHandler for PgSimple {
 /// [`execute::execute_query`], everything else by `DfSessionService`.
 pub struct PgExtended {
     inner: Arc<DfSessionService>,
-    ctx: Arc<SessionContext>,
     queries: Arc<QueryRegistry>,
-    constants: constant::ConstantPlans,
+    engine: Arc<Engine>,
 }
 
 #[async_trait]
@@ -278,9 +276,7 @@ impl ExtendedQueryHandler for PgExtended {
         let text = &portal.statement.statement.0;
         let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
         let resp = run_guarded(&handle, async {
-            match execute::execute_query(&self.ctx, &self.queries, &self.constants, client, portal)
-                .await?
-            {
+            match execute::execute_query(&self.engine, client, portal).await? {
                 Some(resp) => Ok(resp),
                 None => {
                     ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows).await
@@ -345,7 +341,7 @@ impl Handlers {
             Arc::new(TransactionStatementHook),
         ];
         let ctx = Arc::new(engine.session().clone());
-        let session = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks));
+        let session = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
         let connections = Arc::new(ConnectionManager::new());
         let queries = engine.queries().clone();
         Self {
@@ -355,9 +351,8 @@ impl Handlers {
             }),
             extended: Arc::new(PgExtended {
                 inner: session,
-                ctx,
                 queries: queries.clone(),
-                constants: Default::default(),
+                engine: engine.clone(),
             }),
             startup: Arc::new(Startup {
                 connections: connections.clone(),

@@ -4,9 +4,12 @@
 //! rows not in it), prunes segments and memory partitions with the query's
 //! filters, and plans a Parquet scan of the remaining segments (with the
 //! session's footer/page-index cache) next to an in-memory scan of the
-//! memstore rows and of the segments held decoded in the [`SegmentCache`]. No lock is
-//! held while planning or executing. `insert_into` writes an INSERT's rows
-//! as one atomic write through the WAL.
+//! memstore rows and of the segments held decoded in the [`SegmentCache`].
+//! No lock is held while planning or executing. `insert_into` writes an
+//! INSERT's rows as one atomic write through the WAL.
+//!
+//! A plan kept for reuse ([`crate::reuse`]) gets a [`LazyScan`] instead,
+//! which does the same when it executes, with the parameters bound then.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,6 +18,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, not_impl_err};
+use datafusion::config::TableParquetOptions;
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -23,6 +27,7 @@ use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, Pa
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
@@ -35,10 +40,16 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
 use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, STORE_URL, Table};
+use object_store::ObjectStore;
 
 use crate::error::to_df;
 use crate::pruning::{ContainerStats, keep, pruning_predicate};
+use crate::reuse::KeptPlan;
 use crate::segment_cache::SegmentCache;
+
+mod lazy;
+
+use lazy::LazyScan;
 
 /// A Kiln table as a DataFusion `TableProvider`.
 ///
@@ -46,7 +57,7 @@ use crate::segment_cache::SegmentCache;
 /// views and DataFusion's comparisons and grouping run faster on them; the
 /// memstore keeps plain `Utf8` and is viewed at scan time (no copy of the
 /// string bytes).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KilnTable {
     db: Db,
     table: Arc<Table>,
@@ -63,6 +74,11 @@ impl KilnTable {
             schema,
             cache,
         }
+    }
+
+    /// The storage table it reads.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.table
     }
 }
 
@@ -91,17 +107,76 @@ impl datafusion::datasource::TableProvider for KilnTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let schema = self.schema.clone();
-        let snapshot = self.table.snapshot();
-        let predicate: Option<Arc<dyn PhysicalExpr>> = match conjunction(filters.iter().cloned()) {
+        let predicate = match conjunction(filters.iter().cloned()) {
             Some(expr) => {
-                let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+                let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
                 Some(state.create_physical_expr(expr, &df_schema)?)
             }
             None => None,
         };
-        let pruning = pruning_predicate(predicate.as_ref(), &schema);
-        let target = state.config().target_partitions().max(1);
+        let store_url = ObjectStoreUrl::parse(STORE_URL)?;
+        let spec = ScanSpec {
+            projection: projection.cloned(),
+            limit,
+            target: state.config().target_partitions().max(1),
+            predicate,
+            parquet: state.table_options().parquet.clone(),
+            store: state.runtime_env().object_store(&store_url)?,
+            metadata: state.runtime_env().cache_manager.get_file_metadata_cache(),
+        };
+        if state.config().get_extension::<KeptPlan>().is_some() {
+            return Ok(Arc::new(LazyScan::new(self.clone(), spec)?));
+        }
+        self.plan_snapshot(&spec, false)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if op != InsertOp::Append {
+            return not_impl_err!("{op} is not supported; Kiln tables accept INSERT INTO only");
+        }
+        let sink = KilnSink {
+            db: self.db.clone(),
+            table: self.table.clone(),
+            schema: self.schema.clone(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// What one scan reads, fixed when it is planned.
+#[derive(Debug, Clone)]
+struct ScanSpec {
+    projection: Option<Vec<usize>>,
+    limit: Option<usize>,
+    /// Partitions to spread the scan over.
+    target: usize,
+    /// The query's pushed-down filters, for pruning.
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    parquet: TableParquetOptions,
+    store: Arc<dyn ObjectStore>,
+    metadata: Arc<FileMetadataCache>,
+}
+
+impl KilnTable {
+    /// Plans the scan of the table's data now: pins one snapshot, prunes it
+    /// with `spec.predicate`, and reads the rest from the segment cache,
+    /// Parquet files and the memstore. `parquet_predicate` also hands the
+    /// predicate to the Parquet reader (needed by a plan built at execution,
+    /// which DataFusion's physical filter pushdown never sees).
+    fn plan_snapshot(
+        &self,
+        spec: &ScanSpec,
+        parquet_predicate: bool,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = self.schema.clone();
+        let snapshot = self.table.snapshot();
+        let pruning = pruning_predicate(spec.predicate.as_ref(), &schema);
+        let (target, projection, limit) = (spec.target, spec.projection.as_ref(), spec.limit);
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
 
         // Persisted segments, pruned by their manifest statistics. Those in
@@ -142,16 +217,18 @@ impl datafusion::datasource::TableProvider for KilnTable {
                 );
             }
             let store_url = ObjectStoreUrl::parse(STORE_URL)?;
-            let store = state.runtime_env().object_store(&store_url)?;
-            let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-            // The filters reach the Parquet reader (row group and page pruning)
-            // through DataFusion's physical filter pushdown.
-            let source = ParquetSource::new(schema.clone())
-                .with_table_parquet_options(state.table_options().parquet.clone())
+            // The filters reach the Parquet reader (row group and page
+            // pruning) through DataFusion's physical filter pushdown, or here.
+            let mut source = ParquetSource::new(schema.clone())
+                .with_table_parquet_options(spec.parquet.clone())
                 .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
-                    store, cache,
+                    spec.store.clone(),
+                    spec.metadata.clone(),
                 )))
                 .with_enable_page_index(true);
+            if parquet_predicate && let Some(p) = &spec.predicate {
+                source = source.with_predicate(p.clone());
+            }
             let conf = FileScanConfigBuilder::new(store_url, Arc::new(source))
                 .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
                 .with_projection_indices(projection.cloned())?
@@ -200,23 +277,6 @@ impl datafusion::datasource::TableProvider for KilnTable {
             }
             _ => UnionExec::try_new(inputs),
         }
-    }
-
-    async fn insert_into(
-        &self,
-        _state: &dyn Session,
-        input: Arc<dyn ExecutionPlan>,
-        op: InsertOp,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if op != InsertOp::Append {
-            return not_impl_err!("{op} is not supported; Kiln tables accept INSERT INTO only");
-        }
-        let sink = KilnSink {
-            db: self.db.clone(),
-            table: self.table.clone(),
-            schema: self.schema.clone(),
-        };
-        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 }
 

@@ -1,0 +1,400 @@
+//! Plans kept across executions of the same statement: generic plans.
+//!
+//! Why: planning is most of a short query's cost. In a profile of pgbench's
+//! prepared one-row lookup, DataFusion's physical planning took 41% of the
+//! server's CPU, its logical optimizer 21% and Kiln's scan planning 10%;
+//! executing the plan took a few percent. PostgreSQL answers the same way:
+//! after a few executions of a prepared statement planned with its values
+//! (custom plans) it tries one plan for every value (a generic plan) and
+//! keeps it if it costs no more.
+//!
+//! Here a statement is eligible when its plan reads only Kiln tables and
+//! calls only immutable functions (`now()` would be frozen at planning).
+//! Its first [`TRIALS`] executions are planned with their values; the next
+//! [`TRIALS`] run a generic plan: optimized with its placeholders, each
+//! `$n` then made a function that reads the value bound for the run
+//! ([`params`]), and every table scan a [`LazyScan`] that takes its
+//! snapshot and prunes when it runs. Whichever kind was faster at its best
+//! run is used from then on: a generic plan can be slower where a value
+//! would have let the optimizer rewrite a predicate.
+//!
+//! A generic plan's parameters live in its instance, so an instance serves
+//! one execution at a time; each statement keeps a small pool of them, and
+//! each is made again when the session's settings, the query's share of
+//! the cores, or a table it reads (dropped and created again) change.
+//! Nothing here is durable: the cache is rebuilt by use after a restart.
+//!
+//! [`LazyScan`]: crate::provider
+
+mod params;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Instant;
+
+use arrow::datatypes::DataType;
+use dashmap::DashMap;
+use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{ParamValues, Result, ScalarValue};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::physical_plan::execution_plan::reset_plan_states;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+use kiln_storage::{Db, Table};
+use parking_lot::Mutex;
+
+pub(crate) use params::resolve;
+use params::{ParamSlots, parameterize};
+
+use crate::engine::partitions_for;
+use crate::provider::KilnTable;
+use crate::queries::QueryRegistry;
+
+/// Executions of each kind of plan before the faster is chosen.
+pub const TRIALS: u64 = 5;
+/// At most this many statements are tracked; later ones are planned per
+/// execution.
+const MAX_STATEMENTS: usize = 1024;
+/// At most this many idle instances of one statement's generic plan.
+const MAX_INSTANCES: usize = 64;
+
+/// Session-config marker: the plan being built will be kept, so scans must
+/// take their snapshot at execution ([`crate::provider`]).
+#[derive(Debug)]
+pub(crate) struct KeptPlan;
+
+/// Kept plans by statement text; see the module docs.
+pub struct PlanCache {
+    db: Db,
+    statements: DashMap<String, Arc<Statement>>,
+}
+
+const UNDECIDED: u8 = 0;
+const CUSTOM: u8 = 1;
+const GENERIC: u8 = 2;
+
+/// What is known about one statement's plans.
+#[derive(Default)]
+struct Statement {
+    /// UNDECIDED, CUSTOM or GENERIC.
+    choice: AtomicU8,
+    custom: Trials,
+    generic: Trials,
+    idle: Mutex<Vec<Instance>>,
+}
+
+/// Executions of one kind of plan and the fastest of them.
+struct Trials {
+    runs: AtomicU64,
+    best_nanos: AtomicU64,
+}
+
+impl Default for Trials {
+    fn default() -> Self {
+        Self {
+            runs: AtomicU64::new(0),
+            best_nanos: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl Trials {
+    fn record(&self, nanos: u64) -> u64 {
+        self.best_nanos.fetch_min(nanos, Ordering::Relaxed);
+        self.runs.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// One generic plan, ready to run once its parameters are bound.
+struct Instance {
+    plan: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    slots: Arc<ParamSlots>,
+    /// The session settings it was planned under.
+    settings: Arc<ConfigOptions>,
+    partitions: usize,
+    /// The tables its scans read.
+    tables: Vec<Arc<Table>>,
+}
+
+/// How one execution is planned.
+enum Kind {
+    /// With its values; a trial when timed.
+    Custom {
+        timed: bool,
+    },
+    Generic,
+}
+
+impl PlanCache {
+    pub fn new(db: Db) -> Self {
+        Self {
+            db,
+            statements: DashMap::new(),
+        }
+    }
+
+    /// Runs `sql`, whose plan (with placeholders `$1..$n` of `types`) is
+    /// `logical`, with `params`: with a kept generic plan when that has
+    /// proved faster, otherwise planned now with the values.
+    pub async fn execute(
+        &self,
+        ctx: &SessionContext,
+        queries: &QueryRegistry,
+        sql: &str,
+        logical: &LogicalPlan,
+        types: &[DataType],
+        params: &[ScalarValue],
+    ) -> Result<SendableRecordBatchStream> {
+        let started = Instant::now();
+        let statement = self.statement(sql, logical);
+        let kind = match &statement {
+            None => Kind::Custom { timed: false },
+            Some(s) => match s.choice.load(Ordering::Relaxed) {
+                CUSTOM => Kind::Custom { timed: false },
+                GENERIC => Kind::Generic,
+                _ if s.custom.runs.load(Ordering::Relaxed) < TRIALS => Kind::Custom { timed: true },
+                _ => Kind::Generic,
+            },
+        };
+        // A trial's time runs from here until its stream is dropped.
+        let timed = |stream: SendableRecordBatchStream, trial: Option<bool>| {
+            let (Some(statement), Some(generic)) = (statement.clone(), trial) else {
+                return stream;
+            };
+            let done = Finish(Some(Box::new(move || {
+                record(&statement, generic, started.elapsed().as_nanos() as u64);
+            })));
+            with_finish(stream, done)
+        };
+        if let (Kind::Generic, Some(s)) = (&kind, &statement) {
+            match self.generic(ctx, queries, s, logical, types).await {
+                Ok(instance) => {
+                    let trial = s.choice.load(Ordering::Relaxed) == UNDECIDED;
+                    let stream = run_generic(s.clone(), instance, params)?;
+                    return Ok(timed(stream, trial.then_some(true)));
+                }
+                Err(e) => {
+                    tracing::debug!(sql, error = %e, "no generic plan; planning per execution");
+                    s.choice.store(CUSTOM, Ordering::Relaxed);
+                }
+            }
+        }
+        let stream = custom(ctx, queries, logical, params).await?;
+        let trial = matches!(kind, Kind::Custom { timed: true });
+        Ok(timed(stream, trial.then_some(false)))
+    }
+
+    /// The statement's record, made on first use; None if its plan cannot
+    /// be kept or too many statements are tracked.
+    fn statement(&self, sql: &str, logical: &LogicalPlan) -> Option<Arc<Statement>> {
+        if let Some(s) = self.statements.get(sql) {
+            return Some(s.clone());
+        }
+        if self.statements.len() >= MAX_STATEMENTS || !keepable(logical) {
+            return None;
+        }
+        Some(
+            self.statements
+                .entry(sql.to_string())
+                .or_default()
+                .value()
+                .clone(),
+        )
+    }
+
+    /// An idle generic instance still valid now, or a new one.
+    async fn generic(
+        &self,
+        ctx: &SessionContext,
+        queries: &QueryRegistry,
+        statement: &Statement,
+        logical: &LogicalPlan,
+        types: &[DataType],
+    ) -> Result<Instance> {
+        let settings = ctx.state_ref().read().config().options().clone();
+        let partitions = partitions_for(settings.execution.target_partitions, queries.running());
+        {
+            let mut idle = statement.idle.lock();
+            idle.retain(|i| {
+                Arc::ptr_eq(&i.settings, &settings)
+                    && i.tables.iter().all(|t| {
+                        self.db
+                            .table(t.name())
+                            .is_some_and(|now| Arc::ptr_eq(&now, t))
+                    })
+            });
+            if let Some(at) = idle.iter().position(|i| i.partitions == partitions) {
+                return Ok(idle.swap_remove(at));
+            }
+        }
+        let mut state = ctx.state();
+        state.config_mut().options_mut().execution.target_partitions = partitions;
+        state.config_mut().set_extension(Arc::new(KeptPlan));
+        let optimized = state.optimize(logical)?;
+        let (parameterized, slots) = parameterize(optimized, types)?;
+        let plan = state
+            .query_planner()
+            .create_physical_plan(&parameterized, &state)
+            .await?;
+        Ok(Instance {
+            plan,
+            task: state.task_ctx(),
+            slots,
+            settings,
+            partitions,
+            tables: tables(logical),
+        })
+    }
+}
+
+/// Plans `logical` with `params` and starts it.
+async fn custom(
+    ctx: &SessionContext,
+    queries: &QueryRegistry,
+    logical: &LogicalPlan,
+    params: &[ScalarValue],
+) -> Result<SendableRecordBatchStream> {
+    let values = ParamValues::List(params.iter().map(|v| v.clone().into()).collect());
+    let bound = logical.clone().replace_params_with_values(&values)?;
+    let state = crate::query_state(ctx, queries);
+    let optimized = state.optimize(&bound)?;
+    let physical = state
+        .query_planner()
+        .create_physical_plan(&optimized, &state)
+        .await?;
+    execute_stream(physical, state.task_ctx())
+}
+
+/// Binds `params` to `instance` and starts a fresh copy of its plan; the
+/// instance goes back to the pool when the stream is dropped.
+fn run_generic(
+    statement: Arc<Statement>,
+    instance: Instance,
+    params: &[ScalarValue],
+) -> Result<SendableRecordBatchStream> {
+    instance.slots.bind(params)?;
+    let stream = execute_stream(
+        reset_plan_states(instance.plan.clone())?,
+        instance.task.clone(),
+    )?;
+    let give_back = Finish(Some(Box::new(move || {
+        let mut idle = statement.idle.lock();
+        if idle.len() < MAX_INSTANCES {
+            idle.push(instance);
+        }
+    })));
+    Ok(with_finish(stream, give_back))
+}
+
+/// Records a trial run; once both kinds have had their trials, chooses.
+fn record(statement: &Statement, generic: bool, nanos: u64) {
+    let trials = match generic {
+        true => &statement.generic,
+        false => &statement.custom,
+    };
+    if trials.record(nanos) < TRIALS {
+        return;
+    }
+    let (custom, generic) = (&statement.custom, &statement.generic);
+    if generic.runs.load(Ordering::Relaxed) >= TRIALS {
+        let faster =
+            generic.best_nanos.load(Ordering::Relaxed) <= custom.best_nanos.load(Ordering::Relaxed);
+        let choice = if faster { GENERIC } else { CUSTOM };
+        statement.choice.store(choice, Ordering::Relaxed);
+        tracing::debug!(generic = faster, "plan kind chosen");
+    }
+}
+
+/// Runs its closure once, when dropped.
+struct Finish(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f()
+        }
+    }
+}
+
+/// `stream`, holding `finish` until it is dropped.
+fn with_finish(stream: SendableRecordBatchStream, finish: Finish) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream.map(move |batch| {
+            let _ = &finish;
+            batch
+        }),
+    ))
+}
+
+/// True if `plan` can be kept: plain relational nodes over Kiln tables,
+/// and no function whose result may change between calls (`now()`, which
+/// the optimizer folds, or `random()`).
+pub(crate) fn keepable(plan: &LogicalPlan) -> bool {
+    let mut ok = true;
+    let _ = plan.apply_with_subqueries(|node| {
+        ok &= match node {
+            LogicalPlan::TableScan(scan) => {
+                source_as_provider(&scan.source).is_ok_and(|p| p.is::<KilnTable>())
+            }
+            LogicalPlan::Projection(_)
+            | LogicalPlan::Filter(_)
+            | LogicalPlan::EmptyRelation(_)
+            | LogicalPlan::Values(_)
+            | LogicalPlan::Limit(_)
+            | LogicalPlan::Sort(_)
+            | LogicalPlan::Union(_)
+            | LogicalPlan::SubqueryAlias(_)
+            | LogicalPlan::Aggregate(_)
+            | LogicalPlan::Distinct(_)
+            | LogicalPlan::Join(_)
+            | LogicalPlan::Window(_)
+            | LogicalPlan::Subquery(_) => true,
+            _ => false,
+        };
+        if !ok {
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                ok &= match e {
+                    Expr::ScalarVariable(..) => false,
+                    Expr::ScalarFunction(f) => {
+                        f.func.signature().volatility == Volatility::Immutable
+                    }
+                    _ => true,
+                };
+                Ok(if ok {
+                    TreeNodeRecursion::Continue
+                } else {
+                    TreeNodeRecursion::Stop
+                })
+            })
+        })
+    });
+    ok
+}
+
+/// The Kiln tables `plan` reads.
+fn tables(plan: &LogicalPlan) -> Vec<Arc<Table>> {
+    let mut out = vec![];
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && let Ok(p) = source_as_provider(&scan.source)
+            && let Some(t) = p.downcast_ref::<KilnTable>()
+        {
+            out.push(t.table().clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    out
+}

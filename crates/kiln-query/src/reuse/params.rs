@@ -1,0 +1,172 @@
+//! Parameters of a kept plan: each `$n` becomes a call of a nullary
+//! function that reads the value bound for the current execution.
+//!
+//! Why: DataFusion 55 has no physical placeholder; a physical plan can only
+//! be built once every `$n` is a value. A function call can be planned
+//! without its value, and evaluates to whatever was bound last. The values
+//! live in [`ParamSlots`], one per plan instance, which a caller holds
+//! exclusively while the instance runs.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Result, ScalarValue, plan_err};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility,
+};
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
+use datafusion::physical_plan::expressions::Literal;
+use parking_lot::RwLock;
+
+/// The values bound to one plan instance's `$1`, `$2`, ...
+#[derive(Debug)]
+pub struct ParamSlots {
+    types: Vec<DataType>,
+    values: RwLock<Vec<ScalarValue>>,
+}
+
+impl ParamSlots {
+    fn new(types: Vec<DataType>) -> Self {
+        let values = types
+            .iter()
+            .map(|t| ScalarValue::try_from(t).unwrap_or(ScalarValue::Null))
+            .collect();
+        Self {
+            types,
+            values: RwLock::new(values),
+        }
+    }
+
+    /// Binds the next execution's values, each cast to its placeholder's
+    /// type; an error names the `$n` that does not fit.
+    pub fn bind(&self, values: &[ScalarValue]) -> Result<()> {
+        if values.len() != self.types.len() {
+            return plan_err!(
+                "expected {} parameters, got {}",
+                self.types.len(),
+                values.len()
+            );
+        }
+        let mut cast = Vec::with_capacity(values.len());
+        for (i, (v, t)) in values.iter().zip(&self.types).enumerate() {
+            cast.push(if v.data_type() == *t {
+                v.clone()
+            } else {
+                v.cast_to(t)
+                    .or_else(|e| plan_err!("parameter ${}: {e}", i + 1))?
+            });
+        }
+        *self.values.write() = cast;
+        Ok(())
+    }
+
+    fn get(&self, index: usize) -> ScalarValue {
+        self.values.read()[index].clone()
+    }
+}
+
+/// `$n` as a function of no argument.
+#[derive(Debug)]
+struct Param {
+    name: String,
+    index: usize,
+    slots: Arc<ParamSlots>,
+    signature: Signature,
+}
+
+impl PartialEq for Param {
+    fn eq(&self, other: &Self) -> bool {
+        self.index == other.index && Arc::ptr_eq(&self.slots, &other.slots)
+    }
+}
+
+impl Eq for Param {}
+
+impl Hash for Param {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.index.hash(state);
+        Arc::as_ptr(&self.slots).hash(state);
+    }
+}
+
+impl ScalarUDFImpl for Param {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(self.slots.types[self.index].clone())
+    }
+
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(self.slots.get(self.index)))
+    }
+}
+
+/// Replaces `$1..$n` in an optimized plan with calls reading the returned
+/// slots. `types[i]` is the type of `$(i+1)`.
+pub fn parameterize(
+    plan: LogicalPlan,
+    types: &[DataType],
+) -> Result<(LogicalPlan, Arc<ParamSlots>)> {
+    let slots = Arc::new(ParamSlots::new(types.to_vec()));
+    let udfs: Vec<Arc<ScalarUDF>> = (0..types.len())
+        .map(|index| {
+            Arc::new(ScalarUDF::new_from_impl(Param {
+                name: format!("${}", index + 1),
+                index,
+                slots: slots.clone(),
+                // Stable: one value for the whole execution. The plan is
+                // already optimized, so nothing folds it.
+                signature: Signature::nullary(Volatility::Stable),
+            }))
+        })
+        .collect();
+    let plan = plan
+        .transform_up_with_subqueries(|node| {
+            node.map_expressions(|e| {
+                e.transform_up(|e| match e {
+                    Expr::Placeholder(p) => {
+                        let index =
+                            p.id.strip_prefix('$')
+                                .and_then(|n| n.parse::<usize>().ok())
+                                .and_then(|n| n.checked_sub(1))
+                                .filter(|i| *i < udfs.len());
+                        let Some(index) = index else {
+                            return plan_err!("unknown parameter {}", p.id);
+                        };
+                        Ok(Transformed::yes(Expr::ScalarFunction(
+                            ScalarFunction::new_udf(udfs[index].clone(), vec![]),
+                        )))
+                    }
+                    e => Ok(Transformed::no(e)),
+                })
+            })
+        })?
+        .data;
+    Ok((plan, slots))
+}
+
+/// `expr` with every parameter call replaced by the value bound now, so
+/// that pruning, which needs literals, can use it.
+pub fn resolve(expr: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+    expr.transform_up(|e| {
+        let value = e
+            .downcast_ref::<ScalarFunctionExpr>()
+            .and_then(|f| f.fun().inner().downcast_ref::<Param>())
+            .map(|p| p.slots.get(p.index));
+        Ok(match value {
+            Some(v) => Transformed::yes(Arc::new(Literal::new(v)) as Arc<dyn PhysicalExpr>),
+            None => Transformed::no(e),
+        })
+    })
+    .map(|t| t.data)
+}

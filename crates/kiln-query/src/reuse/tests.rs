@@ -1,0 +1,182 @@
+use arrow::util::pretty::pretty_format_batches;
+use futures::TryStreamExt;
+use kiln_storage::StorageConfig;
+
+use super::*;
+use crate::Engine;
+
+const LOOKUP: &str = "SELECT v FROM kv WHERE id = $1 ORDER BY v";
+
+async fn engine(dir: &std::path::Path) -> Engine {
+    let engine = Engine::new(Db::open(StorageConfig::for_dir(dir)).await.unwrap()).unwrap();
+    create(&engine, "(1, 'a'), (2, 'b'), (3, 'c')").await;
+    engine
+}
+
+async fn create(engine: &Engine, rows: &str) {
+    engine
+        .execute("CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v VARCHAR)")
+        .await
+        .unwrap();
+    insert(engine, rows).await;
+}
+
+/// Inserts `(id, 'v'), ...` rows, all at one time.
+async fn insert(engine: &Engine, rows: &str) {
+    let rows = rows.replace('(', "(TIMESTAMP '2026-11-01 00:00:00', ");
+    engine
+        .execute(&format!("INSERT INTO kv VALUES {rows}"))
+        .await
+        .unwrap();
+}
+
+/// Runs `sql` as a prepared statement with one BIGINT parameter; the
+/// values of its single column, in order.
+async fn lookup(engine: &Engine, sql: &str, id: i64) -> Vec<String> {
+    let logical = engine
+        .session()
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .unwrap();
+    let stream = engine
+        .execute_prepared(sql, &logical, &[DataType::Int64], &[ScalarValue::from(id)])
+        .await
+        .unwrap();
+    let batches: Vec<_> = stream.try_collect().await.unwrap();
+    let text = pretty_format_batches(&batches).unwrap().to_string();
+    text.lines()
+        .skip(3)
+        .filter(|l| l.starts_with("| "))
+        .map(|l| l.trim_matches(|c| c == '|' || c == ' ').to_string())
+        .collect()
+}
+
+fn statement(engine: &Engine, sql: &str) -> Arc<Statement> {
+    engine.plans().statements.get(sql).unwrap().clone()
+}
+
+fn idle(engine: &Engine, sql: &str) -> usize {
+    statement(engine, sql).idle.lock().len()
+}
+
+#[tokio::test]
+async fn a_generic_plan_sees_each_runs_values_and_rows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    assert_eq!(lookup(&engine, LOOKUP, 2).await, ["b"]);
+    statement(&engine, LOOKUP)
+        .choice
+        .store(GENERIC, Ordering::Relaxed);
+    assert_eq!(idle(&engine, LOOKUP), 0);
+    assert_eq!(lookup(&engine, LOOKUP, 2).await, ["b"]);
+    // The instance is back in the pool and serves the next value.
+    assert_eq!(idle(&engine, LOOKUP), 1);
+    assert_eq!(lookup(&engine, LOOKUP, 3).await, ["c"]);
+    assert_eq!(lookup(&engine, LOOKUP, 9).await, Vec::<String>::new());
+    assert_eq!(idle(&engine, LOOKUP), 1);
+
+    // Rows written after the plan was made: memstore, then segments.
+    insert(&engine, "(9, 'new'), (3, 'c2')").await;
+    assert_eq!(lookup(&engine, LOOKUP, 9).await, ["new"]);
+    engine.db().flush_all().await.unwrap();
+    assert_eq!(lookup(&engine, LOOKUP, 3).await, ["c", "c2"]);
+    assert_eq!(lookup(&engine, LOOKUP, 1).await, ["a"]);
+    assert_eq!(idle(&engine, LOOKUP), 1);
+}
+
+#[tokio::test]
+async fn a_generic_plan_is_made_again_for_a_new_table_or_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    lookup(&engine, LOOKUP, 1).await;
+    statement(&engine, LOOKUP)
+        .choice
+        .store(GENERIC, Ordering::Relaxed);
+    assert_eq!(lookup(&engine, LOOKUP, 1).await, ["a"]);
+
+    engine.execute("DROP TABLE kv").await.unwrap();
+    create(&engine, "(1, 'z')").await;
+    assert_eq!(lookup(&engine, LOOKUP, 1).await, ["z"]);
+    assert_eq!(idle(&engine, LOOKUP), 1);
+
+    engine
+        .execute("SET datafusion.execution.time_zone = '+02:00'")
+        .await
+        .unwrap();
+    assert_eq!(lookup(&engine, LOOKUP, 1).await, ["z"]);
+    let settings = engine.session().state().config().options().clone();
+    let s = statement(&engine, LOOKUP);
+    let idle = s.idle.lock();
+    assert_eq!(idle.len(), 1);
+    assert!(Arc::ptr_eq(&idle[0].settings, &settings));
+}
+
+#[tokio::test]
+async fn the_faster_kind_is_chosen_after_the_trials() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    for i in 0..2 * TRIALS as i64 {
+        let id = i % 3 + 1;
+        let want = ["a", "b", "c"][id as usize - 1];
+        assert_eq!(lookup(&engine, LOOKUP, id).await, [want]);
+    }
+    let s = statement(&engine, LOOKUP);
+    assert_eq!(s.custom.runs.load(Ordering::Relaxed), TRIALS);
+    assert_eq!(s.generic.runs.load(Ordering::Relaxed), TRIALS);
+    assert_ne!(s.choice.load(Ordering::Relaxed), UNDECIDED);
+}
+
+#[tokio::test]
+async fn only_plans_over_kiln_tables_with_immutable_functions_are_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    let keep = async |sql: &str| {
+        let plan = engine
+            .session()
+            .state()
+            .create_logical_plan(sql)
+            .await
+            .unwrap();
+        keepable(&plan)
+    };
+    for sql in [
+        "SELECT 1",
+        LOOKUP,
+        "SELECT count(*) FROM kv WHERE id > $1",
+        "SELECT upper(v) FROM kv JOIN (SELECT max(id) AS m FROM kv) ON id = m",
+    ] {
+        assert!(keep(sql).await, "{sql}");
+    }
+    for sql in [
+        "SELECT now()",
+        "SELECT v FROM kv WHERE ts > now() - INTERVAL '1 hour'",
+        "SELECT random()",
+        "SELECT * FROM system.tables",
+        "SELECT * FROM information_schema.tables",
+        "EXPLAIN SELECT 1",
+    ] {
+        assert!(!keep(sql).await, "{sql}");
+    }
+}
+
+#[test]
+fn a_value_that_does_not_fit_names_its_parameter() {
+    let (_, slots) = parameterize(
+        LogicalPlan::EmptyRelation(datafusion::logical_expr::EmptyRelation {
+            produce_one_row: true,
+            schema: Arc::new(datafusion::common::DFSchema::empty()),
+        }),
+        &[DataType::Int64, DataType::Int64],
+    )
+    .unwrap();
+    slots
+        .bind(&[ScalarValue::from(1i64), ScalarValue::from("7")])
+        .unwrap();
+    let err = slots
+        .bind(&[ScalarValue::from(1i64), ScalarValue::from("x")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("parameter $2"), "{err}");
+    assert!(slots.bind(&[]).is_err());
+}

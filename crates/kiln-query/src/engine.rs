@@ -68,6 +68,7 @@ impl Engine {
     /// Builds the engine with the given admission and timeout limits.
     pub fn with_limits(db: Db, limits: QueryLimits) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mode = limits.plan_cache_mode;
         let queries = QueryRegistry::new(limits);
         let cache = Arc::new(SegmentCache::new(
             db.store().clone(),
@@ -75,7 +76,7 @@ impl Engine {
         ));
         let ctx = build_session(&db, cores, queries.clone(), cache.clone())?;
         Ok(Self {
-            plans: PlanCache::new(db.clone()),
+            plans: PlanCache::new(db.clone(), mode),
             db,
             ctx,
             queries,

@@ -26,6 +26,6 @@ pub use provider::KilnTable;
 pub use queries::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
-pub use reuse::PlanCache;
+pub use reuse::{PlanCache, PlanCacheMode};
 pub use segment_cache::SegmentCache;
 pub use session::{CATALOG, SCHEMA, build_session};

@@ -134,6 +134,8 @@ pub fn keep(
     containers: &[ContainerStats],
 ) -> Vec<bool> {
     let all = vec![true; containers.len()];
-    let Some(pp) = pruning else { return all };
+    let Some(pp) = pruning.filter(|_| !containers.is_empty()) else {
+        return all;
+    };
     pp.prune(&Stats { schema, containers }).unwrap_or(all)
 }

@@ -27,6 +27,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::reuse::PlanCacheMode;
 
 /// Shards of the running-query map.
 const SHARDS: usize = 16;
@@ -44,6 +45,8 @@ pub struct QueryLimits {
     pub timeout: Option<Duration>,
     /// Finished queries remembered for `system.queries`.
     pub history: usize,
+    /// How prepared statements are planned ([`crate::reuse`]).
+    pub plan_cache_mode: PlanCacheMode,
 }
 
 impl Default for QueryLimits {
@@ -53,6 +56,7 @@ impl Default for QueryLimits {
             max_queued: 4096,
             timeout: None,
             history: 1000,
+            plan_cache_mode: PlanCacheMode::Auto,
         }
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use kiln_query::{Engine, QueryLimits};
+use kiln_query::{Engine, PlanCacheMode, QueryLimits};
 use kiln_storage::{Db, StorageConfig, parse_bytes};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -71,6 +71,13 @@ pub struct ServerConfig {
     /// Finished queries kept in `system.queries`.
     #[arg(long, env = "KILN_QUERY_HISTORY", default_value_t = 1000)]
     pub query_history: usize,
+
+    /// How prepared statements are planned, as PostgreSQL's
+    /// `plan_cache_mode`: auto (planned with their values at first, then a
+    /// kept generic plan if that proved faster), force-custom or
+    /// force-generic.
+    #[arg(long, env = "KILN_PLAN_CACHE_MODE", default_value = "auto")]
+    pub plan_cache_mode: PlanCacheMode,
 }
 
 impl ServerConfig {
@@ -80,6 +87,7 @@ impl ServerConfig {
             max_queued: self.max_queued_queries,
             timeout: (!self.query_timeout.is_zero()).then_some(self.query_timeout),
             history: self.query_history,
+            plan_cache_mode: self.plan_cache_mode,
         }
     }
 }

@@ -196,6 +196,17 @@ fn timeout_overload_and_system_queries() {
 
 #[test]
 fn psycopg_prepared_statements_and_cancel() {
+    psycopg_check(&[]);
+}
+
+/// The same with every prepared statement that can be kept run by a
+/// generic plan (kept physical plan, parameters bound per execution).
+#[test]
+fn psycopg_prepared_statements_with_generic_plans() {
+    psycopg_check(&["--plan-cache-mode", "force-generic"]);
+}
+
+fn psycopg_check(args: &[&str]) {
     let have_psycopg = Command::new("python3")
         .args(["-c", "import psycopg"])
         .status()
@@ -205,7 +216,7 @@ fn psycopg_prepared_statements_and_cancel() {
         "psycopg is required (scripts/test.sh installs it with pip)"
     );
     let tmp = tempfile::tempdir().unwrap();
-    let s = Server::start(&tmp.path().join("data"), &[]);
+    let s = Server::start(&tmp.path().join("data"), args);
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/clients/psycopg_check.py"

@@ -4,7 +4,8 @@
 //! see the rows acknowledged before it, and prune with the parameters bound
 //! for it. So this node holds what the planner decided (projection, filters,
 //! limit, partitions) and plans the snapshot scan at its first `execute`,
-//! once per run: DataFusion's `reset_plan_states` hands every run a fresh
+//! once per run. Its pruning predicate is built once: the parameters in it
+//! are functions that read the run's values when evaluated: DataFusion's `reset_plan_states` hands every run a fresh
 //! node.
 
 use std::fmt;
@@ -14,6 +15,7 @@ use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_optimizer::pruning::PruningPredicate;
 use datafusion::physical_plan::execution_plan::{
     Boundedness, EmissionType, ReplaceChildrenOptions,
 };
@@ -26,13 +28,16 @@ use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
 use super::{KilnTable, ScanSpec};
-use crate::reuse::resolve;
+use crate::pruning::pruning_predicate;
 
 /// Scans a Kiln table; see the module docs.
 #[derive(Debug)]
 pub(super) struct LazyScan {
     table: KilnTable,
     spec: ScanSpec,
+    /// The pruning form of the predicate, built once: it reads the
+    /// parameters' values when it is evaluated, as the predicate does.
+    pruning: Option<Arc<PruningPredicate>>,
     properties: Arc<PlanProperties>,
     /// This run's snapshot scan, planned by the first partition to execute.
     planned: Mutex<Option<Arc<dyn ExecutionPlan>>>,
@@ -51,6 +56,7 @@ impl LazyScan {
             Boundedness::Bounded,
         ));
         Ok(Self {
+            pruning: pruning_predicate(spec.predicate.as_ref(), &table.schema),
             table,
             spec,
             properties,
@@ -64,9 +70,9 @@ impl LazyScan {
         if let Some(p) = &*planned {
             return Ok(p.clone());
         }
-        let mut spec = self.spec.clone();
-        spec.predicate = spec.predicate.map(resolve).transpose()?;
-        let plan = self.table.plan_snapshot(&spec, true)?;
+        let plan = self
+            .table
+            .plan_snapshot(&self.spec, self.pruning.as_deref(), true)?;
         *planned = Some(plan.clone());
         Ok(plan)
     }
@@ -125,6 +131,7 @@ impl ExecutionPlan for LazyScan {
         Ok(Arc::new(Self {
             table: self.table.clone(),
             spec: self.spec.clone(),
+            pruning: self.pruning.clone(),
             properties: self.properties.clone(),
             planned: Mutex::new(None),
         }))

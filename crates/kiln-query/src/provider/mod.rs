@@ -34,6 +34,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::pruning::PruningPredicate;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
@@ -127,7 +128,8 @@ impl datafusion::datasource::TableProvider for KilnTable {
         if state.config().get_extension::<KeptPlan>().is_some() {
             return Ok(Arc::new(LazyScan::new(self.clone(), spec)?));
         }
-        self.plan_snapshot(&spec, false)
+        let pruning = pruning_predicate(spec.predicate.as_ref(), &self.schema);
+        self.plan_snapshot(&spec, pruning.as_deref(), false)
     }
 
     async fn insert_into(
@@ -164,18 +166,19 @@ struct ScanSpec {
 
 impl KilnTable {
     /// Plans the scan of the table's data now: pins one snapshot, prunes it
-    /// with `spec.predicate`, and reads the rest from the segment cache,
-    /// Parquet files and the memstore. `parquet_predicate` also hands the
-    /// predicate to the Parquet reader (needed by a plan built at execution,
-    /// which DataFusion's physical filter pushdown never sees).
+    /// with `pruning` (the form of `spec.predicate`), and reads the rest
+    /// from the segment cache, Parquet files and the memstore.
+    /// `parquet_predicate` also hands the predicate to the Parquet reader
+    /// (needed by a plan built at execution, which DataFusion's physical
+    /// filter pushdown never sees).
     fn plan_snapshot(
         &self,
         spec: &ScanSpec,
+        pruning: Option<&PruningPredicate>,
         parquet_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = self.schema.clone();
         let snapshot = self.table.snapshot();
-        let pruning = pruning_predicate(spec.predicate.as_ref(), &schema);
         let (target, projection, limit) = (spec.target, spec.projection.as_ref(), spec.limit);
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
 
@@ -187,12 +190,12 @@ impl KilnTable {
             .iter()
             .map(|s| ContainerStats::segment(&s.meta))
             .collect();
-        let kept = keep(pruning.as_deref(), &schema, &stats);
+        let kept = keep(pruning, &schema, &stats);
         let mut in_memory = vec![];
         let mut files = vec![];
         for (s, _) in segments.iter().zip(kept).filter(|(_, k)| *k) {
             match self.cache.get(&s.meta.path) {
-                Some(decoded) => in_memory.extend(decoded.slices(pruning.as_deref())),
+                Some(decoded) => in_memory.extend(decoded.slices(pruning)),
                 None => {
                     self.cache.load_later(s.clone(), schema.clone());
                     files.push(s.clone());
@@ -252,7 +255,7 @@ impl KilnTable {
             .collect();
         let kept_days: Vec<i32> = days
             .iter()
-            .zip(keep(pruning.as_deref(), &schema, &day_stats))
+            .zip(keep(pruning, &schema, &day_stats))
             .filter(|(_, k)| *k)
             .map(|(d, _)| *d)
             .collect();

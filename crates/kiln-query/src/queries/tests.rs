@@ -15,6 +15,7 @@ fn registry(
         max_queued,
         timeout,
         history: 4,
+        plan_cache_mode: Default::default(),
     })
 }
 

@@ -30,6 +30,7 @@ mod params;
 #[cfg(test)]
 mod tests;
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
@@ -50,7 +51,6 @@ use futures::StreamExt;
 use kiln_storage::{Db, Table};
 use parking_lot::Mutex;
 
-pub(crate) use params::resolve;
 use params::{ParamSlots, parameterize};
 
 use crate::engine::partitions_for;
@@ -70,9 +70,37 @@ const MAX_INSTANCES: usize = 64;
 #[derive(Debug)]
 pub(crate) struct KeptPlan;
 
+/// How prepared statements are planned; PostgreSQL's `plan_cache_mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlanCacheMode {
+    /// Custom plans for the first trials, then whichever kind was faster.
+    #[default]
+    Auto,
+    /// Every execution planned with its values.
+    ForceCustom,
+    /// A generic plan whenever the statement's plan can be kept.
+    ForceGeneric,
+}
+
+impl FromStr for PlanCacheMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "force-custom" => Ok(Self::ForceCustom),
+            "force-generic" => Ok(Self::ForceGeneric),
+            _ => Err(format!(
+                "unknown plan cache mode {s:?}: use auto, force-custom or force-generic"
+            )),
+        }
+    }
+}
+
 /// Kept plans by statement text; see the module docs.
 pub struct PlanCache {
     db: Db,
+    mode: PlanCacheMode,
     statements: DashMap<String, Arc<Statement>>,
 }
 
@@ -134,9 +162,10 @@ enum Kind {
 }
 
 impl PlanCache {
-    pub fn new(db: Db) -> Self {
+    pub fn new(db: Db, mode: PlanCacheMode) -> Self {
         Self {
             db,
+            mode,
             statements: DashMap::new(),
         }
     }
@@ -155,9 +184,10 @@ impl PlanCache {
     ) -> Result<SendableRecordBatchStream> {
         let started = Instant::now();
         let statement = self.statement(sql, logical);
-        let kind = match &statement {
-            None => Kind::Custom { timed: false },
-            Some(s) => match s.choice.load(Ordering::Relaxed) {
+        let kind = match (&statement, self.mode) {
+            (None, _) | (_, PlanCacheMode::ForceCustom) => Kind::Custom { timed: false },
+            (_, PlanCacheMode::ForceGeneric) => Kind::Generic,
+            (Some(s), PlanCacheMode::Auto) => match s.choice.load(Ordering::Relaxed) {
                 CUSTOM => Kind::Custom { timed: false },
                 GENERIC => Kind::Generic,
                 _ if s.custom.runs.load(Ordering::Relaxed) < TRIALS => Kind::Custom { timed: true },
@@ -177,7 +207,8 @@ impl PlanCache {
         if let (Kind::Generic, Some(s)) = (&kind, &statement) {
             match self.generic(ctx, queries, s, logical, types).await {
                 Ok(instance) => {
-                    let trial = s.choice.load(Ordering::Relaxed) == UNDECIDED;
+                    let trial = self.mode == PlanCacheMode::Auto
+                        && s.choice.load(Ordering::Relaxed) == UNDECIDED;
                     let stream = run_generic(s.clone(), instance, params)?;
                     return Ok(timed(stream, trial.then_some(true)));
                 }

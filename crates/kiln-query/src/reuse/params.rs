@@ -18,8 +18,6 @@ use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     Volatility,
 };
-use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
-use datafusion::physical_plan::expressions::Literal;
 use parking_lot::RwLock;
 
 /// The values bound to one plan instance's `$1`, `$2`, ...
@@ -153,20 +151,4 @@ pub fn parameterize(
         })?
         .data;
     Ok((plan, slots))
-}
-
-/// `expr` with every parameter call replaced by the value bound now, so
-/// that pruning, which needs literals, can use it.
-pub fn resolve(expr: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
-    expr.transform_up(|e| {
-        let value = e
-            .downcast_ref::<ScalarFunctionExpr>()
-            .and_then(|f| f.fun().inner().downcast_ref::<Param>())
-            .map(|p| p.slots.get(p.index));
-        Ok(match value {
-            Some(v) => Transformed::yes(Arc::new(Literal::new(v)) as Arc<dyn PhysicalExpr>),
-            None => Transformed::no(e),
-        })
-    })
-    .map(|t| t.data)
 }

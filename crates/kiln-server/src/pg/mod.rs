@@ -55,6 +55,7 @@ use tokio::task::JoinSet;
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 
+mod conn;
 mod copy;
 mod execute;
 
@@ -406,7 +407,7 @@ pub async fn accept_loop(
                     conns.spawn(async move {
                         let _open = open;
                         if let Err(e) =
-                            datafusion_postgres::pgwire::tokio::process_socket(socket, None, handlers).await
+                            conn::serve(socket, handlers).await
                         {
                             tracing::debug!(%addr, "pg connection: {e}");
                         }

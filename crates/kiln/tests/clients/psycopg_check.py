@@ -94,6 +94,21 @@ def main(port: int) -> None:
     c.execute("INSERT INTO pgt VALUES ('2026-05-04 00:00:00', 4, 'd')")
     c.execute("SELECT count(*) FROM pgt", prepare=True)
     assert c.fetchone()[0] == 4
+
+    # Past the trials of custom and generic plans: whichever kind runs,
+    # each execution uses its own values and sees the rows written before it.
+    for i in range(12):
+        c.execute("INSERT INTO pgt VALUES ('2026-05-05 00:00:00', %s, 'g')", (100 + i,))
+        c.execute(
+            "SELECT count(*), max(id) FROM pgt WHERE id >= %s AND name = %s",
+            (100, "g"),
+            prepare=True,
+        )
+        assert c.fetchone() == (i + 1, 100 + i)
+        c.execute("SELECT name FROM pgt WHERE id = %s", (100 + i,), prepare=True)
+        assert c.fetchall() == [("g",)]
+        c.execute("SELECT name FROM pgt WHERE id = %s", (1,), prepare=True)
+        assert c.fetchall() == [("a",)]
     conn.close()
     print("ok")
 

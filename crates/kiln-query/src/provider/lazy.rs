@@ -3,10 +3,11 @@
 //! Why: a kept plan ([`crate::reuse`]) runs many times, and each run must
 //! see the rows acknowledged before it, and prune with the parameters bound
 //! for it. So this node holds what the planner decided (projection, filters,
-//! limit, partitions) and plans the snapshot scan at its first `execute`,
-//! once per run. Its pruning predicate is built once: the parameters in it
-//! are functions that read the run's values when evaluated: DataFusion's `reset_plan_states` hands every run a fresh
-//! node.
+//! limit, partitions) and plans the snapshot scan at its first `execute`.
+//! DataFusion's `reset_plan_states` hands every run a fresh node, so that
+//! happens once per run. The pruning predicate is built once, with the
+//! node: the parameters in it are functions that read the run's values
+//! when it is evaluated.
 
 use std::fmt;
 use std::sync::Arc;

@@ -117,12 +117,13 @@ impl datafusion::datasource::TableProvider for KilnTable {
         };
         let store_url = ObjectStoreUrl::parse(STORE_URL)?;
         let spec = ScanSpec {
+            store: state.runtime_env().object_store(&store_url)?,
+            store_url,
             projection: projection.cloned(),
             limit,
             target: state.config().target_partitions().max(1),
             predicate,
             parquet: state.table_options().parquet.clone(),
-            store: state.runtime_env().object_store(&store_url)?,
             metadata: state.runtime_env().cache_manager.get_file_metadata_cache(),
         };
         if state.config().get_extension::<KeptPlan>().is_some() {
@@ -160,6 +161,7 @@ struct ScanSpec {
     /// The query's pushed-down filters, for pruning.
     predicate: Option<Arc<dyn PhysicalExpr>>,
     parquet: TableParquetOptions,
+    store_url: ObjectStoreUrl,
     store: Arc<dyn ObjectStore>,
     metadata: Arc<FileMetadataCache>,
 }
@@ -219,7 +221,6 @@ impl KilnTable {
                         .with_extension(s.clone()),
                 );
             }
-            let store_url = ObjectStoreUrl::parse(STORE_URL)?;
             // The filters reach the Parquet reader (row group and page
             // pruning) through DataFusion's physical filter pushdown, or here.
             let mut source = ParquetSource::new(schema.clone())
@@ -232,7 +233,7 @@ impl KilnTable {
             if parquet_predicate && let Some(p) = &spec.predicate {
                 source = source.with_predicate(p.clone());
             }
-            let conf = FileScanConfigBuilder::new(store_url, Arc::new(source))
+            let conf = FileScanConfigBuilder::new(spec.store_url.clone(), Arc::new(source))
                 .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
                 .with_projection_indices(projection.cloned())?
                 .with_limit(limit)

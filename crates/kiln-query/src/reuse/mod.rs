@@ -184,15 +184,16 @@ impl PlanCache {
     ) -> Result<SendableRecordBatchStream> {
         let started = Instant::now();
         let statement = self.statement(sql, logical);
-        let kind = match (&statement, self.mode) {
-            (None, _) | (_, PlanCacheMode::ForceCustom) => Kind::Custom { timed: false },
-            (_, PlanCacheMode::ForceGeneric) => Kind::Generic,
-            (Some(s), PlanCacheMode::Auto) => match s.choice.load(Ordering::Relaxed) {
-                CUSTOM => Kind::Custom { timed: false },
-                GENERIC => Kind::Generic,
-                _ if s.custom.runs.load(Ordering::Relaxed) < TRIALS => Kind::Custom { timed: true },
-                _ => Kind::Generic,
-            },
+        let choice = statement.as_ref().map(|s| s.choice.load(Ordering::Relaxed));
+        let kind = match (&statement, choice, self.mode) {
+            (None, ..) | (_, Some(CUSTOM), _) | (.., PlanCacheMode::ForceCustom) => {
+                Kind::Custom { timed: false }
+            }
+            (_, Some(GENERIC), _) | (.., PlanCacheMode::ForceGeneric) => Kind::Generic,
+            (Some(s), ..) if s.custom.runs.load(Ordering::Relaxed) < TRIALS => {
+                Kind::Custom { timed: true }
+            }
+            _ => Kind::Generic,
         };
         // A trial's time runs from here until its stream is dropped.
         let timed = |stream: SendableRecordBatchStream, trial: Option<bool>| {
@@ -223,22 +224,25 @@ impl PlanCache {
         Ok(timed(stream, trial.then_some(false)))
     }
 
-    /// The statement's record, made on first use; None if its plan cannot
-    /// be kept or too many statements are tracked.
+    /// The statement's record, made on first use; None if too many
+    /// statements are tracked.
     fn statement(&self, sql: &str, logical: &LogicalPlan) -> Option<Arc<Statement>> {
         if let Some(s) = self.statements.get(sql) {
             return Some(s.clone());
         }
-        if self.statements.len() >= MAX_STATEMENTS || !keepable(logical) {
+        if self.statements.len() >= MAX_STATEMENTS {
             return None;
         }
-        Some(
-            self.statements
-                .entry(sql.to_string())
-                .or_default()
-                .value()
-                .clone(),
-        )
+        // A statement whose plan cannot be kept is remembered as custom,
+        // so its plan is not walked again.
+        let choice = if keepable(logical) { UNDECIDED } else { CUSTOM };
+        let statement = self.statements.entry(sql.to_string()).or_insert_with(|| {
+            Arc::new(Statement {
+                choice: AtomicU8::new(choice),
+                ..Default::default()
+            })
+        });
+        Some(statement.value().clone())
     }
 
     /// An idle generic instance still valid now, or a new one.

@@ -70,8 +70,20 @@ async fn a_generic_plan_sees_each_runs_values_and_rows() {
         .store(GENERIC, Ordering::Relaxed);
     assert_eq!(idle(&engine, LOOKUP), 0);
     assert_eq!(lookup(&engine, LOOKUP, 2).await, ["b"]);
-    // The instance is back in the pool and serves the next value.
+    // The instance is back in the pool and serves the next value. Its scan
+    // snapshots at execution and filters with the parameter function.
     assert_eq!(idle(&engine, LOOKUP), 1);
+    let plan = {
+        let s = statement(&engine, LOOKUP);
+        let idle = s.idle.lock();
+        datafusion::physical_plan::displayable(idle[0].plan.as_ref())
+            .indent(true)
+            .to_string()
+    };
+    assert!(
+        plan.contains("LazyScan: table=kv, predicate=id@1 = $1()"),
+        "{plan}"
+    );
     assert_eq!(lookup(&engine, LOOKUP, 3).await, ["c"]);
     assert_eq!(lookup(&engine, LOOKUP, 9).await, Vec::<String>::new());
     assert_eq!(idle(&engine, LOOKUP), 1);
@@ -179,4 +191,42 @@ fn a_value_that_does_not_fit_names_its_parameter() {
         .to_string();
     assert!(err.contains("parameter $2"), "{err}");
     assert!(slots.bind(&[]).is_err());
+}
+
+#[tokio::test]
+async fn a_plan_that_cannot_be_generic_is_planned_per_execution() {
+    let tmp = tempfile::tempdir().unwrap();
+    let limits = crate::QueryLimits {
+        plan_cache_mode: PlanCacheMode::ForceGeneric,
+        ..Default::default()
+    };
+    let db = Db::open(StorageConfig::for_dir(tmp.path())).await.unwrap();
+    let engine = Engine::with_limits(db, limits).unwrap();
+    create(&engine, "(1, 'a'), (2, 'b'), (3, 'c')").await;
+
+    // Forced generic: the lookup runs one, and its instance is pooled.
+    assert_eq!(lookup(&engine, LOOKUP, 3).await, ["c"]);
+    assert_eq!(idle(&engine, LOOKUP), 1);
+
+    // A LIMIT needs its value at planning: the generic plan fails to
+    // build, and the statement falls back to custom plans, with the
+    // right rows.
+    let limit = "SELECT v FROM kv ORDER BY id LIMIT $1";
+    for n in [2, 1, 3] {
+        let want: Vec<_> = ["a", "b", "c"][..n as usize].to_vec();
+        assert_eq!(lookup(&engine, limit, n).await, want);
+    }
+    assert_eq!(
+        statement(&engine, limit).choice.load(Ordering::Relaxed),
+        CUSTOM
+    );
+
+    // A plan reading the clock is never kept, even when forced.
+    let clock = "SELECT v FROM kv WHERE ts < now() AND id = $1";
+    assert_eq!(lookup(&engine, clock, 2).await, ["b"]);
+    assert_eq!(
+        statement(&engine, clock).choice.load(Ordering::Relaxed),
+        CUSTOM
+    );
+    assert_eq!(idle(&engine, clock), 0);
 }

@@ -246,6 +246,7 @@ pub struct PgExtended {
     inner: Arc<DfSessionService>,
     queries: Arc<QueryRegistry>,
     engine: Arc<Engine>,
+    types: execute::ParamTypes,
 }
 
 #[async_trait]
@@ -277,7 +278,7 @@ impl ExtendedQueryHandler for PgExtended {
         let text = &portal.statement.statement.0;
         let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
         let resp = run_guarded(&handle, async {
-            match execute::execute_query(&self.engine, client, portal).await? {
+            match execute::execute_query(&self.engine, &self.types, client, portal).await? {
                 Some(resp) => Ok(resp),
                 None => {
                     ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows).await
@@ -354,6 +355,7 @@ impl Handlers {
                 inner: session,
                 queries: queries.clone(),
                 engine: engine.clone(),
+                types: Default::default(),
             }),
             startup: Arc::new(Startup {
                 connections: connections.clone(),

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
+use arrow::compute::concat;
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
 use dashmap::{DashMap, DashSet};
@@ -116,17 +117,7 @@ impl DecodedSegment {
 
     /// The slices that may hold rows matching `pruning` (all without one).
     pub fn slices(&self, pruning: Option<&PruningPredicate>) -> Vec<RecordBatch> {
-        let keep = pruning.and_then(|p| p.prune(self).ok());
-        match keep {
-            Some(keep) => self
-                .slices
-                .iter()
-                .zip(keep)
-                .filter(|(_, k)| *k)
-                .map(|(s, _)| s.clone())
-                .collect(),
-            None => self.slices.clone(),
-        }
+        kept_slices(&[self], pruning).pop().unwrap_or_default()
     }
 
     pub fn bytes(&self) -> usize {
@@ -156,21 +147,75 @@ fn min_max(values: &ArrayRef, dt: &DataType) -> DfResult<(ScalarValue, ScalarVal
     Ok((lo.evaluate()?, hi.evaluate()?))
 }
 
-impl PruningStatistics for DecodedSegment {
+/// The slices of `segments` that may hold rows matching `pruning` (all
+/// without one), per segment. The statistics of every slice of every
+/// segment are pruned in one pass: DataFusion's `prune` costs microseconds
+/// per call however few the containers, which showed in point lookups.
+pub fn kept_slices(
+    segments: &[&DecodedSegment],
+    pruning: Option<&PruningPredicate>,
+) -> Vec<Vec<RecordBatch>> {
+    let keep = pruning.and_then(|p| p.prune(&AllSlices(segments)).ok());
+    let mut at = 0;
+    segments
+        .iter()
+        .map(|d| {
+            let kept = d
+                .slices
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| keep.as_ref().is_none_or(|k| k[at + i]))
+                .map(|(_, s)| s.clone())
+                .collect();
+            at += d.slices.len();
+            kept
+        })
+        .collect()
+}
+
+/// The slices of several decoded segments as one list of containers,
+/// segment by segment, slice by slice.
+struct AllSlices<'a>(&'a [&'a DecodedSegment]);
+
+impl AllSlices<'_> {
+    /// One statistic of `column` for every slice; None if a segment lacks
+    /// the column.
+    fn concat(
+        &self,
+        column: &Column,
+        pick: impl Fn(&DecodedSegment, usize) -> &ArrayRef,
+    ) -> Option<ArrayRef> {
+        let arrays = self
+            .0
+            .iter()
+            .map(|d| Some(pick(d, d.schema.index_of(&column.name).ok()?)))
+            .collect::<Option<Vec<_>>>()?;
+        concat_all(&arrays)
+    }
+}
+
+fn concat_all(arrays: &[&ArrayRef]) -> Option<ArrayRef> {
+    match arrays {
+        [one] => Some((*one).clone()),
+        _ => concat(&arrays.iter().map(|a| a.as_ref()).collect::<Vec<_>>()).ok(),
+    }
+}
+
+impl PruningStatistics for AllSlices<'_> {
     fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        Some(self.mins[self.schema.index_of(&column.name).ok()?].clone())
+        self.concat(column, |d, i| &d.mins[i])
     }
     fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        Some(self.maxs[self.schema.index_of(&column.name).ok()?].clone())
+        self.concat(column, |d, i| &d.maxs[i])
     }
     fn num_containers(&self) -> usize {
-        self.slices.len()
+        self.0.iter().map(|d| d.slices.len()).sum()
     }
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        Some(self.null_counts[self.schema.index_of(&column.name).ok()?].clone())
+        self.concat(column, |d, i| &d.null_counts[i])
     }
     fn row_counts(&self) -> Option<ArrayRef> {
-        Some(self.row_counts.clone())
+        concat_all(&self.0.iter().map(|d| &d.row_counts).collect::<Vec<_>>())
     }
     fn contained(&self, _: &Column, _: &HashSet<ScalarValue>) -> Option<BooleanArray> {
         None
@@ -284,6 +329,13 @@ impl SegmentCache {
         e.last_used
             .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         Some(e.segment.clone())
+    }
+
+    /// The decoded segment held for `path`, without counting a lookup or
+    /// refreshing its place in the LRU order: for deciding what to read
+    /// before [`Self::get`] records the reads.
+    pub fn peek(&self, path: &str) -> Option<Arc<DecodedSegment>> {
+        self.map.get(path).map(|e| e.segment.clone())
     }
 
     /// Bytes held for `path` (0 if none), for observability: unlike

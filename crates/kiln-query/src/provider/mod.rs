@@ -46,7 +46,7 @@ use object_store::ObjectStore;
 use crate::error::to_df;
 use crate::pruning::{ContainerStats, keep, pruning_predicate};
 use crate::reuse::KeptPlan;
-use crate::segment_cache::SegmentCache;
+use crate::segment_cache::{DecodedSegment, SegmentCache, kept_slices};
 
 mod lazy;
 
@@ -184,24 +184,37 @@ impl KilnTable {
         let (target, projection, limit) = (spec.target, spec.projection.as_ref(), spec.limit);
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
 
-        // Persisted segments, pruned by their manifest statistics. Those in
-        // the segment cache are scanned in memory (pruned again by slice);
-        // the others are read from Parquet and queued for decoding.
-        let segments = &snapshot.version.manifest.segments;
-        let stats: Vec<_> = segments
+        // Persisted segments. Those held decoded in the segment cache are
+        // pruned by slice (finer than the segment's statistics, so they skip
+        // that pass), all in one pass. The others are pruned by their
+        // manifest statistics, read from Parquet and queued for decoding.
+        let mut decoded = vec![];
+        let mut on_disk = vec![];
+        for s in &snapshot.version.manifest.segments {
+            match self.cache.peek(&s.meta.path) {
+                Some(d) => decoded.push((s, d)),
+                None => on_disk.push(s),
+            }
+        }
+        let stats: Vec<_> = on_disk
             .iter()
             .map(|s| ContainerStats::segment(&s.meta))
             .collect();
         let kept = keep(pruning, &schema, &stats);
-        let mut in_memory = vec![];
         let mut files = vec![];
-        for (s, _) in segments.iter().zip(kept).filter(|(_, k)| *k) {
-            match self.cache.get(&s.meta.path) {
-                Some(decoded) => in_memory.extend(decoded.slices(pruning)),
-                None => {
-                    self.cache.load_later(s.clone(), schema.clone());
-                    files.push(s.clone());
-                }
+        for (s, _) in on_disk.into_iter().zip(kept).filter(|(_, k)| *k) {
+            // Counts the miss (or the hit, if it was just decoded).
+            let _ = self.cache.get(&s.meta.path);
+            self.cache.load_later(s.clone(), schema.clone());
+            files.push(s.clone());
+        }
+        let held: Vec<&DecodedSegment> = decoded.iter().map(|(_, d)| d.as_ref()).collect();
+        let mut in_memory = vec![];
+        for ((s, _), slices) in decoded.iter().zip(kept_slices(&held, pruning)) {
+            if !slices.is_empty() {
+                // Counts the hit and refreshes the segment's LRU place.
+                let _ = self.cache.get(&s.meta.path);
+                in_memory.extend(slices);
             }
         }
         if !files.is_empty() {

@@ -120,6 +120,17 @@ fn slices_are_pruned_by_their_min_and_max() {
 
     // IS NULL keeps every slice (each has nulls) by the null counts.
     assert_eq!(d.slices(prune(col("s").is_null()).as_deref()).len(), 7);
+
+    // Several segments are pruned in one pass, each keeping its own slices.
+    let (file, _) = segment();
+    let e = DecodedSegment::decode(file, &schema).unwrap();
+    let both = kept_slices(&[&d, &e], prune(col("k").eq(lit(20i64))).as_deref());
+    assert_eq!(both.iter().map(Vec::len).collect::<Vec<_>>(), [1, 1]);
+    let both = kept_slices(&[&d, &e], prune(col("k").gt(lit(44i64))).as_deref());
+    assert_eq!(rows(&both[0]), rows(&both[1]));
+    assert!(!both[0].is_empty() && both[0].len() < 7);
+    let all = kept_slices(&[&d, &e], None);
+    assert_eq!(rows(&all[0]) + rows(&all[1]), 2 * ROWS as usize);
 }
 
 #[tokio::test]

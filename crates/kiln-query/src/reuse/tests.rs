@@ -230,3 +230,23 @@ async fn a_plan_that_cannot_be_generic_is_planned_per_execution() {
     );
     assert_eq!(idle(&engine, clock), 0);
 }
+
+#[tokio::test]
+async fn a_short_statement_runs_its_generic_plan_in_one_partition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    let partitions = async |best_custom_nanos: u64| {
+        let sql = format!("{LOOKUP} -- {best_custom_nanos}");
+        lookup(&engine, &sql, 1).await;
+        let s = statement(&engine, &sql);
+        s.custom
+            .best_nanos
+            .store(best_custom_nanos, Ordering::Relaxed);
+        s.choice.store(GENERIC, Ordering::Relaxed);
+        assert_eq!(lookup(&engine, &sql, 1).await, ["a"]);
+        s.idle.lock()[0].partitions
+    };
+    let cores = engine.session().state().config().target_partitions();
+    assert_eq!(partitions(SERIAL_BELOW_NANOS - 1).await, 1);
+    assert_eq!(partitions(SERIAL_BELOW_NANOS).await, cores);
+}

@@ -21,7 +21,7 @@ use kiln_storage::Db;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::queries::{QueryLimits, QueryRegistry};
-use crate::reuse::PlanCache;
+use crate::reuse::{PlanCache, cast_param};
 use crate::segment_cache::SegmentCache;
 use crate::session::build_session;
 
@@ -269,16 +269,10 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
     let types = plan.get_parameter_types()?;
     let mut bound = Vec::with_capacity(params.len());
     for (i, v) in params.iter().enumerate() {
-        let name = format!("${}", i + 1);
-        let want: Option<DataType> = types.get(&name).cloned().flatten();
-        let v = match want {
-            Some(t) if !v.is_null() && v.data_type() != t => v.cast_to(&t).map_err(|e| {
-                Error::Sql(format!("parameter {name}: cannot use {v:?} as {t}: {e}"))
-            })?,
-            Some(t) if v.is_null() => ScalarValue::try_from(&t)?,
-            _ => v.clone(),
-        };
-        bound.push(v);
+        bound.push(match types.get(&format!("${}", i + 1)).cloned().flatten() {
+            Some(t) => cast_param(i, v, &t)?,
+            None => v.clone(),
+        });
     }
     if let Some(missing) = (params.len() + 1..=types.len())
         .map(|i| format!("${i}"))

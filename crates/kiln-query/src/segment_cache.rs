@@ -341,7 +341,7 @@ impl SegmentCache {
     /// Bytes held for `path` (0 if none), for observability: unlike
     /// [`Self::get`] it counts no lookup and leaves the LRU order alone.
     pub fn held_bytes(&self, path: &str) -> usize {
-        self.map.get(path).map_or(0, |e| e.segment.bytes())
+        self.peek(path).map_or(0, |d| d.bytes())
     }
 
     /// Holds `segment` under `path`, evicting the least recently used

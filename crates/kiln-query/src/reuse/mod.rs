@@ -51,6 +51,7 @@ use futures::StreamExt;
 use kiln_storage::{Db, Table};
 use parking_lot::Mutex;
 
+pub(crate) use params::cast_param;
 use params::{ParamSlots, parameterize};
 
 use crate::engine::partitions_for;
@@ -59,7 +60,8 @@ use crate::queries::QueryRegistry;
 
 /// Executions of each kind of plan before the faster is chosen.
 pub const TRIALS: u64 = 5;
-/// At most this many statements are tracked; later ones are planned per
+/// At most this many statements are tracked. When full, those not settled
+/// on a generic plan are forgotten; if all are, new ones are planned per
 /// execution.
 const MAX_STATEMENTS: usize = 1024;
 /// A statement whose best custom run (planning included) took less than
@@ -228,14 +230,20 @@ impl PlanCache {
         Ok(timed(stream, trial.then_some(false)))
     }
 
-    /// The statement's record, made on first use; None if too many
-    /// statements are tracked.
+    /// The statement's record, made on first use; None if the cache is
+    /// full of statements that run generic plans.
     fn statement(&self, sql: &str, logical: &LogicalPlan) -> Option<Arc<Statement>> {
         if let Some(s) = self.statements.get(sql) {
             return Some(s.clone());
         }
         if self.statements.len() >= MAX_STATEMENTS {
-            return None;
+            // Make room: statements not settled on a generic plan cost only
+            // a few trials to learn again.
+            self.statements
+                .retain(|_, s| s.choice.load(Ordering::Relaxed) == GENERIC);
+            if self.statements.len() >= MAX_STATEMENTS {
+                return None;
+            }
         }
         // A statement whose plan cannot be kept is remembered as custom,
         // so its plan is not walked again.

@@ -49,15 +49,12 @@ impl ParamSlots {
                 values.len()
             );
         }
-        let mut cast = Vec::with_capacity(values.len());
-        for (i, (v, t)) in values.iter().zip(&self.types).enumerate() {
-            cast.push(if v.data_type() == *t {
-                v.clone()
-            } else {
-                v.cast_to(t)
-                    .or_else(|e| plan_err!("parameter ${}: {e}", i + 1))?
-            });
-        }
+        let cast = values
+            .iter()
+            .zip(&self.types)
+            .enumerate()
+            .map(|(i, (v, t))| cast_param(i, v, t))
+            .collect::<Result<Vec<_>>>()?;
         *self.values.write() = cast;
         Ok(())
     }
@@ -65,6 +62,19 @@ impl ParamSlots {
     fn get(&self, index: usize) -> ScalarValue {
         self.values.read()[index].clone()
     }
+}
+
+/// The value of parameter `$(index + 1)` as type `t` (a NULL of that
+/// type for a NULL); the error names the parameter.
+pub(crate) fn cast_param(index: usize, v: &ScalarValue, t: &DataType) -> Result<ScalarValue> {
+    if v.is_null() {
+        return ScalarValue::try_from(t);
+    }
+    if v.data_type() == *t {
+        return Ok(v.clone());
+    }
+    v.cast_to(t)
+        .or_else(|e| plan_err!("parameter ${}: cannot use {v:?} as {t}: {e}", index + 1))
 }
 
 /// `$n` as a function of no argument.

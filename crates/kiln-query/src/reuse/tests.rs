@@ -250,3 +250,25 @@ async fn a_short_statement_runs_its_generic_plan_in_one_partition() {
     assert_eq!(partitions(SERIAL_BELOW_NANOS - 1).await, 1);
     assert_eq!(partitions(SERIAL_BELOW_NANOS).await, cores);
 }
+
+#[tokio::test]
+async fn a_full_cache_forgets_statements_not_on_generic_plans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    let plan = engine
+        .session()
+        .state()
+        .create_logical_plan(LOOKUP)
+        .await
+        .unwrap();
+    let plans = engine.plans();
+    for i in 0..MAX_STATEMENTS {
+        plans.statement(&format!("{LOOKUP} -- {i}"), &plan).unwrap();
+    }
+    statement(&engine, &format!("{LOOKUP} -- 7"))
+        .choice
+        .store(GENERIC, Ordering::Relaxed);
+    assert!(plans.statement("a new one", &plan).is_some());
+    assert_eq!(plans.statements.len(), 2);
+    assert!(plans.statements.contains_key(&format!("{LOOKUP} -- 7")));
+}

@@ -56,7 +56,13 @@ pub(super) async fn execute_query<C: ClientInfo>(
     let Some((Statement::Query(_), plan)) = parsed else {
         return Ok(None);
     };
-    let Some(types) = types.of(&portal.statement, plan)? else {
+    // Named statements are the ones executed again; an unnamed one is
+    // usually parsed for each execution, so its types are not kept.
+    let types = match portal.statement.id.is_empty() {
+        true => parameter_types(plan)?,
+        false => types.of(&portal.statement, plan)?,
+    };
+    let Some(types) = types else {
         return Ok(None);
     };
     let wire: Vec<Type> = types

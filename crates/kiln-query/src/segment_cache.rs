@@ -8,7 +8,8 @@
 //!
 //! How: a query that finds a segment here scans its batches in memory, and
 //! prunes them in slices of [`SLICE_ROWS`] rows with per-slice min/max (finer
-//! than Parquet's pages). A query that misses reads the Parquet file as
+//! than Parquet's pages); neighbouring kept slices are scanned as one batch
+//! of up to [`BATCH_ROWS`] rows. A query that misses reads the Parquet file as
 //! before and asks for the segment to be decoded in the background, so no
 //! query waits for a load. The cache is bounded by bytes
 //! (`--segment-cache-bytes`) with least-recently-used eviction; lookups
@@ -19,6 +20,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+use crate::pruning::Pruner;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use arrow::compute::concat;
 use arrow::datatypes::{DataType, SchemaRef};
@@ -29,22 +31,28 @@ use datafusion::common::{Column, ScalarValue};
 use datafusion::error::Result as DfResult;
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::Accumulator;
-use datafusion::physical_optimizer::pruning::PruningPredicate;
 use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, Segment, Store};
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
-/// Rows per pruning slice of a cached segment: DataFusion's batch size, so
-/// each kept slice is one ordinary batch.
-pub const SLICE_ROWS: usize = 8192;
+/// Rows per pruning slice of a cached segment. Small, so that a point
+/// lookup filters few rows; a scan does not pay for it in batches, as kept
+/// neighbours are merged (see [`BATCH_ROWS`]).
+pub const SLICE_ROWS: usize = 1024;
+
+/// Rows per batch a scan of a cached segment emits at most: DataFusion's
+/// batch size.
+pub const BATCH_ROWS: usize = 8192;
 
 /// A segment's rows, decoded.
 #[derive(Debug)]
 pub struct DecodedSegment {
-    /// Every slice of the segment, in order, each at most [`SLICE_ROWS`] rows
-    /// (zero-copy views into the row groups' batches).
-    slices: Vec<RecordBatch>,
+    /// One batch per row group.
+    batches: Vec<RecordBatch>,
+    /// Every slice of the segment, in order, each at most [`SLICE_ROWS`]
+    /// rows of one batch.
+    slices: Vec<Slice>,
     /// Per column: min and max of every slice (null where unknown).
     mins: Vec<ArrayRef>,
     maxs: Vec<ArrayRef>,
@@ -76,12 +84,17 @@ impl DecodedSegment {
             .build()?
             .collect::<Result<Vec<_>, _>>()?;
         let bytes = batches.iter().map(|b| b.get_array_memory_size()).sum();
-        let slices: Vec<RecordBatch> = batches
+        let slices: Vec<Slice> = batches
             .iter()
-            .flat_map(|b| {
+            .enumerate()
+            .flat_map(|(batch, b)| {
                 (0..b.num_rows())
                     .step_by(SLICE_ROWS)
-                    .map(|o| b.slice(o, SLICE_ROWS.min(b.num_rows() - o)))
+                    .map(move |offset| Slice {
+                        batch,
+                        offset,
+                        len: SLICE_ROWS.min(b.num_rows() - offset),
+                    })
             })
             .collect();
         let mut mins = vec![];
@@ -91,20 +104,27 @@ impl DecodedSegment {
             let dt = field.data_type();
             let (mut lo, mut hi) = (vec![], vec![]);
             for s in &slices {
-                let (a, b) = min_max(s.column(i), dt)?;
+                let column = batches[s.batch].column(i).slice(s.offset, s.len);
+                let (a, b) = min_max(&column, dt)?;
                 lo.push(a);
                 hi.push(b);
             }
             mins.push(ScalarValue::iter_to_array(lo)?);
             maxs.push(ScalarValue::iter_to_array(hi)?);
-            null_counts.push(Arc::new(UInt64Array::from_iter_values(
-                slices.iter().map(|s| s.column(i).null_count() as u64),
-            )) as ArrayRef);
+            null_counts.push(
+                Arc::new(UInt64Array::from_iter_values(slices.iter().map(|s| {
+                    batches[s.batch]
+                        .column(i)
+                        .slice(s.offset, s.len)
+                        .null_count() as u64
+                }))) as ArrayRef,
+            );
         }
         let row_counts = Arc::new(UInt64Array::from_iter_values(
-            slices.iter().map(|s| s.num_rows() as u64),
+            slices.iter().map(|s| s.len as u64),
         ));
         Ok(Self {
+            batches,
             slices,
             mins,
             maxs,
@@ -115,9 +135,37 @@ impl DecodedSegment {
         })
     }
 
-    /// The slices that may hold rows matching `pruning` (all without one).
-    pub fn slices(&self, pruning: Option<&PruningPredicate>) -> Vec<RecordBatch> {
+    /// The rows of the slices that may hold rows matching `pruning` (all
+    /// without one), as batches.
+    pub fn slices(&self, pruning: Option<&Pruner>) -> Vec<RecordBatch> {
         kept_slices(&[self], pruning).pop().unwrap_or_default()
+    }
+
+    /// The kept slices as batches: runs of neighbouring slices in one row
+    /// group, up to [`BATCH_ROWS`] rows each, as zero-copy views.
+    fn merged(&self, kept: impl Iterator<Item = usize>) -> Vec<RecordBatch> {
+        let mut out = vec![];
+        let mut run: Option<Slice> = None;
+        for s in kept.map(|i| &self.slices[i]) {
+            match &mut run {
+                Some(r)
+                    if r.batch == s.batch
+                        && r.offset + r.len == s.offset
+                        && r.len + s.len <= BATCH_ROWS =>
+                {
+                    r.len += s.len
+                }
+                _ => {
+                    if let Some(r) = run.replace(s.clone()) {
+                        out.push(self.batches[r.batch].slice(r.offset, r.len));
+                    }
+                }
+            }
+        }
+        if let Some(r) = run {
+            out.push(self.batches[r.batch].slice(r.offset, r.len));
+        }
+        out
     }
 
     pub fn bytes(&self) -> usize {
@@ -125,8 +173,16 @@ impl DecodedSegment {
     }
 
     pub fn rows(&self) -> usize {
-        self.slices.iter().map(|s| s.num_rows()).sum()
+        self.batches.iter().map(|b| b.num_rows()).sum()
     }
+}
+
+/// Rows `offset..offset + len` of one of a segment's batches.
+#[derive(Debug, Clone)]
+struct Slice {
+    batch: usize,
+    offset: usize,
+    len: usize,
 }
 
 /// Min and max of one slice; nulls (unknown) for types without an order
@@ -147,26 +203,21 @@ fn min_max(values: &ArrayRef, dt: &DataType) -> DfResult<(ScalarValue, ScalarVal
     Ok((lo.evaluate()?, hi.evaluate()?))
 }
 
-/// The slices of `segments` that may hold rows matching `pruning` (all
-/// without one), per segment. The statistics of every slice of every
+/// The rows of the slices of `segments` that may hold rows matching
+/// `pruning` (all without one), per segment, as batches. The statistics of every slice of every
 /// segment are pruned in one pass: DataFusion's `prune` costs microseconds
 /// per call however few the containers, which showed in point lookups.
 pub fn kept_slices(
     segments: &[&DecodedSegment],
-    pruning: Option<&PruningPredicate>,
+    pruning: Option<&Pruner>,
 ) -> Vec<Vec<RecordBatch>> {
-    let keep = pruning.and_then(|p| p.prune(&AllSlices(segments)).ok());
+    let keep = pruning.and_then(|p| p.prune(&AllSlices(segments)));
     let mut at = 0;
     segments
         .iter()
         .map(|d| {
-            let kept = d
-                .slices
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| keep.as_ref().is_none_or(|k| k[at + i]))
-                .map(|(_, s)| s.clone())
-                .collect();
+            let kept =
+                d.merged((0..d.slices.len()).filter(|i| keep.as_ref().is_none_or(|k| k[at + i])));
             at += d.slices.len();
             kept
         })

@@ -16,7 +16,6 @@ use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_optimizer::pruning::PruningPredicate;
 use datafusion::physical_plan::execution_plan::{
     Boundedness, EmissionType, ReplaceChildrenOptions,
 };
@@ -29,7 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
 use super::{KilnTable, ScanSpec};
-use crate::pruning::pruning_predicate;
+use crate::pruning::{Pruner, pruner};
 
 /// Scans a Kiln table; see the module docs.
 #[derive(Debug)]
@@ -38,7 +37,7 @@ pub(super) struct LazyScan {
     spec: ScanSpec,
     /// The pruning form of the predicate, built once: it reads the
     /// parameters' values when it is evaluated, as the predicate does.
-    pruning: Option<Arc<PruningPredicate>>,
+    pruning: Option<Arc<Pruner>>,
     properties: Arc<PlanProperties>,
     /// This run's snapshot scan, planned by the first partition to execute.
     planned: Mutex<Option<Arc<dyn ExecutionPlan>>>,
@@ -57,7 +56,7 @@ impl LazyScan {
             Boundedness::Bounded,
         ));
         Ok(Self {
-            pruning: pruning_predicate(spec.predicate.as_ref(), &table.schema),
+            pruning: pruner(spec.predicate.as_ref(), &table.schema),
             table,
             spec,
             properties,

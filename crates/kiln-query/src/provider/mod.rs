@@ -34,7 +34,6 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_optimizer::pruning::PruningPredicate;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
@@ -44,7 +43,7 @@ use kiln_storage::{Db, STORE_URL, Table};
 use object_store::ObjectStore;
 
 use crate::error::to_df;
-use crate::pruning::{ContainerStats, keep, pruning_predicate};
+use crate::pruning::{ContainerStats, Pruner, keep, pruner};
 use crate::reuse::KeptPlan;
 use crate::segment_cache::{DecodedSegment, SegmentCache, kept_slices};
 
@@ -129,7 +128,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
         if state.config().get_extension::<KeptPlan>().is_some() {
             return Ok(Arc::new(LazyScan::new(self.clone(), spec)?));
         }
-        let pruning = pruning_predicate(spec.predicate.as_ref(), &self.schema);
+        let pruning = pruner(spec.predicate.as_ref(), &self.schema);
         self.plan_snapshot(&spec, pruning.as_deref(), false)
     }
 
@@ -176,7 +175,7 @@ impl KilnTable {
     fn plan_snapshot(
         &self,
         spec: &ScanSpec,
-        pruning: Option<&PruningPredicate>,
+        pruning: Option<&Pruner>,
         parquet_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let schema = self.schema.clone();

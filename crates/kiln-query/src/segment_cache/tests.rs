@@ -10,7 +10,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 
 use super::*;
-use crate::pruning::pruning_predicate;
+use crate::pruning::pruner;
 
 const ROWS: i64 = 50_000;
 
@@ -58,9 +58,11 @@ fn decodes_every_row_in_slices_with_the_query_schema() {
     let all = d.slices(None);
     assert_eq!(rows(&all), ROWS as usize);
     assert_eq!(d.rows(), ROWS as usize);
-    // Row groups of 30,000 and 20,000 rows, cut into slices of at most 8192.
+    // Row groups of 30,000 and 20,000 rows, pruned in slices of 1,024,
+    // scanned in batches of at most 8,192.
+    assert_eq!(d.slices.len(), 30 + 20);
     assert_eq!(all.len(), 4 + 3);
-    assert!(all.iter().all(|b| b.num_rows() <= SLICE_ROWS));
+    assert!(all.iter().all(|b| b.num_rows() <= BATCH_ROWS));
     assert!(d.bytes() > 0);
     let whole = concat_batches(&schema, &all).unwrap();
     assert_eq!(whole.schema(), schema);
@@ -87,12 +89,14 @@ fn slices_are_pruned_by_their_min_and_max() {
     let ctx = SessionContext::new();
     let prune = |e| {
         let expr = ctx.create_physical_expr(e, &df_schema).unwrap();
-        pruning_predicate(Some(&expr), &schema)
+        pruner(Some(&expr), &schema)
     };
 
-    // k = 20 is rows 20,000..21,000: inside the third slice of the first row group only.
+    // k = 20 is rows 20,000..21,000: slices 19 and 20 of the first row
+    // group (rows 19,456..21,504), scanned as one batch.
     let kept = d.slices(prune(col("k").eq(lit(20i64))).as_deref());
     assert_eq!(kept.len(), 1);
+    assert_eq!(rows(&kept), 2 * SLICE_ROWS);
     let k = kept[0]
         .column(1)
         .as_any()

@@ -7,10 +7,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, Scalar, UInt64Array};
-use arrow::compute::and_kleene as and;
+use arrow::array::{
+    Array, ArrayRef, ArrowNativeTypeOp, ArrowPrimitiveType, AsArray, BooleanArray, PrimitiveArray,
+    RecordBatch, RecordBatchOptions, Scalar, UInt64Array, downcast_primitive_array,
+};
 use arrow::compute::kernels::cmp;
-use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit, UInt64Type};
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
@@ -208,8 +210,7 @@ impl Bounds {
     }
 
     fn prune(&self, stats: &dyn PruningStatistics) -> Option<Vec<bool>> {
-        let n = stats.num_containers();
-        let mut kept = vec![true; n];
+        let mut kept = vec![true; stats.num_containers()];
         // The values hold no column: evaluated against one row of nothing.
         let one_row = RecordBatch::try_new_with_options(
             Arc::new(arrow::datatypes::Schema::empty()),
@@ -218,12 +219,9 @@ impl Bounds {
         )
         .ok()?;
         for t in &self.terms {
-            if let Some(k) = t.keep(stats, &one_row, n) {
-                for (i, keep) in k.iter().enumerate() {
-                    // Null: the statistics are unknown, so the container stays.
-                    kept[i] &= keep != Some(false);
-                }
-            }
+            // A term that cannot decide (unknown value, type or statistics)
+            // keeps everything it has not yet cut.
+            let _ = t.keep(stats, &one_row, &mut kept);
         }
         Some(kept)
     }
@@ -253,14 +251,13 @@ impl Bound {
         })
     }
 
-    /// Per container: false where no row can match; None when this term
-    /// cannot decide (unknown value, type or statistics).
+    /// Clears `kept` where no row of the container can match.
     fn keep(
         &self,
         stats: &dyn PruningStatistics,
         one_row: &RecordBatch,
-        n: usize,
-    ) -> Option<BooleanArray> {
+        kept: &mut [bool],
+    ) -> Option<()> {
         let value = match self.value.evaluate(one_row).ok()? {
             ColumnarValue::Scalar(v) => v,
             ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0).ok()?,
@@ -270,29 +267,85 @@ impl Bound {
             .cast_to(&self.data_type)
             .ok()
             .filter(|v| !v.is_null())?;
-        let value = Scalar::new(value.to_array().ok()?);
-        let min = || stats.min_values(&self.column).filter(|a| a.len() == n);
-        let max = || stats.max_values(&self.column).filter(|a| a.len() == n);
-        let kept = match self.op {
-            Operator::Eq => and(
-                &cmp::lt_eq(&min()?, &value).ok()?,
-                &cmp::gt_eq(&max()?, &value).ok()?,
-            )
-            .ok()?,
-            Operator::Lt => cmp::lt(&min()?, &value).ok()?,
-            Operator::LtEq => cmp::lt_eq(&min()?, &value).ok()?,
-            Operator::Gt => cmp::gt(&max()?, &value).ok()?,
-            Operator::GtEq => cmp::gt_eq(&max()?, &value).ok()?,
+        let value = value.to_array().ok()?;
+        // Each term as conditions on the minimum or the maximum.
+        use Operator::*;
+        let conditions: &[(bool, Operator)] = match self.op {
+            Eq => &[(true, LtEq), (false, GtEq)],
+            Lt | LtEq => &[(true, self.op)],
+            Gt | GtEq => &[(false, self.op)],
             _ => return None,
         };
-        // A container whose values are all null matches no comparison.
-        match (stats.null_counts(&self.column), stats.row_counts()) {
-            (Some(nulls), Some(rows)) if nulls.len() == n && rows.len() == n => {
-                and(&kept, &cmp::neq(&nulls, &rows).ok()?).ok()
+        for &(on_min, op) in conditions {
+            let stat = match on_min {
+                true => stats.min_values(&self.column),
+                false => stats.max_values(&self.column),
+            };
+            if let Some(stat) = stat.filter(|a| a.len() == kept.len()) {
+                compare(&stat, op, &value, kept)?;
             }
-            _ => Some(kept),
         }
+        // A container whose values are all null matches no comparison.
+        let nulls = stats.null_counts(&self.column)?;
+        let rows = stats.row_counts()?;
+        let (Some(nulls), Some(rows)) = (
+            nulls.as_primitive_opt::<UInt64Type>(),
+            rows.as_primitive_opt::<UInt64Type>(),
+        ) else {
+            return None;
+        };
+        if nulls.len() == kept.len() && rows.len() == kept.len() {
+            for (i, k) in kept.iter_mut().enumerate() {
+                let known = nulls.is_valid(i) && rows.is_valid(i);
+                *k &= !(known && nulls.value(i) == rows.value(i));
+            }
+        }
+        Some(())
     }
+}
+
+/// Clears `kept` where `stat op value` is false (a null statistic is
+/// unknown and keeps). A loop for primitive statistics, with the total
+/// order Arrow's kernels use; a kernel for the others.
+fn compare(stat: &ArrayRef, op: Operator, value: &ArrayRef, kept: &mut [bool]) -> Option<()> {
+    fn primitive<T: ArrowPrimitiveType>(
+        stat: &PrimitiveArray<T>,
+        op: Operator,
+        value: &ArrayRef,
+        kept: &mut [bool],
+    ) -> Option<()> {
+        let v = value.as_primitive_opt::<T>()?.value(0);
+        let holds = |s: T::Native| match op {
+            Operator::Lt => s.is_lt(v),
+            Operator::LtEq => s.is_le(v),
+            Operator::Gt => s.is_gt(v),
+            _ => s.is_ge(v),
+        };
+        for (i, (k, s)) in kept.iter_mut().zip(stat.values()).enumerate() {
+            *k &= !stat.is_valid(i) || holds(*s);
+        }
+        Some(())
+    }
+    if stat.data_type() != value.data_type() {
+        return None;
+    }
+    downcast_primitive_array!(
+        stat => primitive(stat, op, value, kept),
+        _ => {
+            let value = Scalar::new(value);
+            let holds = match op {
+                Operator::Lt => cmp::lt(stat, &value),
+                Operator::LtEq => cmp::lt_eq(stat, &value),
+                Operator::Gt => cmp::gt(stat, &value),
+                _ => cmp::gt_eq(stat, &value),
+            }
+            .ok()?;
+            for (k, h) in kept.iter_mut().zip(holds.iter()) {
+                *k &= h != Some(false);
+            }
+            Some(())
+        }
+    )
 }
 
 /// The column `expr` is, if it is a bare column.

@@ -194,6 +194,8 @@ pub struct Bounds {
 struct Bound {
     column: Column,
     data_type: DataType,
+    /// Whether the column may hold nulls (else its null counts are not read).
+    nullable: bool,
     /// With the column on the left.
     op: Operator,
     value: Arc<dyn PhysicalExpr>,
@@ -246,6 +248,7 @@ impl Bound {
         Some(Self {
             column: Column::new_unqualified(column.name()),
             data_type: field.data_type().clone(),
+            nullable: field.is_nullable(),
             op,
             value: value.clone(),
         })
@@ -286,6 +289,9 @@ impl Bound {
             }
         }
         // A container whose values are all null matches no comparison.
+        if !self.nullable {
+            return Some(());
+        }
         let nulls = stats.null_counts(&self.column)?;
         let rows = stats.row_counts()?;
         let (Some(nulls), Some(rows)) = (
@@ -321,8 +327,16 @@ fn compare(stat: &ArrayRef, op: Operator, value: &ArrayRef, kept: &mut [bool]) -
             Operator::Gt => s.is_gt(v),
             _ => s.is_ge(v),
         };
-        for (i, (k, s)) in kept.iter_mut().zip(stat.values()).enumerate() {
-            *k &= !stat.is_valid(i) || holds(*s);
+        match stat.nulls() {
+            None => kept
+                .iter_mut()
+                .zip(stat.values())
+                .for_each(|(k, s)| *k &= holds(*s)),
+            Some(n) => kept
+                .iter_mut()
+                .zip(stat.values())
+                .zip(n.iter())
+                .for_each(|((k, s), valid)| *k &= !valid || holds(*s)),
         }
         Some(())
     }

@@ -183,8 +183,8 @@ impl Pruner {
 /// statistics batch and evaluates a rewritten expression tree on every
 /// call, microseconds however few the containers, and a cached point lookup
 /// prunes on every run (15% of its CPU in a profile). For this, the
-/// commonest shape of filter, two comparison kernels per conjunct decide
-/// the same.
+/// commonest shape of filter, a comparison of each container's min or max
+/// with the value (one or two per conjunct) decides the same.
 #[derive(Debug)]
 pub struct Bounds {
     terms: Vec<Bound>,

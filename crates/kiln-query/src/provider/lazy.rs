@@ -12,13 +12,16 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::execution_plan::{
     Boundedness, EmissionType, ReplaceChildrenOptions,
 };
+use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
@@ -40,7 +43,17 @@ pub(super) struct LazyScan {
     pruning: Option<Arc<Pruner>>,
     properties: Arc<PlanProperties>,
     /// This run's snapshot scan, planned by the first partition to execute.
-    planned: Mutex<Option<Arc<dyn ExecutionPlan>>>,
+    planned: Mutex<Option<Planned>>,
+}
+
+/// A run's snapshot scan.
+#[derive(Debug, Clone)]
+enum Planned {
+    /// Some segments are read from Parquet: a plan of them and the rest.
+    Plan(Arc<dyn ExecutionPlan>),
+    /// Every row left after pruning is in memory: streamed as they are,
+    /// without building plan nodes for them (a point lookup's common case).
+    Memory(Arc<Vec<RecordBatch>>),
 }
 
 impl LazyScan {
@@ -65,14 +78,18 @@ impl LazyScan {
     }
 
     /// The snapshot scan of this run, with the parameters bound now.
-    fn planned(&self) -> Result<Arc<dyn ExecutionPlan>> {
+    fn planned(&self) -> Result<Planned> {
         let mut planned = self.planned.lock();
         if let Some(p) = &*planned {
             return Ok(p.clone());
         }
-        let plan = self
+        let scan = self
             .table
-            .plan_snapshot(&self.spec, self.pruning.as_deref(), true)?;
+            .scan_snapshot(&self.spec, self.pruning.as_deref(), true)?;
+        let plan = match scan.files {
+            None => Planned::Memory(Arc::new(scan.in_memory)),
+            Some(_) => Planned::Plan(self.table.plan_scan(&self.spec, scan)?),
+        };
         *planned = Some(plan.clone());
         Ok(plan)
     }
@@ -144,15 +161,22 @@ impl ExecutionPlan for LazyScan {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let inner = self.planned()?;
         let n = self.spec.target;
+        let schema = self.properties.eq_properties.schema().clone();
+        let inner = match self.planned()? {
+            Planned::Plan(p) => p,
+            Planned::Memory(batches) => {
+                // Batch i goes to partition i % n, as the plan would spread them.
+                let mine = batches.iter().skip(partition).step_by(n).cloned().collect();
+                let stream = MemoryStream::try_new(mine, schema, self.spec.projection.clone())?
+                    .with_fetch(self.spec.limit);
+                return Ok(make_cooperative(Box::pin(stream)));
+            }
+        };
         let parts = inner.output_partitioning().partition_count();
         let streams = futures::stream::iter((partition..parts).step_by(n))
             .map(move |p| inner.execute(p, context.clone()))
             .try_flatten();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.properties.eq_properties.schema().clone(),
-            streams,
-        )))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, streams)))
     }
 }

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -129,7 +130,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
             return Ok(Arc::new(LazyScan::new(self.clone(), spec)?));
         }
         let pruning = pruner(spec.predicate.as_ref(), &self.schema);
-        self.plan_snapshot(&spec, pruning.as_deref(), false)
+        self.plan_snapshot(&spec, pruning.as_deref())
     }
 
     async fn insert_into(
@@ -169,19 +170,57 @@ impl KilnTable {
     /// Plans the scan of the table's data now: pins one snapshot, prunes it
     /// with `pruning` (the form of `spec.predicate`), and reads the rest
     /// from the segment cache, Parquet files and the memstore.
-    /// `parquet_predicate` also hands the predicate to the Parquet reader
-    /// (needed by a plan built at execution, which DataFusion's physical
-    /// filter pushdown never sees).
     fn plan_snapshot(
         &self,
         spec: &ScanSpec,
         pruning: Option<&Pruner>,
-        parquet_predicate: bool,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let scan = self.scan_snapshot(spec, pruning, false)?;
+        self.plan_scan(spec, scan)
+    }
+
+    /// The plan reading what `scan_snapshot` left.
+    fn plan_scan(&self, spec: &ScanSpec, scan: SnapshotScan) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = scan.files.into_iter().collect();
+        let target = spec.target;
+        if !scan.in_memory.is_empty() {
+            let mut parts = vec![vec![]; target.min(scan.in_memory.len())];
+            let n = parts.len();
+            for (i, b) in scan.in_memory.into_iter().enumerate() {
+                parts[i % n].push(b);
+            }
+            let src =
+                MemorySourceConfig::try_new(&parts, self.schema.clone(), spec.projection.clone())?
+                    .with_limit(spec.limit);
+            inputs.push(DataSourceExec::from_data_source(src));
+        }
+        match inputs.len() {
+            0 => {
+                let projected = match &spec.projection {
+                    Some(p) => Arc::new(self.schema.project(p)?),
+                    None => self.schema.clone(),
+                };
+                Ok(Arc::new(EmptyExec::new(projected)))
+            }
+            _ => UnionExec::try_new(inputs),
+        }
+    }
+
+    /// Pins one snapshot and prunes it: what is left to read, as a plan
+    /// over Parquet files and batches held in memory (memstore rows and
+    /// cached segments). `parquet_predicate` also hands the predicate to
+    /// the Parquet reader (needed by a plan built at execution, which
+    /// DataFusion's physical filter pushdown never sees).
+    fn scan_snapshot(
+        &self,
+        spec: &ScanSpec,
+        pruning: Option<&Pruner>,
+        parquet_predicate: bool,
+    ) -> DfResult<SnapshotScan> {
         let schema = self.schema.clone();
         let snapshot = self.table.snapshot();
         let (target, projection, limit) = (spec.target, spec.projection.as_ref(), spec.limit);
-        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = vec![];
+        let mut files_plan = None;
 
         // Persisted segments. Those held decoded in the segment cache are
         // pruned by slice (finer than the segment's statistics, so they skip
@@ -250,7 +289,7 @@ impl KilnTable {
                 .with_projection_indices(projection.cloned())?
                 .with_limit(limit)
                 .build();
-            inputs.push(DataSourceExec::from_data_source(conf));
+            files_plan = Some(DataSourceExec::from_data_source(conf) as Arc<dyn ExecutionPlan>);
         }
 
         // Rows still in memory, pruned by day partition.
@@ -273,27 +312,20 @@ impl KilnTable {
             .map(|(d, _)| *d)
             .collect();
         in_memory.extend(snapshot.mem_viewed_batches(|d| kept_days.contains(&d)));
-        if !in_memory.is_empty() {
-            let mut parts = vec![vec![]; target.min(in_memory.len())];
-            let n = parts.len();
-            for (i, b) in in_memory.into_iter().enumerate() {
-                parts[i % n].push(b);
-            }
-            let src = MemorySourceConfig::try_new(&parts, schema.clone(), projection.cloned())?
-                .with_limit(limit);
-            inputs.push(DataSourceExec::from_data_source(src));
-        }
-        match inputs.len() {
-            0 => {
-                let projected = match projection {
-                    Some(p) => Arc::new(schema.project(p)?),
-                    None => schema,
-                };
-                Ok(Arc::new(EmptyExec::new(projected)))
-            }
-            _ => UnionExec::try_new(inputs),
-        }
+        Ok(SnapshotScan {
+            files: files_plan,
+            in_memory,
+        })
     }
+}
+
+/// What a pinned, pruned snapshot leaves to read.
+struct SnapshotScan {
+    /// The Parquet scan of the segments not held decoded, if any.
+    files: Option<Arc<dyn ExecutionPlan>>,
+    /// Batches of the table's full (view) schema: memstore rows and kept
+    /// slices of cached segments.
+    in_memory: Vec<RecordBatch>,
 }
 
 /// Collects an INSERT's rows and writes them as one atomic WAL record.

@@ -188,6 +188,8 @@ impl Pruner {
 #[derive(Debug)]
 pub struct Bounds {
     terms: Vec<Bound>,
+    /// One row of no columns, to evaluate the values on (they hold none).
+    one_row: RecordBatch,
 }
 
 #[derive(Debug)]
@@ -208,22 +210,21 @@ impl Bounds {
             .into_iter()
             .map(|e| Bound::of(e, schema))
             .collect::<Option<Vec<_>>>()?;
-        Some(Self { terms })
-    }
-
-    fn prune(&self, stats: &dyn PruningStatistics) -> Option<Vec<bool>> {
-        let mut kept = vec![true; stats.num_containers()];
-        // The values hold no column: evaluated against one row of nothing.
         let one_row = RecordBatch::try_new_with_options(
             Arc::new(arrow::datatypes::Schema::empty()),
             vec![],
             &RecordBatchOptions::new().with_row_count(Some(1)),
         )
         .ok()?;
+        Some(Self { terms, one_row })
+    }
+
+    fn prune(&self, stats: &dyn PruningStatistics) -> Option<Vec<bool>> {
+        let mut kept = vec![true; stats.num_containers()];
         for t in &self.terms {
             // A term that cannot decide (unknown value, type or statistics)
             // keeps everything it has not yet cut.
-            let _ = t.keep(stats, &one_row, &mut kept);
+            let _ = t.keep(stats, &self.one_row, &mut kept);
         }
         Some(kept)
     }

@@ -20,7 +20,6 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
-use crate::pruning::Pruner;
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use arrow::compute::concat;
 use arrow::datatypes::{DataType, SchemaRef};
@@ -35,6 +34,8 @@ use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, Segment, Store};
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+
+use crate::pruning::Pruner;
 
 /// Rows per pruning slice of a cached segment. Small, so that a point
 /// lookup filters few rows; a scan does not pay for it in batches, as kept
@@ -102,23 +103,17 @@ impl DecodedSegment {
         let mut null_counts = vec![];
         for (i, field) in schema.fields().iter().enumerate() {
             let dt = field.data_type();
-            let (mut lo, mut hi) = (vec![], vec![]);
+            let (mut lo, mut hi, mut nulls) = (vec![], vec![], vec![]);
             for s in &slices {
                 let column = batches[s.batch].column(i).slice(s.offset, s.len);
                 let (a, b) = min_max(&column, dt)?;
                 lo.push(a);
                 hi.push(b);
+                nulls.push(column.null_count() as u64);
             }
             mins.push(ScalarValue::iter_to_array(lo)?);
             maxs.push(ScalarValue::iter_to_array(hi)?);
-            null_counts.push(
-                Arc::new(UInt64Array::from_iter_values(slices.iter().map(|s| {
-                    batches[s.batch]
-                        .column(i)
-                        .slice(s.offset, s.len)
-                        .null_count() as u64
-                }))) as ArrayRef,
-            );
+            null_counts.push(Arc::new(UInt64Array::from(nulls)) as ArrayRef);
         }
         let row_counts = Arc::new(UInt64Array::from_iter_values(
             slices.iter().map(|s| s.len as u64),
@@ -204,9 +199,9 @@ fn min_max(values: &ArrayRef, dt: &DataType) -> DfResult<(ScalarValue, ScalarVal
 }
 
 /// The rows of the slices of `segments` that may hold rows matching
-/// `pruning` (all without one), per segment, as batches. The statistics of every slice of every
-/// segment are pruned in one pass: DataFusion's `prune` costs microseconds
-/// per call however few the containers, which showed in point lookups.
+/// `pruning` (all without one), per segment, as batches. The statistics of
+/// every slice of every segment are pruned in one pass: a `prune` call has
+/// a fixed cost however few the containers, which showed in point lookups.
 pub fn kept_slices(
     segments: &[&DecodedSegment],
     pruning: Option<&Pruner>,

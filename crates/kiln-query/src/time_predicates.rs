@@ -13,18 +13,23 @@
 //! - `ts ± I  op  c`  →  `ts  op  c ∓ I`, for a timestamp without time zone
 //!   and an interval of days and smaller units (months vary in length, and
 //!   with a time zone a day does too). Adding a fixed duration is a
-//!   bijection, so every comparison is preserved.
+//!   bijection, so every comparison is preserved. `c` is a literal, or in
+//!   a kept generic plan any constant such as `$3`: `c ∓ I` is then
+//!   computed once per batch, and the scan still prunes with it.
 //! - `date_trunc(unit, ts)  op  c`  →  a range on `ts`, for a timestamp
 //!   without time zone, `unit` in second, minute, hour, day, month, year,
 //!   and `c` on a unit boundary (`c` is then the truncation of exactly the
 //!   instants in `[c, c + unit)`), as DataFusion's `preimage` does for
 //!   `date_part`.
 
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, TimeUnit};
 use chrono::{DateTime, Datelike, Months, NaiveDate};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::{DFSchema, DFSchemaRef, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
@@ -50,7 +55,24 @@ impl OptimizerRule for TimePredicates {
         plan: LogicalPlan,
         _config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
-        plan.map_expressions(|e| e.transform_up(rewrite_expr))
+        let schema = expression_schema(&plan);
+        plan.map_expressions(|e| e.transform_up(|e| rewrite_expr(e, schema.as_deref())))
+    }
+}
+
+/// The schema a plan node's expressions are evaluated against: its inputs'
+/// (merged, for a join). None for a leaf, whose filters name source columns.
+fn expression_schema(plan: &LogicalPlan) -> Option<DFSchemaRef> {
+    match plan.inputs().as_slice() {
+        [] => None,
+        [one] => Some(Arc::clone(one.schema())),
+        many => {
+            let mut merged = DFSchema::empty();
+            for input in many {
+                merged.merge(input.schema());
+            }
+            Some(Arc::new(merged))
+        }
     }
 }
 
@@ -112,28 +134,32 @@ fn is_comparison(op: Operator) -> bool {
     )
 }
 
-fn rewrite_expr(e: Expr) -> Result<Transformed<Expr>> {
+fn rewrite_expr(e: Expr, schema: Option<&DFSchema>) -> Result<Transformed<Expr>> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
         return Ok(Transformed::no(e));
     };
     if !is_comparison(*op) {
         return Ok(Transformed::no(e));
     }
-    // Put the literal on the right.
-    let (lhs, op, c) = match (left.as_ref(), right.as_ref()) {
-        (l, Expr::Literal(c, _)) => (l, *op, c),
-        (Expr::Literal(c, _), r) => match op.swap() {
-            Some(op) => (r, op, c),
+    // Put the constant on the right.
+    let (lhs, op, c) = if is_constant(right) {
+        (left.as_ref(), *op, right.as_ref())
+    } else if is_constant(left) {
+        match op.swap() {
+            Some(op) => (right.as_ref(), op, left.as_ref()),
             None => return Ok(Transformed::no(e)),
-        },
-        _ => return Ok(Transformed::no(e)),
-    };
-    let Some(c) = timestamp(c) else {
+        }
+    } else {
         return Ok(Transformed::no(e));
     };
-    let rewritten = match lhs {
-        Expr::BinaryExpr(inner) => shift(inner, op, &c),
-        Expr::ScalarFunction(f) => truncation(f, op, &c),
+    let rewritten = match (lhs, c) {
+        (Expr::BinaryExpr(inner), Expr::Literal(c, _)) => {
+            timestamp(c).and_then(|c| shift(inner, op, &c))
+        }
+        (Expr::ScalarFunction(f), Expr::Literal(c, _)) => {
+            timestamp(c).and_then(|c| truncation(f, op, &c))
+        }
+        (Expr::BinaryExpr(inner), c) => schema.and_then(|s| shift_by_expr(inner, op, c, s)),
         _ => None,
     };
     Ok(match rewritten {
@@ -142,14 +168,80 @@ fn rewrite_expr(e: Expr) -> Result<Transformed<Expr>> {
     })
 }
 
+/// An expression with one value per execution: no columns, subqueries or
+/// aggregates, nothing volatile. A literal, or a generic plan's `$n`
+/// (possibly cast or shifted), which is bound before the plan runs.
+fn is_constant(e: &Expr) -> bool {
+    !e.is_volatile()
+        && !e
+            .exists(|x| {
+                Ok(matches!(
+                    x,
+                    Expr::Column(_)
+                        | Expr::OuterReferenceColumn(..)
+                        | Expr::ScalarSubquery(_)
+                        | Expr::Exists(_)
+                        | Expr::InSubquery(_)
+                        | Expr::AggregateFunction(_)
+                        | Expr::WindowFunction(_)
+                ))
+            })
+            .unwrap_or(true)
+}
+
+/// `ts ± I` split into the time expression, the interval and the sign.
+fn shifted(inner: &BinaryExpr) -> Option<(&Expr, &ScalarValue, i128)> {
+    match (inner.left.as_ref(), inner.op, inner.right.as_ref()) {
+        (ts, Operator::Plus, Expr::Literal(i, _)) => Some((ts, i, 1)),
+        (Expr::Literal(i, _), Operator::Plus, ts) => Some((ts, i, 1)),
+        (ts, Operator::Minus, Expr::Literal(i, _)) => Some((ts, i, -1)),
+        _ => None,
+    }
+}
+
+/// `ts ± I op c` → `ts op c ∓ I`, for a constant `c` that is not a literal
+/// (a generic plan's `$n`): `c ∓ I` is then computed once per batch instead
+/// of `ts ± I` once per row. `c` has the type of `ts` (the comparison was
+/// coerced), so `c ∓ I` is exact wherever `ts ± I` is; it errs only where
+/// `c ∓ I` itself leaves the timestamp range (years before 1677 or after
+/// 2262 in nanoseconds).
+fn shift_by_expr(inner: &BinaryExpr, op: Operator, c: &Expr, schema: &DFSchema) -> Option<Expr> {
+    let (ts, interval, sign) = shifted(inner)?;
+    let DataType::Timestamp(unit, None) = ts.get_type(schema).ok()? else {
+        return None;
+    };
+    if is_constant(ts) || c.get_type(schema).ok()? != DataType::Timestamp(unit, None) {
+        return None;
+    }
+    let ns = fixed_interval_ns(interval)?;
+    if ns % tick_ns(unit) as i128 != 0 {
+        return None;
+    }
+    let interval = Expr::Literal(interval.clone(), None);
+    let moved = if sign > 0 {
+        c.clone() - interval
+    } else {
+        c.clone() + interval
+    };
+    Some(Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(ts.clone()),
+        op,
+        Box::new(moved),
+    )))
+}
+
+fn tick_ns(unit: TimeUnit) -> i64 {
+    match unit {
+        TimeUnit::Nanosecond => 1,
+        TimeUnit::Microsecond => 1_000,
+        TimeUnit::Millisecond => 1_000_000,
+        TimeUnit::Second => 1_000_000_000,
+    }
+}
+
 /// `ts ± I op c` → `ts op c ∓ I`.
 fn shift(inner: &BinaryExpr, op: Operator, c: &Ts) -> Option<Expr> {
-    let (ts, interval, sign) = match (inner.left.as_ref(), inner.op, inner.right.as_ref()) {
-        (ts, Operator::Plus, Expr::Literal(i, _)) => (ts, i, 1),
-        (Expr::Literal(i, _), Operator::Plus, ts) => (ts, i, 1),
-        (ts, Operator::Minus, Expr::Literal(i, _)) => (ts, i, -1),
-        _ => return None,
-    };
+    let (ts, interval, sign) = shifted(inner)?;
     let ns = fixed_interval_ns(interval)?;
     if ns % c.tick_ns as i128 != 0 {
         return None;

@@ -1,4 +1,5 @@
-//! Time predicates rewritten so they compare the bare time column.
+//! Time predicates rewritten so they compare the bare time column, and
+//! fixed intervals added as durations.
 //!
 //! Why: dashboards filter on expressions of the time column, such as
 //! `event_time - INTERVAL '1 day' < $3` or `date_trunc('day', event_time) <
@@ -21,6 +22,14 @@
 //!   and `c` on a unit boundary (`c` is then the truncation of exactly the
 //!   instants in `[c, c + unit)`), as DataFusion's `preimage` does for
 //!   `date_part`.
+//!
+//! One rewrite is not of a predicate but of any expression: `ts ± I` →
+//! `ts ± D`, the fixed interval `I` as a duration `D` in the unit of `ts`.
+//! arrow adds an interval to a timestamp through `chrono` date times even
+//! without a time zone (~40 ns a row); a duration is one checked integer
+//! addition. Retention's `u.d = c.d0 + INTERVAL '7 day'` over every joined
+//! row was 7% of the dashboard workload's CPU. The shift above accepts
+//! both forms, so the two rewrites compose.
 
 use std::sync::Arc;
 
@@ -29,6 +38,7 @@ use chrono::{DateTime, Datelike, Months, NaiveDate};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DFSchema, DFSchemaRef, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator};
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
@@ -56,7 +66,13 @@ impl OptimizerRule for TimePredicates {
         _config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
         let schema = expression_schema(&plan);
-        plan.map_expressions(|e| e.transform_up(|e| rewrite_expr(e, schema.as_deref())))
+        // A projection's or aggregate's output keeps its name.
+        let names = NamePreserver::new(&plan);
+        plan.map_expressions(|e| {
+            let name = names.save(&e);
+            e.transform_up(|e| rewrite_expr(e, schema.as_deref()))
+                .map(|t| t.update_data(|e| name.restore(e)))
+        })
     }
 }
 
@@ -108,10 +124,14 @@ fn timestamp(v: &ScalarValue) -> Option<Ts> {
     })
 }
 
-/// A fixed-length interval in nanoseconds (no months).
+/// A fixed-length interval (no months) or a duration, in nanoseconds.
 fn fixed_interval_ns(v: &ScalarValue) -> Option<i128> {
     const DAY_NS: i128 = 86_400_000_000_000;
     match v {
+        ScalarValue::DurationNanosecond(Some(d)) => Some(*d as i128),
+        ScalarValue::DurationMicrosecond(Some(d)) => Some(*d as i128 * 1_000),
+        ScalarValue::DurationMillisecond(Some(d)) => Some(*d as i128 * 1_000_000),
+        ScalarValue::DurationSecond(Some(d)) => Some(*d as i128 * 1_000_000_000),
         ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
             Some(i.days as i128 * DAY_NS + i.nanoseconds as i128)
         }
@@ -135,9 +155,15 @@ fn is_comparison(op: Operator) -> bool {
 }
 
 fn rewrite_expr(e: Expr, schema: Option<&DFSchema>) -> Result<Transformed<Expr>> {
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &e else {
+    let Expr::BinaryExpr(be @ BinaryExpr { left, op, right }) = &e else {
         return Ok(Transformed::no(e));
     };
+    if matches!(op, Operator::Plus | Operator::Minus) {
+        return Ok(match schema.and_then(|s| as_duration(be, s)) {
+            Some(new) => Transformed::yes(new),
+            None => Transformed::no(e),
+        });
+    }
     if !is_comparison(*op) {
         return Ok(Transformed::no(e));
     }
@@ -227,6 +253,48 @@ fn shift_by_expr(inner: &BinaryExpr, op: Operator, c: &Expr, schema: &DFSchema) 
         Box::new(ts.clone()),
         op,
         Box::new(moved),
+    )))
+}
+
+/// `ts ± I` → `ts ± D`, `D` the duration of the fixed interval `I` in the
+/// unit of `ts`: one checked integer addition a row instead of a trip
+/// through calendar code (arrow adds an interval to a timestamp by way of a
+/// `chrono` date time even without a time zone). Without a time zone a day
+/// is always 86,400 s, so the result is the same; it errs on overflow as
+/// the interval does.
+fn as_duration(inner: &BinaryExpr, schema: &DFSchema) -> Option<Expr> {
+    let (ts, interval, _) = shifted(inner)?;
+    if matches!(
+        interval,
+        ScalarValue::DurationNanosecond(_)
+            | ScalarValue::DurationMicrosecond(_)
+            | ScalarValue::DurationMillisecond(_)
+            | ScalarValue::DurationSecond(_)
+    ) {
+        return None;
+    }
+    let DataType::Timestamp(unit, None) = ts.get_type(schema).ok()? else {
+        return None;
+    };
+    let ns = fixed_interval_ns(interval)?;
+    let tick = tick_ns(unit) as i128;
+    if ns % tick != 0 {
+        return None;
+    }
+    let ticks = Some(i64::try_from(ns / tick).ok()?);
+    let duration = Expr::Literal(
+        match unit {
+            TimeUnit::Nanosecond => ScalarValue::DurationNanosecond(ticks),
+            TimeUnit::Microsecond => ScalarValue::DurationMicrosecond(ticks),
+            TimeUnit::Millisecond => ScalarValue::DurationMillisecond(ticks),
+            TimeUnit::Second => ScalarValue::DurationSecond(ticks),
+        },
+        None,
+    );
+    Some(Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(ts.clone()),
+        inner.op,
+        Box::new(duration),
     )))
 }
 

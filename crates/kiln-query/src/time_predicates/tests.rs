@@ -229,8 +229,67 @@ async fn shifts_against_a_placeholder_select_the_same_rows() {
 async fn shifts_against_a_placeholder_compare_the_bare_column() {
     let kiln = context(true);
     let plan = filter_plan(&kiln, "ts - INTERVAL '1 day' < $1").await;
-    assert!(plan.contains("t.ts < $1 + IntervalMonthDayNano"), "{plan}");
+    assert!(plan.contains("t.ts < $1 + DurationNanosecond"), "{plan}");
     // A month varies in length: left alone.
     let plan = filter_plan(&kiln, "ts - INTERVAL '1 month' < $1").await;
     assert!(plan.contains("t.ts - IntervalMonthDayNano"), "{plan}");
+}
+
+async fn values(ctx: &SessionContext, sql: &str) -> datafusion::common::Result<Vec<RecordBatch>> {
+    ctx.sql(sql).await?.collect().await
+}
+
+#[tokio::test]
+async fn fixed_intervals_added_as_durations_give_the_same_values() {
+    let (plain, kiln) = (context(false), context(true));
+    for expr in [
+        "ts + INTERVAL '1 day'",
+        "ts - INTERVAL '36 hours 5 minutes'",
+        "INTERVAL '2 hours' + ts",
+        "ts_ms - INTERVAL '90 minutes'",
+        "ts_ms + INTERVAL '1.5 seconds'",
+        "date_trunc('day', ts) + INTERVAL '7 day'",
+        // Left as intervals: a month varies, and a nanosecond is finer than
+        // a millisecond tick.
+        "ts + INTERVAL '1 month'",
+        "ts_ms + INTERVAL '1 nanosecond'",
+    ] {
+        let sql = format!("SELECT {expr} AS v FROM t ORDER BY ts");
+        let want = values(&plain, &sql).await.unwrap();
+        let got = values(&kiln, &sql).await.unwrap();
+        assert_eq!(got, want, "{expr}");
+        let n: usize = want.iter().map(|b| b.num_rows()).sum();
+        assert!(n > 500, "{expr}: {n} rows");
+    }
+    let plan = |sql: &'static str| {
+        let kiln = &kiln;
+        async move {
+            let df = kiln.sql(sql).await.unwrap();
+            df.into_optimized_plan()
+                .unwrap()
+                .display_indent()
+                .to_string()
+        }
+    };
+    let p = plan("SELECT date_trunc('day', ts) + INTERVAL '7 day' AS v FROM t").await;
+    assert!(
+        p.contains(r#"+ DurationNanosecond("604800000000000") AS v"#)
+            && !p.contains("IntervalMonthDayNano"),
+        "{p}"
+    );
+    let p = plan("SELECT ts_ms - INTERVAL '90 minutes' AS v FROM t").await;
+    assert!(
+        p.contains(r#"- DurationMillisecond("5400000") AS v"#),
+        "{p}"
+    );
+    // Unaliased, the column keeps the name it had.
+    let p = plan("SELECT ts - INTERVAL '1 hour' FROM t").await;
+    assert!(p.contains("AS t.ts - IntervalMonthDayNano"), "{p}");
+    let p = plan("SELECT ts + INTERVAL '1 month' AS v FROM t").await;
+    assert!(p.contains("+ IntervalMonthDayNano"), "{p}");
+    // Past the end of the nanosecond range both forms fail, neither wraps.
+    let sql = "SELECT ts + INTERVAL '100000 days' FROM t";
+    assert!(values(&plain, sql).await.is_err());
+    let err = values(&kiln, sql).await.unwrap_err().to_string();
+    assert!(err.contains("verflow"), "{err}");
 }

@@ -18,7 +18,7 @@ use datafusion::common::{Column, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column as PhysicalColumn};
-use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
+use datafusion::physical_expr::utils::{collect_columns, conjunction_opt, split_conjunction};
 use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use kiln_storage::{NANOS_PER_DAY, StatValue};
@@ -210,13 +210,10 @@ impl Bounds {
             .into_iter()
             .map(|e| Bound::of(e, schema))
             .collect::<Option<Vec<_>>>()?;
-        let one_row = RecordBatch::try_new_with_options(
-            Arc::new(arrow::datatypes::Schema::empty()),
-            vec![],
-            &RecordBatchOptions::new().with_row_count(Some(1)),
-        )
-        .ok()?;
-        Some(Self { terms, one_row })
+        Some(Self {
+            terms,
+            one_row: one_row(),
+        })
     }
 
     fn prune(&self, stats: &dyn PruningStatistics) -> Option<Vec<bool>> {
@@ -255,6 +252,21 @@ impl Bound {
         })
     }
 
+    /// The value compared with, as a one-element array of the column's
+    /// type; None if it is null or cannot be had.
+    fn value(&self, one_row: &RecordBatch) -> Option<ArrayRef> {
+        let value = match self.value.evaluate(one_row).ok()? {
+            ColumnarValue::Scalar(v) => v,
+            ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0).ok()?,
+        };
+        value
+            .cast_to(&self.data_type)
+            .ok()
+            .filter(|v| !v.is_null())?
+            .to_array()
+            .ok()
+    }
+
     /// Clears `kept` where no row of the container can match.
     fn keep(
         &self,
@@ -262,16 +274,8 @@ impl Bound {
         one_row: &RecordBatch,
         kept: &mut [bool],
     ) -> Option<()> {
-        let value = match self.value.evaluate(one_row).ok()? {
-            ColumnarValue::Scalar(v) => v,
-            ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0).ok()?,
-        };
         // `column op NULL` matches nothing, but keeping is always safe.
-        let value = value
-            .cast_to(&self.data_type)
-            .ok()
-            .filter(|v| !v.is_null())?;
-        let value = value.to_array().ok()?;
+        let value = self.value(one_row)?;
         // Each term as conditions on the minimum or the maximum.
         use Operator::*;
         let conditions: &[(bool, Operator)] = match self.op {
@@ -286,7 +290,7 @@ impl Bound {
                 false => stats.max_values(&self.column),
             };
             if let Some(stat) = stat.filter(|a| a.len() == kept.len()) {
-                compare(&stat, op, &value, kept)?;
+                compare(&stat, op, &value, true, kept)?;
             }
         }
         // A container whose values are all null matches no comparison.
@@ -309,16 +313,146 @@ impl Bound {
         }
         Some(())
     }
+
+    /// Clears `holds` where the container may have a row for which the
+    /// comparison is not true: it stays set only where the statistics
+    /// prove it for every row (no nulls, and the whole min..max range on
+    /// the right side of the value).
+    fn holds(&self, stats: &dyn PruningStatistics, one_row: &RecordBatch, holds: &mut [bool]) {
+        if self.proves(stats, one_row, holds).is_none() {
+            holds.fill(false);
+        }
+    }
+
+    fn proves(
+        &self,
+        stats: &dyn PruningStatistics,
+        one_row: &RecordBatch,
+        holds: &mut [bool],
+    ) -> Option<()> {
+        let value = self.value(one_row)?;
+        use Operator::*;
+        let conditions: &[(bool, Operator)] = match self.op {
+            Eq => &[(true, GtEq), (false, LtEq)],
+            Lt | LtEq => &[(false, self.op)],
+            Gt | GtEq => &[(true, self.op)],
+            _ => return None,
+        };
+        for &(on_min, op) in conditions {
+            let stat = match on_min {
+                true => stats.min_values(&self.column),
+                false => stats.max_values(&self.column),
+            };
+            let stat = stat.filter(|a| a.len() == holds.len())?;
+            compare(&stat, op, &value, false, holds)?;
+        }
+        if self.nullable {
+            let nulls = stats.null_counts(&self.column)?;
+            let nulls = nulls.as_primitive_opt::<UInt64Type>()?;
+            if nulls.len() != holds.len() {
+                return None;
+            }
+            for (i, h) in holds.iter_mut().enumerate() {
+                *h &= nulls.is_valid(i) && nulls.value(i) == 0;
+            }
+        }
+        Some(())
+    }
 }
 
-/// Clears `kept` where `stat op value` is false (a null statistic is
-/// unknown and keeps). A loop for primitive statistics, with the total
-/// order Arrow's kernels use; a kernel for the others.
-fn compare(stat: &ArrayRef, op: Operator, value: &ArrayRef, kept: &mut [bool]) -> Option<()> {
+/// A query's filter as its conjuncts, and which of them the statistics of
+/// a container prove for all its rows.
+///
+/// Why: Kiln applies its filters itself (the provider reports them exact),
+/// and a slice of a sorted segment mostly lies wholly inside the query's
+/// ranges: `experiment_id = 3` over a slice whose min and max are 3, or a
+/// time range over a slice of one day inside it. Such conjuncts are not
+/// evaluated on its rows, and a slice with none left is passed on without
+/// a filter or a copy.
+#[derive(Debug)]
+pub struct Conjuncts {
+    /// Each conjunct, with its bound if it compares a column with a value.
+    terms: Vec<(Arc<dyn PhysicalExpr>, Option<Bound>)>,
+    /// One row of no columns, to evaluate the values on.
+    one_row: RecordBatch,
+}
+
+/// Which conjuncts are left to evaluate on a container's rows: bit `i` for
+/// conjunct `i` (conjuncts past the 64th are always left).
+pub type Residual = u64;
+
+impl Conjuncts {
+    pub fn of(predicate: &Arc<dyn PhysicalExpr>, schema: &SchemaRef) -> Self {
+        let terms = split_conjunction(predicate)
+            .into_iter()
+            .map(|e| (e.clone(), Bound::of(e, schema)))
+            .collect();
+        Self {
+            terms,
+            one_row: one_row(),
+        }
+    }
+
+    /// Per container, the conjuncts its statistics do not prove for every
+    /// row.
+    pub fn residuals(&self, stats: &dyn PruningStatistics) -> Vec<Residual> {
+        let n = stats.num_containers();
+        let mut left = vec![0; n];
+        let mut holds = vec![true; n];
+        for (i, (_, bound)) in self.terms.iter().enumerate().take(64) {
+            holds.fill(true);
+            match bound {
+                Some(b) => b.holds(stats, &self.one_row, &mut holds),
+                None => holds.fill(false),
+            }
+            for (l, h) in left.iter_mut().zip(&holds) {
+                *l |= u64::from(!h) << i;
+            }
+        }
+        left
+    }
+
+    /// Every conjunct left.
+    pub fn everything(&self) -> Residual {
+        u64::MAX
+    }
+
+    /// The filter of the conjuncts in `residual`; None if it has none.
+    pub fn filter(&self, residual: Residual) -> Option<Arc<dyn PhysicalExpr>> {
+        conjunction_opt(
+            self.terms
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i >= 64 || residual & (1 << i) != 0)
+                .map(|(_, (e, _))| e.clone()),
+        )
+    }
+}
+
+fn one_row() -> RecordBatch {
+    RecordBatch::try_new_with_options(
+        Arc::new(arrow::datatypes::Schema::empty()),
+        vec![],
+        &RecordBatchOptions::new().with_row_count(Some(1)),
+    )
+    .expect("a batch of one row and no columns")
+}
+
+/// Clears `kept` where `stat op value` is false; a null statistic is
+/// unknown and gives `unknown`. A loop for primitive statistics, with the
+/// total order Arrow's kernels use; a kernel for the others.
+fn compare(
+    stat: &ArrayRef,
+    op: Operator,
+    value: &ArrayRef,
+    unknown: bool,
+    kept: &mut [bool],
+) -> Option<()> {
     fn primitive<T: ArrowPrimitiveType>(
         stat: &PrimitiveArray<T>,
         op: Operator,
         value: &ArrayRef,
+        unknown: bool,
         kept: &mut [bool],
     ) -> Option<()> {
         let v = value.as_primitive_opt::<T>()?.value(0);
@@ -337,7 +471,7 @@ fn compare(stat: &ArrayRef, op: Operator, value: &ArrayRef, kept: &mut [bool]) -
                 .iter_mut()
                 .zip(stat.values())
                 .zip(n.iter())
-                .for_each(|((k, s), valid)| *k &= !valid || holds(*s)),
+                .for_each(|((k, s), valid)| *k &= if valid { holds(*s) } else { unknown }),
         }
         Some(())
     }
@@ -345,7 +479,7 @@ fn compare(stat: &ArrayRef, op: Operator, value: &ArrayRef, kept: &mut [bool]) -
         return None;
     }
     downcast_primitive_array!(
-        stat => primitive(stat, op, value, kept),
+        stat => primitive(stat, op, value, unknown, kept),
         _ => {
             let value = Scalar::new(value);
             let holds = match op {
@@ -356,7 +490,7 @@ fn compare(stat: &ArrayRef, op: Operator, value: &ArrayRef, kept: &mut [bool]) -
             }
             .ok()?;
             for (k, h) in kept.iter_mut().zip(holds.iter()) {
-                *k &= h != Some(false);
+                *k &= h.unwrap_or(unknown);
             }
             Some(())
         }

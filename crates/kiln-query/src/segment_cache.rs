@@ -35,7 +35,7 @@ use kiln_storage::{Db, Segment, Store};
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
-use crate::pruning::Pruner;
+use crate::pruning::{Conjuncts, Pruner, Residual};
 
 /// Rows per pruning slice of a cached segment. Small, so that a point
 /// lookup filters few rows; a scan does not pay for it in batches, as kept
@@ -133,33 +133,41 @@ impl DecodedSegment {
     /// The rows of the slices that may hold rows matching `pruning` (all
     /// without one), as batches.
     pub fn slices(&self, pruning: Option<&Pruner>) -> Vec<RecordBatch> {
-        kept_slices(&[self], pruning).pop().unwrap_or_default()
+        let kept = kept_slices(&[self], pruning, None)
+            .pop()
+            .unwrap_or_default();
+        kept.into_iter().map(|(b, _)| b).collect()
     }
 
     /// The kept slices as batches: runs of neighbouring slices in one row
-    /// group, up to [`BATCH_ROWS`] rows each, as zero-copy views.
-    fn merged(&self, kept: impl Iterator<Item = usize>) -> Vec<RecordBatch> {
+    /// group with the same conjuncts left, up to [`BATCH_ROWS`] rows each,
+    /// as zero-copy views.
+    fn merged(
+        &self,
+        kept: impl Iterator<Item = (usize, Residual)>,
+    ) -> Vec<(RecordBatch, Residual)> {
         let mut out = vec![];
-        let mut run: Option<Slice> = None;
-        for s in kept.map(|i| &self.slices[i]) {
+        let mut run: Option<(Slice, Residual)> = None;
+        let view =
+            |(r, left): (Slice, Residual)| (self.batches[r.batch].slice(r.offset, r.len), left);
+        for (s, left) in kept.map(|(i, left)| (&self.slices[i], left)) {
             match &mut run {
-                Some(r)
+                Some((r, l))
                     if r.batch == s.batch
+                        && *l == left
                         && r.offset + r.len == s.offset
                         && r.len + s.len <= BATCH_ROWS =>
                 {
                     r.len += s.len
                 }
                 _ => {
-                    if let Some(r) = run.replace(s.clone()) {
-                        out.push(self.batches[r.batch].slice(r.offset, r.len));
+                    if let Some(r) = run.replace((s.clone(), left)) {
+                        out.push(view(r));
                     }
                 }
             }
         }
-        if let Some(r) = run {
-            out.push(self.batches[r.batch].slice(r.offset, r.len));
-        }
+        out.extend(run.map(view));
         out
     }
 
@@ -202,17 +210,26 @@ fn min_max(values: &ArrayRef, dt: &DataType) -> DfResult<(ScalarValue, ScalarVal
 /// `pruning` (all without one), per segment, as batches. The statistics of
 /// every slice of every segment are pruned in one pass: a `prune` call has
 /// a fixed cost however few the containers, which showed in point lookups.
+///
+/// Each batch comes with the conjuncts of `filter` left to evaluate on its
+/// rows: those the statistics of its slices do not prove (0, none, without
+/// a filter).
 pub fn kept_slices(
     segments: &[&DecodedSegment],
     pruning: Option<&Pruner>,
-) -> Vec<Vec<RecordBatch>> {
+    filter: Option<&Conjuncts>,
+) -> Vec<Vec<(RecordBatch, Residual)>> {
     let keep = pruning.and_then(|p| p.prune(&AllSlices(segments)));
+    let residuals = filter.map(|f| f.residuals(&AllSlices(segments)));
     let mut at = 0;
     segments
         .iter()
         .map(|d| {
-            let kept =
-                d.merged((0..d.slices.len()).filter(|i| keep.as_ref().is_none_or(|k| k[at + i])));
+            let kept = d.merged(
+                (0..d.slices.len())
+                    .filter(|i| keep.as_ref().is_none_or(|k| k[at + i]))
+                    .map(|i| (i, residuals.as_ref().map_or(0, |r| r[at + i]))),
+            );
             at += d.slices.len();
             kept
         })

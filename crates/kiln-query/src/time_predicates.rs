@@ -77,8 +77,14 @@ impl OptimizerRule for TimePredicates {
 }
 
 /// The schema a plan node's expressions are evaluated against: its inputs'
-/// (merged, for a join). None for a leaf, whose filters name source columns.
+/// (merged, for a join); for a table scan, whose filters (pushed down as
+/// exact, so nowhere else) name source columns, the source's.
 fn expression_schema(plan: &LogicalPlan) -> Option<DFSchemaRef> {
+    if let LogicalPlan::TableScan(scan) = plan {
+        let source = scan.source.schema();
+        let schema = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &source);
+        return schema.ok().map(Arc::new);
+    }
     match plan.inputs().as_slice() {
         [] => None,
         [one] => Some(Arc::clone(one.schema())),

@@ -103,6 +103,13 @@ async fn actual(engine: &Engine, lo: i64, hi: i64) -> Answer {
     res
 }
 
+async fn rows_of(engine: &Engine, sql: &str) -> Vec<RecordBatch> {
+    match engine.execute(sql).await.unwrap().pop() {
+        Some(Output::Rows { batches, .. }) => batches,
+        _ => panic!("no rows: {sql}"),
+    }
+}
+
 async fn check(engine: &Engine, rows: &[Row], stage: &str) {
     for (lo, hi) in [
         (i64::MIN / 2, i64::MAX / 2),
@@ -113,6 +120,42 @@ async fn check(engine: &Engine, rows: &[Row], stage: &str) {
         let got = actual(engine, lo, hi).await;
         assert_eq!(got, want, "{stage}: range [{lo}, {hi})");
     }
+    // A filter on nullable columns, and one cut by a LIMIT: the scan
+    // applies them itself (pushed down as exact), after pruning.
+    let (lo, hi) = (DAY0 + NANOS_PER_DAY / 2, DAY0 + 4 * NANOS_PER_DAY);
+    let sql = format!(
+        "SELECT count(*), count(DISTINCT user_id) FROM sales WHERE region = 'eu' AND amount > 500 \
+         AND ts >= to_timestamp_nanos({lo}) AND ts < to_timestamp_nanos({hi})"
+    );
+    let hits: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.region.as_deref() == Some("eu") && r.amount.is_some_and(|a| a > 500.0))
+        .filter(|r| r.ts >= lo && r.ts < hi)
+        .collect();
+    let users: std::collections::BTreeSet<i64> = hits.iter().map(|r| r.user).collect();
+    let b = &rows_of(engine, &sql).await[0];
+    let got = (
+        b.column(0).as_primitive::<Int64Type>().value(0),
+        b.column(1).as_primitive::<Int64Type>().value(0),
+    );
+    assert_eq!(
+        got,
+        (hits.len() as i64, users.len() as i64),
+        "{stage}: {sql}"
+    );
+    assert!(!hits.is_empty());
+    let sql = "SELECT amount FROM sales WHERE amount > 990 LIMIT 7";
+    let got: Vec<f64> = rows_of(engine, sql)
+        .await
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Float64Type>().values().to_vec())
+        .collect();
+    let over = rows
+        .iter()
+        .filter(|r| r.amount.is_some_and(|a| a > 990.0))
+        .count();
+    assert_eq!(got.len(), over.min(7), "{stage}: {sql}");
+    assert!(got.iter().all(|a| *a > 990.0), "{stage}: {got:?}");
     // Sum of amounts as doubles, compared with a tolerance.
     let mut out = engine
         .execute("SELECT sum(amount), count(amount) FROM sales")

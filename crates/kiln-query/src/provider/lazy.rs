@@ -12,16 +12,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::execution_plan::{
     Boundedness, EmissionType, ReplaceChildrenOptions,
 };
-use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
@@ -30,6 +27,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
+use super::slices::{Filtered, filtered_stream};
 use super::{KilnTable, ScanSpec};
 use crate::pruning::{Pruner, pruner};
 
@@ -53,7 +51,7 @@ enum Planned {
     Plan(Arc<dyn ExecutionPlan>),
     /// Every row left after pruning is in memory: streamed as they are,
     /// without building plan nodes for them (a point lookup's common case).
-    Memory(Arc<Vec<RecordBatch>>),
+    Memory(Arc<Vec<Filtered>>),
 }
 
 impl LazyScan {
@@ -168,9 +166,8 @@ impl ExecutionPlan for LazyScan {
             Planned::Memory(batches) => {
                 // Batch i goes to partition i % n, as the plan would spread them.
                 let mine = batches.iter().skip(partition).step_by(n).cloned().collect();
-                let stream = MemoryStream::try_new(mine, schema, self.spec.projection.clone())?
-                    .with_fetch(self.spec.limit);
-                return Ok(make_cooperative(Box::pin(stream)));
+                let projection = self.spec.projection.clone();
+                return Ok(filtered_stream(mine, schema, projection, self.spec.limit));
             }
         };
         let parts = inner.output_partitioning().partition_count();

@@ -5,16 +5,17 @@
 //! filters, and plans a Parquet scan of the remaining segments (with the
 //! session's footer/page-index cache) next to an in-memory scan of the
 //! memstore rows and of the segments held decoded in the [`SegmentCache`].
-//! No lock is held while planning or executing. `insert_into` writes an
-//! INSERT's rows as one atomic write through the WAL.
+//! The filters are applied here, not by a `FilterExec` above (see
+//! [`slices`]). No lock is held while planning or executing. `insert_into`
+//! writes an INSERT's rows as one atomic write through the WAL.
 //!
 //! A plan kept for reuse ([`crate::reuse`]) gets a [`LazyScan`] instead,
 //! which does the same when it executes, with the parameters bound then.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -22,7 +23,6 @@ use datafusion::common::{DFSchema, not_impl_err};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::TableType;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
@@ -35,7 +35,9 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
@@ -44,13 +46,15 @@ use kiln_storage::{Db, STORE_URL, Table};
 use object_store::ObjectStore;
 
 use crate::error::to_df;
-use crate::pruning::{ContainerStats, Pruner, keep, pruner};
+use crate::pruning::{Conjuncts, ContainerStats, Pruner, Residual, keep, pruner};
 use crate::reuse::KeptPlan;
 use crate::segment_cache::{DecodedSegment, SegmentCache, kept_slices};
 
 mod lazy;
+mod slices;
 
 use lazy::LazyScan;
+use slices::{Filtered, SliceScan};
 
 /// A Kiln table as a DataFusion `TableProvider`.
 ///
@@ -97,8 +101,16 @@ impl datafusion::datasource::TableProvider for KilnTable {
         &self,
         filters: &[&Expr],
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
-        // Used for pruning; DataFusion still applies every filter to the rows.
-        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+        // Applied by the scan itself (`SliceScan`, or a filter over the
+        // Parquet files), which skips the conjuncts a slice's statistics
+        // prove. Volatile filters are left to DataFusion.
+        Ok(filters
+            .iter()
+            .map(|f| match f.is_volatile() {
+                true => TableProviderFilterPushDown::Inexact,
+                false => TableProviderFilterPushDown::Exact,
+            })
+            .collect())
     }
 
     async fn scan(
@@ -108,7 +120,8 @@ impl datafusion::datasource::TableProvider for KilnTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let predicate = match conjunction(filters.iter().cloned()) {
+        let exact = filters.iter().filter(|f| !f.is_volatile()).cloned();
+        let predicate = match conjunction(exact) {
             Some(expr) => {
                 let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
                 Some(state.create_physical_expr(expr, &df_schema)?)
@@ -122,6 +135,9 @@ impl datafusion::datasource::TableProvider for KilnTable {
             projection: projection.cloned(),
             limit,
             target: state.config().target_partitions().max(1),
+            conjuncts: predicate
+                .as_ref()
+                .map(|p| Arc::new(Conjuncts::of(p, &self.schema))),
             predicate,
             parquet: state.table_options().parquet.clone(),
             metadata: state.runtime_env().cache_manager.get_file_metadata_cache(),
@@ -158,8 +174,11 @@ struct ScanSpec {
     limit: Option<usize>,
     /// Partitions to spread the scan over.
     target: usize,
-    /// The query's pushed-down filters, for pruning.
+    /// The query's pushed-down filters (but volatile ones), for pruning,
+    /// and applied by the scan.
     predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// The same as conjuncts, to skip those a slice's statistics prove.
+    conjuncts: Option<Arc<Conjuncts>>,
     parquet: TableParquetOptions,
     store_url: ObjectStoreUrl,
     store: Arc<dyn ObjectStore>,
@@ -184,26 +203,27 @@ impl KilnTable {
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = scan.files.into_iter().collect();
         let target = spec.target;
         if !scan.in_memory.is_empty() {
-            let mut parts = vec![vec![]; target.min(scan.in_memory.len())];
-            let n = parts.len();
-            for (i, b) in scan.in_memory.into_iter().enumerate() {
-                parts[i % n].push(b);
-            }
-            let src =
-                MemorySourceConfig::try_new(&parts, self.schema.clone(), spec.projection.clone())?
-                    .with_limit(spec.limit);
-            inputs.push(DataSourceExec::from_data_source(src));
+            inputs.push(Arc::new(SliceScan::new(
+                scan.in_memory,
+                target,
+                self.projected_schema(spec)?,
+                spec.projection.clone(),
+                spec.limit,
+                spec.predicate.clone(),
+            )));
         }
         match inputs.len() {
-            0 => {
-                let projected = match &spec.projection {
-                    Some(p) => Arc::new(self.schema.project(p)?),
-                    None => self.schema.clone(),
-                };
-                Ok(Arc::new(EmptyExec::new(projected)))
-            }
+            0 => Ok(Arc::new(EmptyExec::new(self.projected_schema(spec)?))),
             _ => UnionExec::try_new(inputs),
         }
+    }
+
+    /// The schema a scan outputs.
+    fn projected_schema(&self, spec: &ScanSpec) -> DfResult<SchemaRef> {
+        Ok(match &spec.projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        })
     }
 
     /// Pins one snapshot and prunes it: what is left to read, as a plan
@@ -247,12 +267,22 @@ impl KilnTable {
             files.push(s.clone());
         }
         let held: Vec<&DecodedSegment> = decoded.iter().map(|(_, d)| d.as_ref()).collect();
+        let conjuncts = spec.conjuncts.as_deref();
+        // The filter of each set of conjuncts left, made once.
+        let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
+        let mut filter = |left: Residual| match (left, conjuncts) {
+            (0, _) | (_, None) => None,
+            (left, Some(c)) => filters
+                .entry(left)
+                .or_insert_with(|| c.filter(left))
+                .clone(),
+        };
         let mut in_memory = vec![];
-        for ((s, _), slices) in decoded.iter().zip(kept_slices(&held, pruning)) {
+        for ((s, _), slices) in decoded.iter().zip(kept_slices(&held, pruning, conjuncts)) {
             if !slices.is_empty() {
                 // Counts the hit and refreshes the segment's LRU place.
                 let _ = self.cache.get(&s.meta.path);
-                in_memory.extend(slices);
+                in_memory.extend(slices.into_iter().map(|(b, left)| (b, filter(left))));
             }
         }
         if !files.is_empty() {
@@ -284,12 +314,45 @@ impl KilnTable {
             if parquet_predicate && let Some(p) = &spec.predicate {
                 source = source.with_predicate(p.clone());
             }
+            // With a filter: its columns are read too, and the filter and
+            // then the limit applied over the files.
+            let (read, keep) = match (&spec.predicate, projection) {
+                (None, _) => (projection.cloned(), None),
+                (Some(_), None) => (None, None),
+                (Some(p), Some(wanted)) => {
+                    let mut read = wanted.clone();
+                    for c in collect_columns(p) {
+                        if !read.contains(&c.index()) {
+                            read.push(c.index());
+                        }
+                    }
+                    (Some(read), Some((0..wanted.len()).collect::<Vec<_>>()))
+                }
+            };
             let conf = FileScanConfigBuilder::new(spec.store_url.clone(), Arc::new(source))
                 .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
-                .with_projection_indices(projection.cloned())?
-                .with_limit(limit)
+                .with_projection_indices(read.clone())?
+                .with_limit(if spec.predicate.is_some() {
+                    None
+                } else {
+                    limit
+                })
                 .build();
-            files_plan = Some(DataSourceExec::from_data_source(conf) as Arc<dyn ExecutionPlan>);
+            let mut plan = DataSourceExec::from_data_source(conf) as Arc<dyn ExecutionPlan>;
+            if let Some(p) = &spec.predicate {
+                let read_schema = match &read {
+                    Some(r) => schema.project(r)?,
+                    None => schema.as_ref().clone(),
+                };
+                let p = reassign_expr_columns(p.clone(), &read_schema)?;
+                plan = Arc::new(
+                    FilterExecBuilder::new(p, plan)
+                        .apply_projection(keep)?
+                        .with_fetch(limit)
+                        .build()?,
+                );
+            }
+            files_plan = Some(plan);
         }
 
         // Rows still in memory, pruned by day partition.
@@ -311,7 +374,13 @@ impl KilnTable {
             .filter(|(_, k)| *k)
             .map(|(d, _)| *d)
             .collect();
-        in_memory.extend(snapshot.mem_viewed_batches(|d| kept_days.contains(&d)));
+        let everything = spec.predicate.clone();
+        in_memory.extend(
+            snapshot
+                .mem_viewed_batches(|d| kept_days.contains(&d))
+                .into_iter()
+                .map(|b| (b, everything.clone())),
+        );
         Ok(SnapshotScan {
             files: files_plan,
             in_memory,
@@ -324,8 +393,8 @@ struct SnapshotScan {
     /// The Parquet scan of the segments not held decoded, if any.
     files: Option<Arc<dyn ExecutionPlan>>,
     /// Batches of the table's full (view) schema: memstore rows and kept
-    /// slices of cached segments.
-    in_memory: Vec<RecordBatch>,
+    /// slices of cached segments, each with the filter its rows still need.
+    in_memory: Vec<Filtered>,
 }
 
 /// Collects an INSERT's rows and writes them as one atomic WAL record.

@@ -293,3 +293,56 @@ async fn fixed_intervals_added_as_durations_give_the_same_values() {
     let err = values(&kiln, sql).await.unwrap_err().to_string();
     assert!(err.contains("verflow"), "{err}");
 }
+
+/// `t` as a provider that applies its filters itself, as Kiln's does: they
+/// are pushed into the scan as exact, and must be rewritten there.
+#[derive(Debug)]
+struct ExactFilters(MemTable);
+
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for ExactFilters {
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        self.0.schema()
+    }
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&datafusion::logical_expr::Expr],
+    ) -> datafusion::common::Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>>
+    {
+        Ok(vec![datafusion::logical_expr::TableProviderFilterPushDown::Exact; filters.len()])
+    }
+    async fn scan(
+        &self,
+        state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[datafusion::logical_expr::Expr],
+        limit: Option<usize>,
+    ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        self.0.scan(state, projection, filters, limit).await
+    }
+}
+
+#[tokio::test]
+async fn filters_pushed_into_the_scan_are_rewritten_there() {
+    let kiln = context(true);
+    kiln.deregister_table("t").unwrap();
+    kiln.register_table("t", Arc::new(ExactFilters(table())))
+        .unwrap();
+    for (predicate, want) in [
+        (
+            "ts - INTERVAL '1 day' < $1",
+            "full_filters=[t.ts < $1 + DurationNanosecond",
+        ),
+        (
+            "date_trunc('day', ts) < TIMESTAMP '2026-11-03 00:00:00'",
+            "full_filters=[t.ts < TimestampNanosecond(1793664000000000000, None)]",
+        ),
+    ] {
+        let plan = filter_plan(&kiln, predicate).await;
+        assert!(plan.contains(want), "{predicate}:\n{plan}");
+        assert!(!plan.contains("Filter:"), "{predicate}:\n{plan}");
+    }
+}

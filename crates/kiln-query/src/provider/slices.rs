@@ -1,0 +1,194 @@
+//! [`SliceScan`]: the rows a scan holds in memory (memstore rows, slices of
+//! cached segments), each batch filtered by what its statistics leave.
+//!
+//! Why: Kiln reports its filters to DataFusion as exact and applies them
+//! here, so a batch the statistics prove wholly inside the query's ranges
+//! goes on as it is (no comparison a row, no copy), and the others are
+//! filtered by only the conjuncts left ([`crate::pruning::Conjuncts`]).
+//! A scan also cuts its output at the query's `LIMIT` after filtering.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::Result;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coop::make_cooperative;
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+
+/// A batch of the table's full schema and the filter its rows still need
+/// (None: every row matches).
+pub(super) type Filtered = (RecordBatch, Option<Arc<dyn PhysicalExpr>>);
+
+/// Scans batches held in memory; see the module docs.
+#[derive(Debug)]
+pub(super) struct SliceScan {
+    /// Per output partition, its batches.
+    parts: Vec<Vec<Filtered>>,
+    projection: Option<Vec<usize>>,
+    fetch: Option<usize>,
+    /// The query's whole filter, for display.
+    predicate: Option<Arc<dyn PhysicalExpr>>,
+    properties: Arc<PlanProperties>,
+}
+
+impl SliceScan {
+    /// Spreads `batches` over `target` partitions (batch i to i % n).
+    pub(super) fn new(
+        batches: Vec<Filtered>,
+        target: usize,
+        schema: SchemaRef,
+        projection: Option<Vec<usize>>,
+        fetch: Option<usize>,
+        predicate: Option<Arc<dyn PhysicalExpr>>,
+    ) -> Self {
+        let mut parts = vec![vec![]; target.clamp(1, batches.len().max(1))];
+        let n = parts.len();
+        for (i, b) in batches.into_iter().enumerate() {
+            parts[i % n].push(b);
+        }
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(n),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            parts,
+            projection,
+            fetch,
+            predicate,
+            properties,
+        }
+    }
+}
+
+/// The rows of `batches` their filters keep, projected, at most `fetch`.
+pub(super) fn filtered_stream(
+    batches: Vec<Filtered>,
+    schema: SchemaRef,
+    projection: Option<Vec<usize>>,
+    fetch: Option<usize>,
+) -> SendableRecordBatchStream {
+    let mut left = fetch.unwrap_or(usize::MAX);
+    let batches = batches.into_iter().filter_map(move |(batch, filter)| {
+        if left == 0 {
+            return None;
+        }
+        let kept = match filter {
+            Some(f) => apply(&batch, &f),
+            None => Ok(batch),
+        };
+        let out = kept.and_then(|b| match &projection {
+            Some(p) => Ok(b.project(p)?),
+            None => Ok(b),
+        });
+        match out {
+            Ok(b) if b.num_rows() == 0 => None,
+            Ok(b) => {
+                let n = b.num_rows().min(left);
+                left -= n;
+                Some(Ok(b.slice(0, n)))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    });
+    make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        futures::stream::iter(batches),
+    )))
+}
+
+/// The rows of `batch` for which `filter` is true (not false or null).
+fn apply(batch: &RecordBatch, filter: &Arc<dyn PhysicalExpr>) -> Result<RecordBatch> {
+    let mask = filter.evaluate(batch)?.into_array(batch.num_rows())?;
+    let Some(mask) = mask.as_boolean_opt() else {
+        return datafusion::common::internal_err!(
+            "filter {filter} gave {}, not booleans",
+            mask.data_type()
+        );
+    };
+    Ok(filter_record_batch(batch, mask)?)
+}
+
+impl DisplayAs for SliceScan {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let batches: usize = self.parts.iter().map(Vec::len).sum();
+        let filtered: usize = self
+            .parts
+            .iter()
+            .flatten()
+            .filter(|(_, f)| f.is_some())
+            .count();
+        write!(
+            f,
+            "SliceScan: partitions={}, batches={batches}, filtered={filtered}",
+            self.parts.len()
+        )?;
+        if let Some(p) = &self.predicate {
+            write!(f, ", predicate={p}")?;
+        }
+        if let Some(n) = self.fetch {
+            write!(f, ", fetch={n}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for SliceScan {
+    fn name(&self) -> &str {
+        "SliceScan"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        match &self.predicate {
+            Some(p) => f(p),
+            None => Ok(TreeNodeRecursion::Continue),
+        }
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(&self, partition: usize, _: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        Ok(filtered_stream(
+            self.parts[partition].clone(),
+            self.properties.eq_properties.schema().clone(),
+            self.projection.clone(),
+            self.fetch,
+        ))
+    }
+}

@@ -412,11 +412,6 @@ impl Conjuncts {
         left
     }
 
-    /// Every conjunct left.
-    pub fn everything(&self) -> Residual {
-        u64::MAX
-    }
-
     /// The filter of the conjuncts in `residual`; None if it has none.
     pub fn filter(&self, residual: Residual) -> Option<Arc<dyn PhysicalExpr>> {
         conjunction_opt(

@@ -270,12 +270,12 @@ impl KilnTable {
         let conjuncts = spec.conjuncts.as_deref();
         // The filter of each set of conjuncts left, made once.
         let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
-        let mut filter = |left: Residual| match (left, conjuncts) {
-            (0, _) | (_, None) => None,
-            (left, Some(c)) => filters
+        let mut filter = |left: Residual| {
+            let c = conjuncts?;
+            filters
                 .entry(left)
                 .or_insert_with(|| c.filter(left))
-                .clone(),
+                .clone()
         };
         let mut in_memory = vec![];
         for ((s, _), slices) in decoded.iter().zip(kept_slices(&held, pruning, conjuncts)) {

@@ -16,7 +16,8 @@
 //! take no global lock. Entries of segments that compaction replaced are
 //! dropped at the next insert, once no query pins the segment.
 
-use std::collections::HashSet;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -219,8 +220,9 @@ pub fn kept_slices(
     pruning: Option<&Pruner>,
     filter: Option<&Conjuncts>,
 ) -> Vec<Vec<(RecordBatch, Residual)>> {
-    let keep = pruning.and_then(|p| p.prune(&AllSlices(segments)));
-    let residuals = filter.map(|f| f.residuals(&AllSlices(segments)));
+    let stats = AllSlices::new(segments);
+    let keep = pruning.and_then(|p| p.prune(&stats));
+    let residuals = filter.map(|f| f.residuals(&stats));
     let mut at = 0;
     segments
         .iter()
@@ -237,23 +239,50 @@ pub fn kept_slices(
 }
 
 /// The slices of several decoded segments as one list of containers,
-/// segment by segment, slice by slice.
-struct AllSlices<'a>(&'a [&'a DecodedSegment]);
+/// segment by segment, slice by slice. Each statistic is concatenated once
+/// and kept, for pruning and then for the conjuncts the slices prove.
+struct AllSlices<'a> {
+    segments: &'a [&'a DecodedSegment],
+    concatenated: RefCell<HashMap<(Stat, String), Option<ArrayRef>>>,
+}
 
-impl AllSlices<'_> {
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Stat {
+    Min,
+    Max,
+    Nulls,
+}
+
+impl<'a> AllSlices<'a> {
+    fn new(segments: &'a [&'a DecodedSegment]) -> Self {
+        Self {
+            segments,
+            concatenated: RefCell::default(),
+        }
+    }
+
     /// One statistic of `column` for every slice; None if a segment lacks
     /// the column.
-    fn concat(
-        &self,
-        column: &Column,
-        pick: impl Fn(&DecodedSegment, usize) -> &ArrayRef,
-    ) -> Option<ArrayRef> {
+    fn concat(&self, column: &Column, stat: Stat) -> Option<ArrayRef> {
+        let key = (stat, column.name.clone());
+        if let Some(a) = self.concatenated.borrow().get(&key) {
+            return a.clone();
+        }
         let arrays = self
-            .0
+            .segments
             .iter()
-            .map(|d| Some(pick(d, d.schema.index_of(&column.name).ok()?)))
-            .collect::<Option<Vec<_>>>()?;
-        concat_all(&arrays)
+            .map(|d| {
+                let i = d.schema.index_of(&column.name).ok()?;
+                Some(match stat {
+                    Stat::Min => &d.mins[i],
+                    Stat::Max => &d.maxs[i],
+                    Stat::Nulls => &d.null_counts[i],
+                })
+            })
+            .collect::<Option<Vec<_>>>();
+        let array = arrays.and_then(|a| concat_all(&a));
+        self.concatenated.borrow_mut().insert(key, array.clone());
+        array
     }
 }
 
@@ -266,19 +295,20 @@ fn concat_all(arrays: &[&ArrayRef]) -> Option<ArrayRef> {
 
 impl PruningStatistics for AllSlices<'_> {
     fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.concat(column, |d, i| &d.mins[i])
+        self.concat(column, Stat::Min)
     }
     fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.concat(column, |d, i| &d.maxs[i])
+        self.concat(column, Stat::Max)
     }
     fn num_containers(&self) -> usize {
-        self.0.iter().map(|d| d.slices.len()).sum()
+        self.segments.iter().map(|d| d.slices.len()).sum()
     }
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        self.concat(column, |d, i| &d.null_counts[i])
+        self.concat(column, Stat::Nulls)
     }
     fn row_counts(&self) -> Option<ArrayRef> {
-        concat_all(&self.0.iter().map(|d| &d.row_counts).collect::<Vec<_>>())
+        let counts: Vec<_> = self.segments.iter().map(|d| &d.row_counts).collect();
+        concat_all(&counts)
     }
     fn contained(&self, _: &Column, _: &HashSet<ScalarValue>) -> Option<BooleanArray> {
         None

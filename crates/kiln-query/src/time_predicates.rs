@@ -81,6 +81,9 @@ impl OptimizerRule for TimePredicates {
 /// exact, so nowhere else) name source columns, the source's.
 fn expression_schema(plan: &LogicalPlan) -> Option<DFSchemaRef> {
     if let LogicalPlan::TableScan(scan) = plan {
+        if scan.filters.is_empty() {
+            return None;
+        }
         let source = scan.source.schema();
         let schema = DFSchema::try_from_qualified_schema(scan.table_name.clone(), &source);
         return schema.ok().map(Arc::new);
@@ -270,12 +273,10 @@ fn shift_by_expr(inner: &BinaryExpr, op: Operator, c: &Expr, schema: &DFSchema) 
 /// the interval does.
 fn as_duration(inner: &BinaryExpr, schema: &DFSchema) -> Option<Expr> {
     let (ts, interval, _) = shifted(inner)?;
-    if matches!(
+    // Only intervals: a duration is what this makes.
+    if !matches!(
         interval,
-        ScalarValue::DurationNanosecond(_)
-            | ScalarValue::DurationMicrosecond(_)
-            | ScalarValue::DurationMillisecond(_)
-            | ScalarValue::DurationSecond(_)
+        ScalarValue::IntervalMonthDayNano(_) | ScalarValue::IntervalDayTime(_)
     ) {
         return None;
     }

@@ -8,6 +8,14 @@
 //! permit, a cancellation token and the deadline, and when the last clone of
 //! it is dropped the query's final status is recorded.
 //!
+//! Why few slots: past a few queries per core, admitting more only makes
+//! them share the cores. Throughput stays the same, and a long query is
+//! stretched by the whole crowd, which sets the tail latency. Queued
+//! first-come first-served, the same load ran at the same rate with half
+//! the p99 (docs/benchmarks.md). The slot time bounds how long one heavy
+//! query can keep others waiting: past it, the query runs on outside the
+//! count and the next one starts.
+//!
 //! No global lock on the query path: admission is a semaphore, running
 //! queries live in sharded maps (one short uncontended lock per begin/end),
 //! and finished queries go into a lock-free ring of the most recent ones.
@@ -37,6 +45,9 @@ const SHARDS: usize = 16;
 pub struct QueryLimits {
     /// Queries executing at once; more wait for a slot.
     pub max_concurrent: usize,
+    /// How long a query keeps its slot; past it the query runs on outside
+    /// the count and the next waiting query starts. `None`: until it ends.
+    pub slot_time: Option<Duration>,
     /// Queries waiting for a slot; beyond this a query is refused at once
     /// ([`Error::Overloaded`]).
     pub max_queued: usize,
@@ -53,6 +64,7 @@ impl Default for QueryLimits {
     fn default() -> Self {
         Self {
             max_concurrent: 64,
+            slot_time: None,
             max_queued: 4096,
             timeout: None,
             history: 1000,
@@ -270,16 +282,16 @@ impl QueryRegistry {
             stop: AtomicU8::new(STOP_NONE),
         });
         self.shard(info.id).lock().insert(info.id, info.clone());
-        let mut handle = QueryHandle {
+        let handle = QueryHandle {
             info,
             registry: self.clone(),
             deadline: self.limits.timeout.map(|t| tokio::time::Instant::now() + t),
             unfinished: AtomicUsize::new(0),
-            _permit: None,
+            slot: Arc::new(Mutex::new(None)),
         };
         // Fast path: a free slot, no waiting, no queue accounting.
         if let Ok(p) = self.permits.clone().try_acquire_owned() {
-            handle._permit = Some(p);
+            *handle.slot.lock() = Some(p);
         } else {
             if self.queued.fetch_add(1, Ordering::AcqRel) >= self.limits.max_queued {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
@@ -289,7 +301,7 @@ impl QueryRegistry {
             let acquired = handle.run(self.permits.clone().acquire_owned()).await;
             self.queued.fetch_sub(1, Ordering::AcqRel);
             match acquired {
-                Ok(Ok(p)) => handle._permit = Some(p),
+                Ok(Ok(p)) => *handle.slot.lock() = Some(p),
                 Ok(Err(_closed)) => return Err(Error::Cancelled),
                 Err(e) => return Err(e),
             }
@@ -298,6 +310,15 @@ impl QueryRegistry {
             .info
             .status
             .store(Status::Running as u8, Ordering::Release);
+        if let Some(t) = self.limits.slot_time {
+            let slot = Arc::downgrade(&handle.slot);
+            tokio::spawn(async move {
+                tokio::time::sleep(t).await;
+                if let Some(slot) = slot.upgrade() {
+                    slot.lock().take();
+                }
+            });
+        }
         Ok(handle)
     }
 
@@ -376,7 +397,9 @@ pub struct QueryHandle {
     deadline: Option<tokio::time::Instant>,
     /// Runs and guarded streams not yet finished.
     unfinished: AtomicUsize,
-    _permit: Option<OwnedSemaphorePermit>,
+    /// The execution slot, until the query ends or its slot time passes
+    /// (a timer task holds a weak reference and takes it then).
+    slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
 }
 
 impl QueryHandle {

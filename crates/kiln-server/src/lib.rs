@@ -54,9 +54,17 @@ pub struct ServerConfig {
     #[arg(long, env = "KILN_SLOW_QUERY", default_value = "1s", value_parser = humantime::parse_duration)]
     pub slow_query: Duration,
 
-    /// Queries executing at once, all protocols together; more wait in a queue.
-    #[arg(long, env = "KILN_MAX_CONCURRENT_QUERIES", default_value_t = 32)]
+    /// Queries executing at once, all protocols together; more wait in a
+    /// queue, first come first served. Default: twice the cores, since more
+    /// at once only share the cores and lengthen every query.
+    #[arg(long, env = "KILN_MAX_CONCURRENT_QUERIES", default_value_t = default_slots())]
     pub max_concurrent_queries: usize,
+
+    /// How long a query keeps its execution slot; past it the query runs on
+    /// outside the count and the next queued query starts, so a few heavy
+    /// queries cannot hold up the rest. 0s: until the query ends.
+    #[arg(long, env = "KILN_QUERY_SLOT_TIME", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub query_slot_time: Duration,
 
     /// Queries waiting for a slot; beyond this a query is refused at once
     /// (HTTP 503, SQLSTATE 53000) instead of piling up.
@@ -80,10 +88,16 @@ pub struct ServerConfig {
     pub plan_cache_mode: PlanCacheMode,
 }
 
+/// Twice the cores this process may use.
+fn default_slots() -> usize {
+    2 * std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 impl ServerConfig {
     fn query_limits(&self) -> QueryLimits {
         QueryLimits {
             max_concurrent: self.max_concurrent_queries,
+            slot_time: (!self.query_slot_time.is_zero()).then_some(self.query_slot_time),
             max_queued: self.max_queued_queries,
             timeout: (!self.query_timeout.is_zero()).then_some(self.query_timeout),
             history: self.query_history,

@@ -138,6 +138,8 @@ fn timeout_overload_and_system_queries() {
             "1",
             "--max-queued-queries",
             "0",
+            "--query-slot-time",
+            "0s",
         ],
     );
     let http = s.http.clone();

@@ -12,6 +12,7 @@ fn registry(
 ) -> Arc<QueryRegistry> {
     QueryRegistry::new(QueryLimits {
         max_concurrent,
+        slot_time: None,
         max_queued,
         timeout,
         history: 4,
@@ -151,5 +152,35 @@ async fn running_counts_queries_holding_a_slot() {
     drop(a);
     assert_eq!(r.running(), 1);
     drop(b);
+    assert_eq!(r.running(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_query_past_its_slot_time_lets_the_next_one_start() {
+    let r = QueryRegistry::new(QueryLimits {
+        max_concurrent: 1,
+        slot_time: Some(Duration::from_secs(1)),
+        max_queued: 8,
+        ..Default::default()
+    });
+    let long = r.begin("pg", "long", None).await.unwrap();
+    let r2 = r.clone();
+    let next = tokio::spawn(async move { r2.begin("pg", "next", None).await });
+    tokio::time::sleep(Duration::from_millis(999)).await;
+    assert!(!next.is_finished(), "started while the slot was held");
+    assert_eq!(r.running(), 1);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let next = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the next query started")
+        .unwrap()
+        .unwrap();
+    // Both run; only the newer one holds a slot.
+    assert_eq!(long.info().status(), Status::Running);
+    assert_eq!(next.info().status(), Status::Running);
+    assert_eq!(r.running(), 1);
+    drop(long);
+    assert_eq!(r.running(), 1, "the long query no longer held a slot");
+    drop(next);
     assert_eq!(r.running(), 0);
 }

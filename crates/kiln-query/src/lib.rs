@@ -17,6 +17,7 @@ pub mod queries;
 pub mod reuse;
 pub mod segment_cache;
 mod session;
+pub mod shared;
 pub mod system;
 mod time_predicates;
 

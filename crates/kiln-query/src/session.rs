@@ -73,7 +73,9 @@ pub fn build_session(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_analyzer_rule(Arc::new(crate::shared::SharedSubplans))
         .with_optimizer_rule(Arc::new(crate::time_predicates::TimePredicates))
+        .with_query_planner(Arc::new(crate::shared::QueryPlanner))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);

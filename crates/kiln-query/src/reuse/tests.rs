@@ -272,3 +272,26 @@ async fn a_full_cache_forgets_statements_not_on_generic_plans() {
     assert_eq!(plans.statements.len(), 2);
     assert!(plans.statements.contains_key(&format!("{LOOKUP} -- 7")));
 }
+
+#[tokio::test]
+async fn a_generic_plan_computes_its_shared_cte_again_for_each_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    let sql = "WITH per AS (SELECT id, v FROM kv WHERE id >= $1 GROUP BY id, v), \
+               firsts AS (SELECT min(id) AS id FROM per) \
+               SELECT p.v FROM per p JOIN firsts f ON p.id = f.id ORDER BY p.v";
+    assert_eq!(lookup(&engine, sql, 2).await, ["b"]);
+    statement(&engine, sql)
+        .choice
+        .store(GENERIC, Ordering::Relaxed);
+    for (id, want) in [(2, "b"), (3, "c"), (1, "a"), (3, "c")] {
+        assert_eq!(lookup(&engine, sql, id).await, [want], "id >= {id}");
+    }
+    assert_eq!(idle(&engine, sql), 1);
+    let s = statement(&engine, sql);
+    let idle = s.idle.lock();
+    let plan = datafusion::physical_plan::displayable(idle[0].plan.as_ref())
+        .indent(true)
+        .to_string();
+    assert_eq!(plan.matches("SharedExec").count(), 2, "{plan}");
+}

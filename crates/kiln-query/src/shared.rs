@@ -48,7 +48,7 @@ impl AnalyzerRule for SharedSubplans {
         let mut seen: Vec<(LogicalPlan, usize)> = vec![];
         plan.apply(|node| {
             if let LogicalPlan::SubqueryAlias(a) = node
-                && expensive(&a.input)
+                && worth_sharing(&a.input)
             {
                 match seen.iter_mut().find(|(p, _)| p == a.input.as_ref()) {
                     Some((_, n)) => *n += 1,
@@ -96,8 +96,9 @@ impl AnalyzerRule for SharedSubplans {
 }
 
 /// Worth computing once: it groups, joins, windows or removes duplicates.
-fn expensive(plan: &LogicalPlan) -> bool {
-    plan.exists(|p| {
+/// And safe to: nothing volatile (two references of `random()` differ).
+fn worth_sharing(plan: &LogicalPlan) -> bool {
+    let expensive = plan.exists(|p| {
         Ok(matches!(
             p,
             LogicalPlan::Aggregate(_)
@@ -105,8 +106,9 @@ fn expensive(plan: &LogicalPlan) -> bool {
                 | LogicalPlan::Window(_)
                 | LogicalPlan::Distinct(_)
         ))
-    })
-    .unwrap_or(false)
+    });
+    let volatile = plan.exists(|p| Ok(p.expressions().iter().any(|e| e.is_volatile())));
+    expensive.unwrap_or(false) && !volatile.unwrap_or(true)
 }
 
 /// One reference of a CTE computed once per query; copies with the same

@@ -150,6 +150,9 @@ async fn ctes_used_once_or_cheap_are_inlined_as_before() {
         // reference keeps its own pushed-down filters.
         "WITH big AS (SELECT k, v FROM t WHERE v > 10) \
          SELECT a.k, count(*) FROM big a JOIN big b ON a.v = b.v GROUP BY a.k ORDER BY a.k",
+        // Volatile: each reference draws its own values.
+        "WITH r AS (SELECT k, max(v) + 0 * random() AS m FROM t GROUP BY k) \
+         SELECT a.k, a.m = b.m AS same FROM r a JOIN r b ON a.k = b.k ORDER BY a.k",
     ] {
         let (got, plan) = run(&ctx, sql).await;
         let (want, _) = run(&context(false).0, sql).await;

@@ -96,19 +96,29 @@ impl AnalyzerRule for SharedSubplans {
 }
 
 /// Worth computing once: it groups, joins, windows or removes duplicates.
-/// And safe to: nothing volatile (two references of `random()` differ).
+/// And safe to: nothing volatile (two references of `random()` differ)
+/// and nothing correlated (a reference to an outer query, or a subquery,
+/// which DataFusion must still decorrelate in place).
 fn worth_sharing(plan: &LogicalPlan) -> bool {
-    let expensive = plan.exists(|p| {
-        Ok(matches!(
+    let (mut expensive, mut unsafe_) = (false, false);
+    let _ = plan.apply_with_subqueries(|p| {
+        expensive |= matches!(
             p,
             LogicalPlan::Aggregate(_)
                 | LogicalPlan::Join(_)
                 | LogicalPlan::Window(_)
                 | LogicalPlan::Distinct(_)
-        ))
+        );
+        unsafe_ |= matches!(p, LogicalPlan::Subquery(_))
+            || p.expressions()
+                .iter()
+                .any(|e| e.is_volatile() || e.contains_outer());
+        Ok(match unsafe_ {
+            true => TreeNodeRecursion::Stop,
+            false => TreeNodeRecursion::Continue,
+        })
     });
-    let volatile = plan.exists(|p| Ok(p.expressions().iter().any(|e| e.is_volatile())));
-    expensive.unwrap_or(false) && !volatile.unwrap_or(true)
+    expensive && !unsafe_
 }
 
 /// One reference of a CTE computed once per query; copies with the same
@@ -153,7 +163,10 @@ impl UserDefinedLogicalNodeCore for Shared {
 }
 
 /// DataFusion's planner, plus [`Shared`] nodes: the copies of one plan get
-/// one [`exec::SharedSource`] (a fresh map per plan planned).
+/// one [`exec::SharedSource`] (a fresh map per plan planned). Copies are
+/// matched by their whole node, not only the id: a filter that names no
+/// column (`$2 = 'x'`) can still be pushed into one copy, which then needs
+/// its own rows.
 #[derive(Debug, Default)]
 pub struct QueryPlanner;
 
@@ -175,7 +188,7 @@ impl DfQueryPlanner for QueryPlanner {
 
 #[derive(Default)]
 struct SharedPlanner {
-    sources: Mutex<HashMap<usize, Arc<exec::SharedSource>>>,
+    sources: Mutex<HashMap<Shared, Arc<exec::SharedSource>>>,
 }
 
 #[async_trait]
@@ -195,7 +208,7 @@ impl ExtensionPlanner for SharedPlanner {
         let source = self
             .sources
             .lock()
-            .entry(shared.id)
+            .entry(shared.clone())
             .or_insert_with(|| Arc::new(exec::SharedSource::new(shared.id)))
             .clone();
         Ok(Some(Arc::new(SharedExec::new(

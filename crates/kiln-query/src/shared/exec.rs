@@ -6,6 +6,7 @@ use std::sync::{Arc, Weak};
 use arrow::array::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, Partitioning, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -18,8 +19,7 @@ use futures::future::{BoxFuture, Shared};
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
-type Rows =
-    Shared<BoxFuture<'static, std::result::Result<Arc<Vec<RecordBatch>>, Arc<DataFusionError>>>>;
+type Rows = Shared<BoxFuture<'static, std::result::Result<Arc<Held>, Arc<DataFusionError>>>>;
 
 /// The rows of one run of a shared subplan, while a reader holds them.
 struct Run {
@@ -31,9 +31,10 @@ struct Run {
 /// A run lives as long as a stream reading it. A copy executed while
 /// another copy's stream is alive reads that run; otherwise it starts a new
 /// one. The copies of one query execute while the query's streams are
-/// alive (a join creates both inputs' streams before it ends), and a kept
-/// plan runs one execution at a time, so a run never serves another
-/// execution, whose parameters may differ.
+/// alive (a join creates both inputs' streams before it ends). A kept plan
+/// is reset before each execution (`reset_plan_states`), which forgets the
+/// run, so a run never serves another execution, whose parameters may
+/// differ, even while an aborted one's tasks are still being dropped.
 pub struct SharedSource {
     id: usize,
     run: Mutex<Weak<Run>>,
@@ -53,26 +54,56 @@ impl SharedSource {
         }
     }
 
-    /// The live run, or a new one reading `start()`.
-    fn run(&self, start: impl FnOnce() -> Result<SendableRecordBatchStream>) -> Result<Arc<Run>> {
+    /// The live run, or a new one reading `start()`; its rows are counted
+    /// against `context`'s memory pool.
+    fn run(
+        &self,
+        context: &TaskContext,
+        start: impl FnOnce() -> Result<SendableRecordBatchStream>,
+    ) -> Result<Arc<Run>> {
         let mut current = self.run.lock();
         if let Some(run) = current.upgrade() {
             return Ok(run);
         }
         let stream = start()?;
-        let rows = async move {
-            stream
-                .try_collect::<Vec<_>>()
-                .await
-                .map(Arc::new)
-                .map_err(Arc::new)
-        }
-        .boxed()
-        .shared();
+        let reservation =
+            MemoryConsumer::new(format!("SharedExec[{}]", self.id)).register(context.memory_pool());
+        let rows = collect(stream, reservation)
+            .map(|r| r.map_err(Arc::new))
+            .boxed()
+            .shared();
         let run = Arc::new(Run { rows });
         *current = Arc::downgrade(&run);
         Ok(run)
     }
+
+    /// Forgets the run, so the next execution starts its own.
+    fn forget(&self) {
+        *self.run.lock() = Weak::new();
+    }
+}
+
+/// Every batch of `stream`, reserved in memory while held.
+async fn collect(
+    mut stream: SendableRecordBatchStream,
+    reservation: MemoryReservation,
+) -> Result<Arc<Held>> {
+    let mut batches = vec![];
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        reservation.try_grow(batch.get_array_memory_size())?;
+        batches.push(batch);
+    }
+    Ok(Arc::new(Held {
+        batches,
+        _reservation: reservation,
+    }))
+}
+
+/// A run's rows and their memory reservation.
+struct Held {
+    batches: Vec<RecordBatch>,
+    _reservation: MemoryReservation,
 }
 
 /// One copy of a shared subplan: its input is that copy's plan, which runs
@@ -147,13 +178,15 @@ impl ExecutionPlan for SharedExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let run = self.source.run(|| self.input.execute(partition, context))?;
+        let run = self
+            .source
+            .run(&context, || self.input.execute(partition, context.clone()))?;
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let rows = run.rows.clone();
         let batches = futures::stream::once(async move {
-            let batches = rows.await.map_err(DataFusionError::Shared)?;
+            let held = rows.await.map_err(DataFusionError::Shared)?;
             Ok::<_, DataFusionError>(futures::stream::iter(
-                (0..batches.len()).map(move |i| Ok(batches[i].clone())),
+                (0..held.batches.len()).map(move |i| Ok(held.batches[i].clone())),
             ))
         })
         .try_flatten()
@@ -169,6 +202,11 @@ impl ExecutionPlan for SharedExec {
             self.schema(),
             batches,
         )))
+    }
+
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        self.source.forget();
+        Ok(Arc::new(Self::new(self.source.clone(), self.input.clone())))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -3,14 +3,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use arrow::array::{Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::util::pretty::pretty_format_batches;
+use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlanBuilder;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::physical_plan::execution_plan::reset_plan_states;
-use datafusion::physical_plan::{collect, displayable};
+use datafusion::physical_plan::{ExecutionPlan, collect, displayable};
 use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
 
 use super::*;
 
@@ -158,5 +161,68 @@ async fn ctes_used_once_or_cheap_are_inlined_as_before() {
         let (want, _) = run(&context(false).0, sql).await;
         assert_eq!(got, want, "{sql}");
         assert!(!plan.contains("SharedExec"), "{sql}:\n{plan}");
+    }
+}
+
+#[tokio::test]
+async fn a_reset_plan_does_not_read_the_run_of_an_execution_still_alive() {
+    let (ctx, rows) = context(true);
+    let plan = ctx
+        .sql(TWICE)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let task = ctx.task_ctx();
+    // A copy's stream from an earlier execution, still held (as a dropped
+    // query's tasks may be, while they are being aborted), its run done.
+    fn first_copy(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+        match plan.is::<SharedExec>() {
+            true => Some(plan.clone()),
+            false => plan.children().into_iter().find_map(first_copy),
+        }
+    }
+    let plan = reset_plan_states(plan).unwrap();
+    let copy = first_copy(&plan).expect("a SharedExec");
+    let mut alive = copy.execute(0, task.clone()).unwrap();
+    assert!(alive.next().await.is_some());
+    assert_eq!(rows.load(Ordering::Relaxed), 300);
+    // The next execution computes its own rows.
+    collect(reset_plan_states(plan).unwrap(), task)
+        .await
+        .unwrap();
+    assert_eq!(rows.load(Ordering::Relaxed), 600);
+    drop(alive);
+}
+
+#[tokio::test]
+async fn copies_that_came_to_differ_do_not_share_rows() {
+    let (ctx, _) = context(true);
+    let per_k = ctx
+        .sql("SELECT k, count(*) AS n FROM t GROUP BY k")
+        .await
+        .unwrap()
+        .into_unoptimized_plan();
+    // What a filter naming no column, pushed into one copy, makes.
+    let emptied = LogicalPlanBuilder::from(per_k.clone())
+        .filter(datafusion::prelude::lit(false))
+        .unwrap()
+        .build()
+        .unwrap();
+    let copy = |input: LogicalPlan| {
+        LogicalPlan::Extension(Extension {
+            node: Arc::new(Shared { id: 0, input }),
+        })
+    };
+    for (first, second) in [(per_k.clone(), emptied.clone()), (emptied, per_k)] {
+        let union = LogicalPlanBuilder::from(copy(first))
+            .union(copy(second))
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches = DataFrame::new(ctx.state(), union).collect().await.unwrap();
+        let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(n, 13);
     }
 }

@@ -267,6 +267,16 @@ impl Bound {
             .ok()
     }
 
+    /// The column's minimum (or maximum) per container, if there is one
+    /// for each of the `n` containers.
+    fn stat(&self, stats: &dyn PruningStatistics, on_min: bool, n: usize) -> Option<ArrayRef> {
+        match on_min {
+            true => stats.min_values(&self.column),
+            false => stats.max_values(&self.column),
+        }
+        .filter(|a| a.len() == n)
+    }
+
     /// Clears `kept` where no row of the container can match.
     fn keep(
         &self,
@@ -285,11 +295,7 @@ impl Bound {
             _ => return None,
         };
         for &(on_min, op) in conditions {
-            let stat = match on_min {
-                true => stats.min_values(&self.column),
-                false => stats.max_values(&self.column),
-            };
-            if let Some(stat) = stat.filter(|a| a.len() == kept.len()) {
+            if let Some(stat) = self.stat(stats, on_min, kept.len()) {
                 compare(&stat, op, &value, true, kept)?;
             }
         }
@@ -339,11 +345,7 @@ impl Bound {
             _ => return None,
         };
         for &(on_min, op) in conditions {
-            let stat = match on_min {
-                true => stats.min_values(&self.column),
-                false => stats.max_values(&self.column),
-            };
-            let stat = stat.filter(|a| a.len() == holds.len())?;
+            let stat = self.stat(stats, on_min, holds.len())?;
             compare(&stat, op, &value, false, holds)?;
         }
         if self.nullable {

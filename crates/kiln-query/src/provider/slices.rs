@@ -85,15 +85,7 @@ pub(super) fn filtered_stream(
         if left == 0 {
             return None;
         }
-        let kept = match filter {
-            Some(f) => apply(&batch, &f),
-            None => Ok(batch),
-        };
-        let out = kept.and_then(|b| match &projection {
-            Some(p) => Ok(b.project(p)?),
-            None => Ok(b),
-        });
-        match out {
+        match keep(batch, filter.as_ref(), projection.as_deref()) {
             Ok(b) if b.num_rows() == 0 => None,
             Ok(b) => {
                 let n = b.num_rows().min(left);
@@ -109,16 +101,33 @@ pub(super) fn filtered_stream(
     )))
 }
 
-/// The rows of `batch` for which `filter` is true (not false or null).
-fn apply(batch: &RecordBatch, filter: &Arc<dyn PhysicalExpr>) -> Result<RecordBatch> {
-    let mask = filter.evaluate(batch)?.into_array(batch.num_rows())?;
+/// The rows of `batch` for which `filter` is true (not false or null),
+/// projected. The mask is computed on the whole batch (the filter names its
+/// columns), and only the projected columns are copied.
+fn keep(
+    batch: RecordBatch,
+    filter: Option<&Arc<dyn PhysicalExpr>>,
+    projection: Option<&[usize]>,
+) -> Result<RecordBatch> {
+    let mask = match filter {
+        Some(f) => Some(f.evaluate(&batch)?.into_array(batch.num_rows())?),
+        None => None,
+    };
+    let batch = match projection {
+        Some(p) => batch.project(p)?,
+        None => batch,
+    };
+    let Some(mask) = mask else {
+        return Ok(batch);
+    };
     let Some(mask) = mask.as_boolean_opt() else {
         return datafusion::common::internal_err!(
-            "filter {filter} gave {}, not booleans",
+            "filter {} gave {}, not booleans",
+            filter.map(|f| f.to_string()).unwrap_or_default(),
             mask.data_type()
         );
     };
-    Ok(filter_record_batch(batch, mask)?)
+    Ok(filter_record_batch(&batch, mask)?)
 }
 
 impl DisplayAs for SliceScan {

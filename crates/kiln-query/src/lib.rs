@@ -7,6 +7,7 @@
 //! else, including `INSERT`, `EXPLAIN` and information_schema, is DataFusion.
 
 mod ddl;
+mod dedup;
 mod engine;
 mod error;
 pub mod functions;

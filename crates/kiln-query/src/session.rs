@@ -76,6 +76,7 @@ pub fn build_session(
         .with_analyzer_rule(Arc::new(crate::shared::SharedSubplans))
         .with_optimizer_rule(Arc::new(crate::time_predicates::TimePredicates))
         .with_query_planner(Arc::new(crate::shared::QueryPlanner))
+        .with_physical_optimizer_rule(Arc::new(crate::dedup::DropRepeats))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);

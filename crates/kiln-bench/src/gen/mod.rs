@@ -38,10 +38,13 @@ pub use write::{OutFormat, par_for_each_batch, write_file};
 
 /// Kiln's DDL for the generated table (`bench/sql/abtest.kiln.sql`): the
 /// portable column list of `bench/sql/abtest.sql`, which the peers use, plus
-/// a sort key, so segments are sorted by experiment, then time, and a
-/// dashboard's `experiment_id = $1` reads one experiment's row groups and
-/// pages (the peers sort the same way).
-pub const ABTEST_DDL: &str = "CREATE TABLE abtest (event_time TIMESTAMP NOT NULL, experiment_id BIGINT NOT NULL, arm VARCHAR NOT NULL, user_id BIGINT NOT NULL, region VARCHAR NOT NULL, platform VARCHAR NOT NULL, action VARCHAR NOT NULL, page_url VARCHAR NOT NULL, amount DOUBLE, dwell_ms BIGINT NOT NULL) WITH (sort_key = 'experiment_id')";
+/// a sort key. Segments (one per day) are sorted by experiment, then user,
+/// then time: a dashboard's `experiment_id = $1` reads one experiment's row
+/// groups and pages, and a user's rows of one day sit together, so a
+/// `count(DISTINCT user_id)` or a `GROUP BY arm, user_id` drops repeats
+/// before hashing (`DedupExec`). The peers, which do not split by day, sort
+/// by experiment, then time, to skip by time.
+pub const ABTEST_DDL: &str = "CREATE TABLE abtest (event_time TIMESTAMP NOT NULL, experiment_id BIGINT NOT NULL, arm VARCHAR NOT NULL, user_id BIGINT NOT NULL, region VARCHAR NOT NULL, platform VARCHAR NOT NULL, action VARCHAR NOT NULL, page_url VARCHAR NOT NULL, amount DOUBLE, dwell_ms BIGINT NOT NULL) WITH (sort_key = 'experiment_id,user_id')";
 
 /// 2026-11-01T00:00:00Z in nanoseconds since the Unix epoch.
 pub const DEFAULT_START_NS: i64 = 1_793_491_200_000_000_000;

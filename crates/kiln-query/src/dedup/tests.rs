@@ -1,0 +1,229 @@
+use arrow::array::{Int64Array, StringViewArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::datasource::MemTable;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_expr::expressions::col;
+use datafusion::physical_plan::{collect, displayable};
+use datafusion::prelude::{SessionConfig, SessionContext};
+
+use super::*;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("arm", DataType::Utf8View, true),
+        Field::new("user", DataType::Int64, true),
+        Field::new("v", DataType::Int64, false),
+    ]))
+}
+
+fn batch(rows: &[(Option<&str>, Option<i64>, i64)]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(rows.iter().map(|r| r.0).collect::<StringViewArray>()),
+            Arc::new(rows.iter().map(|r| r.1).collect::<Int64Array>()),
+            Arc::new(rows.iter().map(|r| Some(r.2)).collect::<Int64Array>()),
+        ],
+    )
+    .unwrap()
+}
+
+/// A fresh stream state over keys `arm, user`.
+fn repeats() -> Repeats {
+    let metrics = ExecutionPlanMetricsSet::new();
+    Repeats {
+        keys: vec![
+            col("arm", &schema()).unwrap(),
+            col("user", &schema()).unwrap(),
+        ],
+        last: None,
+        seen: 0,
+        dropped: 0,
+        on: true,
+        baseline: BaselineMetrics::new(&metrics, 0),
+        dropped_metric: MetricBuilder::new(&metrics).counter("repeats_dropped", 0),
+    }
+}
+
+fn users(b: &RecordBatch) -> Vec<Option<i64>> {
+    b.column(1)
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .iter()
+        .collect()
+}
+
+#[test]
+fn a_row_equal_to_the_one_before_on_every_key_is_dropped_across_batches() {
+    let mut r = repeats();
+    let a = Some("a");
+    let first = r
+        .batch(batch(&[
+            (a, Some(1), 10),
+            (a, Some(1), 11),
+            (Some("b"), Some(1), 12),
+            (a, Some(1), 13),
+            (a, None, 14),
+            (a, None, 15),
+            (None, None, 16),
+        ]))
+        .unwrap();
+    // A repeat is only a row equal to the one just before it; nulls equal nulls.
+    assert_eq!(users(&first), [Some(1), Some(1), Some(1), None, None]);
+    // The next batch's first row is compared with this batch's last.
+    let second = r
+        .batch(batch(&[
+            (None, None, 17),
+            (a, Some(2), 18),
+            (a, Some(2), 19),
+        ]))
+        .unwrap();
+    assert_eq!(users(&second), [Some(2)]);
+    assert_eq!(
+        second
+            .column(2)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0),
+        18
+    );
+    assert_eq!((r.seen, r.dropped), (10, 4));
+}
+
+#[test]
+fn a_stream_with_few_repeats_steps_aside_after_its_probe() {
+    let mut r = repeats();
+    let distinct_rows: Vec<_> = (0..PROBE_ROWS as i64)
+        .map(|i| (Some("a"), Some(i), i))
+        .collect();
+    assert_eq!(
+        r.batch(batch(&distinct_rows)).unwrap().num_rows(),
+        PROBE_ROWS
+    );
+    // Past the probe with no repeats, it passes batches through untouched.
+    let same = batch(&[(Some("a"), Some(1), 1), (Some("a"), Some(1), 2)]);
+    assert_eq!(r.batch(same).unwrap().num_rows(), 2);
+    assert!(!r.on);
+
+    let mut r = repeats();
+    let mostly_repeats: Vec<_> = (0..PROBE_ROWS as i64)
+        .map(|i| (Some("a"), Some(i / 2), i))
+        .collect();
+    assert_eq!(
+        r.batch(batch(&mostly_repeats)).unwrap().num_rows(),
+        PROBE_ROWS / 2
+    );
+    let same = batch(&[(Some("a"), Some(1), 1), (Some("a"), Some(1), 2)]);
+    assert_eq!(r.batch(same).unwrap().num_rows(), 1);
+    assert!(r.on);
+}
+
+/// A session over `t(arm, user, v)` in 2 partitions of sorted runs with
+/// repeats, with or without [`DropRepeats`].
+fn context(rule: bool) -> SessionContext {
+    let mut builder = SessionStateBuilder::new()
+        .with_config(
+            SessionConfig::new()
+                .with_target_partitions(2)
+                .with_batch_size(7),
+        )
+        .with_default_features();
+    if rule {
+        builder = builder.with_physical_optimizer_rule(Arc::new(DropRepeats));
+    }
+    let ctx = SessionContext::new_with_state(builder.build());
+    let part = |seed: i64| -> Vec<RecordBatch> {
+        let rows: Vec<_> = (0..300i64)
+            .map(|i| {
+                let arm = if (i / 50 + seed) % 2 == 0 {
+                    "control"
+                } else {
+                    "treatment"
+                };
+                let user = (i / 3 + seed * 7) % 70;
+                (Some(arm), (i % 17 != 0).then_some(user), i)
+            })
+            .collect();
+        rows.chunks(40).map(batch).collect()
+    };
+    let table = MemTable::try_new(schema(), vec![part(0), part(1)]).unwrap();
+    ctx.register_table("t", Arc::new(table)).unwrap();
+    ctx
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
+    let df = ctx.sql(sql).await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let shown = displayable(plan.as_ref()).indent(false).to_string();
+    let rows = collect(plan, ctx.task_ctx()).await.unwrap();
+    (shown, pretty_format_batches(&rows).unwrap().to_string())
+}
+
+#[tokio::test]
+async fn pure_group_bys_drop_repeats_and_answer_as_before() {
+    let with = context(true);
+    let without = context(false);
+    for sql in [
+        "SELECT arm, count(DISTINCT user) AS n FROM t GROUP BY arm ORDER BY arm",
+        "SELECT DISTINCT arm, user FROM t ORDER BY arm, user",
+        "SELECT arm, user FROM t WHERE v > 20 GROUP BY arm, user ORDER BY arm, user",
+        "SELECT user % 5 AS k, count(DISTINCT arm) AS n FROM t GROUP BY user % 5 ORDER BY k",
+        "SELECT arm, count(DISTINCT user), count(DISTINCT CASE WHEN v % 2 = 0 THEN user END), \
+         max(v) FILTER (WHERE v % 3 = 0), min(user) FROM t GROUP BY arm ORDER BY arm",
+        "SELECT arm, count(DISTINCT user), count(DISTINCT CASE WHEN user % 2 = 0 THEN user END), \
+         min(user) FROM t GROUP BY arm ORDER BY arm",
+    ] {
+        let (plan, rows) = run(&with, sql).await;
+        assert!(plan.contains("DedupExec"), "{sql}\n{plan}");
+        let (plain, expected) = run(&without, sql).await;
+        assert!(!plain.contains("DedupExec"));
+        assert_eq!(rows, expected, "{sql}");
+    }
+}
+
+#[tokio::test]
+async fn aggregations_that_count_rows_keep_every_row() {
+    let ctx = context(true);
+    for sql in [
+        "SELECT arm, count(*) FROM t GROUP BY arm",
+        "SELECT arm, user, sum(v) FROM t GROUP BY arm, user",
+        "SELECT count(DISTINCT user), count(*) FROM t",
+        "SELECT arm, count(DISTINCT user), sum(v) FROM t GROUP BY arm",
+        "SELECT arm, array_agg(user ORDER BY v) FROM t GROUP BY arm",
+    ] {
+        let (plan, _) = run(&ctx, sql).await;
+        assert!(!plan.contains("DedupExec"), "{sql}\n{plan}");
+    }
+}
+
+#[tokio::test]
+async fn explain_analyze_counts_the_repeats_dropped() {
+    let ctx = context(true);
+    let df = ctx.sql("SELECT DISTINCT arm, user FROM t").await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let rows: usize = collect(plan.clone(), ctx.task_ctx())
+        .await
+        .unwrap()
+        .iter()
+        .map(RecordBatch::num_rows)
+        .sum();
+    let mut dropped = 0;
+    plan.apply(|node| {
+        if let Some(d) = node.downcast_ref::<DedupExec>() {
+            dropped += d
+                .metrics()
+                .unwrap()
+                .sum_by_name("repeats_dropped")
+                .unwrap()
+                .as_usize();
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    // 600 rows in runs of three per user: about two thirds are repeats.
+    assert!(dropped > 300, "dropped {dropped}");
+    assert!(rows <= 600 - dropped);
+}

@@ -28,6 +28,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::metrics::{
@@ -86,8 +87,8 @@ impl PhysicalOptimizerRule for DropRepeats {
 
 /// The columns a repeat must match for `agg` to give the same answer
 /// without it: the group keys, then each aggregate's arguments and filter.
-/// `None` when some aggregate counts repeats (`count(*)`, `sum(x)`), is
-/// ordered, or the grouping has sets.
+/// `None` when some aggregate counts repeats (`count(*)`, `sum(x)`) or is
+/// ordered, the grouping has sets, or a key is volatile.
 fn repeat_blind(agg: &AggregateExec) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
     let group = agg.group_expr();
     if !group.is_single() || group.is_empty() || agg.input().is::<DedupExec>() {
@@ -102,7 +103,8 @@ fn repeat_blind(agg: &AggregateExec) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
         keys.extend(f.expressions());
         keys.extend(filter.clone());
     }
-    Some(keys)
+    // A volatile key evaluated twice (here and in the group-by) could differ.
+    (!keys.iter().any(is_volatile)).then_some(keys)
 }
 
 /// Passes its input's rows on, less each row whose `keys` all equal the

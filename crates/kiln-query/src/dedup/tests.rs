@@ -185,12 +185,13 @@ async fn pure_group_bys_drop_repeats_and_answer_as_before() {
 }
 
 #[tokio::test]
-async fn aggregations_that_count_rows_keep_every_row() {
+async fn aggregations_that_count_rows_or_have_volatile_keys_keep_every_row() {
     let ctx = context(true);
     for sql in [
         "SELECT arm, count(*) FROM t GROUP BY arm",
         "SELECT arm, user, sum(v) FROM t GROUP BY arm, user",
         "SELECT count(DISTINCT user), count(*) FROM t",
+        "SELECT arm, count(DISTINCT user) FROM t GROUP BY arm, random() < 0.5",
         "SELECT arm, count(DISTINCT user), sum(v) FROM t GROUP BY arm",
         "SELECT arm, array_agg(user ORDER BY v) FROM t GROUP BY arm",
     ] {

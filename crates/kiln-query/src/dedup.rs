@@ -23,9 +23,10 @@ use arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, RecordBa
 use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::boolean::or;
 use arrow::compute::kernels::cmp::distinct;
-use datafusion::common::Result;
+use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::physical_expr::is_volatile;
@@ -88,7 +89,7 @@ impl PhysicalOptimizerRule for DropRepeats {
 /// The columns a repeat must match for `agg` to give the same answer
 /// without it: the group keys, then each aggregate's arguments and filter.
 /// `None` when some aggregate counts repeats (`count(*)`, `sum(x)`) or is
-/// ordered, the grouping has sets, or a key is volatile.
+/// ordered, the grouping has sets, or a key is volatile or nested.
 fn repeat_blind(agg: &AggregateExec) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
     let group = agg.group_expr();
     if !group.is_single() || group.is_empty() || agg.input().is::<DedupExec>() {
@@ -103,8 +104,23 @@ fn repeat_blind(agg: &AggregateExec) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
         keys.extend(f.expressions());
         keys.extend(filter.clone());
     }
-    // A volatile key evaluated twice (here and in the group-by) could differ.
-    (!keys.iter().any(is_volatile)).then_some(keys)
+    // A volatile key evaluated twice (here and in the group-by) could
+    // differ; arrow's `distinct` kernel compares no nested values.
+    let schema = agg.input().schema();
+    let comparable =
+        |k: &Arc<dyn PhysicalExpr>| !is_volatile(k) && k.data_type(&schema).is_ok_and(|t| flat(&t));
+    keys.iter().all(comparable).then_some(keys)
+}
+
+/// Whether arrow's `distinct` kernel compares values of type `t`: no
+/// lists, structs, maps or unions, nor dictionaries or run-end encodings
+/// of them.
+fn flat(t: &DataType) -> bool {
+    match t {
+        DataType::Dictionary(_, v) => !v.is_nested() && !matches!(**v, DataType::Dictionary(..)),
+        DataType::RunEndEncoded(..) => false,
+        t => !t.is_nested(),
+    }
 }
 
 /// Passes its input's rows on, less each row whose `keys` all equal the
@@ -174,6 +190,9 @@ impl ExecutionPlan for DedupExec {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return internal_err!("DedupExec has one child, got {}", children.len());
+        }
         Ok(Arc::new(Self::new(
             children.swap_remove(0),
             self.keys.clone(),
@@ -234,10 +253,12 @@ impl Repeats {
         let keep = self.new_rows(&keys)?;
         let kept = keep.true_count();
         self.last = Some(keys.iter().map(|k| k.slice(n - 1, 1)).collect());
+        let probing = self.seen < PROBE_ROWS;
         self.seen += n;
         self.dropped += n - kept;
         self.dropped_metric.add(n - kept);
-        if self.seen >= PROBE_ROWS && self.dropped * 4 < self.seen {
+        // Decided once, as the probe ends.
+        if probing && self.seen >= PROBE_ROWS && self.dropped * 4 < self.seen {
             self.on = false;
             self.last = None;
         }

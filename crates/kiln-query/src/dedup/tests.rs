@@ -122,12 +122,13 @@ fn a_stream_with_few_repeats_steps_aside_after_its_probe() {
 }
 
 /// A session over `t(arm, user, v)` in 2 partitions of sorted runs with
-/// repeats, with or without [`DropRepeats`].
-fn context(rule: bool) -> SessionContext {
+/// repeats, with or without [`DropRepeats`], planning for `partitions`
+/// (1 gives single-mode group-bys, 2 partial ones).
+fn context(rule: bool, partitions: usize) -> SessionContext {
     let mut builder = SessionStateBuilder::new()
         .with_config(
             SessionConfig::new()
-                .with_target_partitions(2)
+                .with_target_partitions(partitions)
                 .with_batch_size(7),
         )
         .with_default_features();
@@ -164,21 +165,30 @@ async fn run(ctx: &SessionContext, sql: &str) -> (String, String) {
 
 #[tokio::test]
 async fn pure_group_bys_drop_repeats_and_answer_as_before() {
-    let with = context(true);
-    let without = context(false);
+    for partitions in [1, 2] {
+        let with = context(true, partitions);
+        let without = context(false, partitions);
+        same_answers(&with, &without).await;
+    }
+}
+
+async fn same_answers(with: &SessionContext, without: &SessionContext) {
     for sql in [
         "SELECT arm, count(DISTINCT user) AS n FROM t GROUP BY arm ORDER BY arm",
         "SELECT DISTINCT arm, user FROM t ORDER BY arm, user",
         "SELECT arm, user FROM t WHERE v > 20 GROUP BY arm, user ORDER BY arm, user",
         "SELECT user % 5 AS k, count(DISTINCT arm) AS n FROM t GROUP BY user % 5 ORDER BY k",
         "SELECT arm, count(DISTINCT user), count(DISTINCT CASE WHEN v % 2 = 0 THEN user END), \
-         max(v) FILTER (WHERE v % 3 = 0), min(user) FROM t GROUP BY arm ORDER BY arm",
+         max(user) FILTER (WHERE user % 3 = 0), min(user) FROM t GROUP BY arm ORDER BY arm",
         "SELECT arm, count(DISTINCT user), count(DISTINCT CASE WHEN user % 2 = 0 THEN user END), \
          min(user) FROM t GROUP BY arm ORDER BY arm",
+        "SELECT DISTINCT x FROM (VALUES (CAST(0.0 AS DOUBLE)), (CAST(-0.0 AS DOUBLE)), \
+         (CAST(-0.0 AS DOUBLE)), (CAST('NaN' AS DOUBLE)), (CAST('NaN' AS DOUBLE)), (NULL), (NULL)) AS v(x) \
+         ORDER BY x",
     ] {
-        let (plan, rows) = run(&with, sql).await;
+        let (plan, rows) = run(with, sql).await;
         assert!(plan.contains("DedupExec"), "{sql}\n{plan}");
-        let (plain, expected) = run(&without, sql).await;
+        let (plain, expected) = run(without, sql).await;
         assert!(!plain.contains("DedupExec"));
         assert_eq!(rows, expected, "{sql}");
     }
@@ -186,7 +196,7 @@ async fn pure_group_bys_drop_repeats_and_answer_as_before() {
 
 #[tokio::test]
 async fn aggregations_that_count_rows_or_have_volatile_keys_keep_every_row() {
-    let ctx = context(true);
+    let ctx = context(true, 2);
     for sql in [
         "SELECT arm, count(*) FROM t GROUP BY arm",
         "SELECT arm, user, sum(v) FROM t GROUP BY arm, user",
@@ -201,8 +211,17 @@ async fn aggregations_that_count_rows_or_have_volatile_keys_keep_every_row() {
 }
 
 #[tokio::test]
+async fn nested_keys_are_left_to_the_group_by() {
+    let sql = "SELECT l, count(DISTINCT user) AS n \
+               FROM (SELECT make_array(user % 3) AS l, user FROM t) GROUP BY l ORDER BY l";
+    let (plan, rows) = run(&context(true, 2), sql).await;
+    assert!(!plan.contains("DedupExec"), "{plan}");
+    assert_eq!(rows, run(&context(false, 2), sql).await.1);
+}
+
+#[tokio::test]
 async fn explain_analyze_counts_the_repeats_dropped() {
-    let ctx = context(true);
+    let ctx = context(true, 2);
     let df = ctx.sql("SELECT DISTINCT arm, user FROM t").await.unwrap();
     let plan = df.create_physical_plan().await.unwrap();
     let rows: usize = collect(plan.clone(), ctx.task_ctx())

@@ -4,10 +4,10 @@
 //! inner half DataFusion makes of `count(DISTINCT x)`) gives the same groups
 //! if a row equal to the row just before it on every key is dropped: that
 //! group already exists. So do `DISTINCT` aggregates, `min` and `max`, if
-//! the row also repeats their arguments and filters. On a table whose sort key holds the group keys
-//! (`sort_key = 'experiment_id,user_id'` grouped by `arm, user_id`), the
-//! rows of one user in one segment sit together, so most rows are such
-//! repeats. Comparing each row with the one before is a vectorized kernel
+//! the row also repeats their arguments and filters. On a table whose sort
+//! key holds the group keys (`sort_key = 'experiment_id,user_id'` grouped
+//! by `arm, user_id`), the rows of one user in one segment sit together, so
+//! most rows are such repeats. Comparing each row with the one before is a vectorized kernel
 //! per key column, a few nanoseconds a row; a hash-table probe with
 //! multi-column keys costs tens (the dashboard profile, ninth session).
 //!

@@ -183,8 +183,8 @@ async fn same_answers(with: &SessionContext, without: &SessionContext) {
         "SELECT arm, count(DISTINCT user), count(DISTINCT CASE WHEN user % 2 = 0 THEN user END), \
          min(user) FROM t GROUP BY arm ORDER BY arm",
         "SELECT DISTINCT x FROM (VALUES (CAST(0.0 AS DOUBLE)), (CAST(-0.0 AS DOUBLE)), \
-         (CAST(-0.0 AS DOUBLE)), (CAST('NaN' AS DOUBLE)), (CAST('NaN' AS DOUBLE)), (NULL), (NULL)) AS v(x) \
-         ORDER BY x",
+         (CAST(-0.0 AS DOUBLE)), (CAST('NaN' AS DOUBLE)), (CAST('NaN' AS DOUBLE)), \
+         (NULL), (NULL)) AS v(x) ORDER BY x",
     ] {
         let (plan, rows) = run(with, sql).await;
         assert!(plan.contains("DedupExec"), "{sql}\n{plan}");

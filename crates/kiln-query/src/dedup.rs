@@ -8,14 +8,9 @@
 //! key holds the group keys (`sort_key = 'experiment_id,user_id'` grouped
 //! by `arm, user_id`), the rows of one user in one segment sit together, so
 //! most rows are such repeats. Comparing each row with the one before is a
-//! vectorized kernel per key column, a few nanoseconds a row; a hash-table
-//! probe with multi-column keys costs tens (the dashboard profile, ninth
-//! session).
-//!
-//! `count` does depend on repeats, but only on how many there are: in run
-//! mode each row passed on carries the length of the run of equal rows it
-//! starts ([`RUN_ROWS`]), and the counts become sums of those ([`runs`]).
-//! So `count(*)` beside `count(DISTINCT user_id)`, or alone, collapses too.
+//! tight loop per key column ([`changes`]), a nanosecond or two a row; a
+//! hash-table probe with multi-column keys costs tens (the dashboard
+//! profile, ninth session).
 //!
 //! [`DropRepeats`] puts a [`DedupExec`] under each such aggregation that
 //! reads raw rows. On rows in no such order it drops almost nothing, so each
@@ -25,23 +20,21 @@
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, Int64Array, RecordBatch};
+use arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::compute::kernels::cmp::distinct;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::metrics::{
     BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
-use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, ReplaceChildrenOptions,
@@ -50,7 +43,6 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 mod changes;
-mod runs;
 
 /// Rows a stream checks before it decides whether dropping repeats pays.
 pub const PROBE_ROWS: usize = 64 * 1024;
@@ -75,40 +67,14 @@ impl PhysicalOptimizerRule for DropRepeats {
                 agg.mode(),
                 AggregateMode::Partial | AggregateMode::Single | AggregateMode::SinglePartitioned
             );
-            let Some(Repeatable { keys, counts }) = repeatable(agg).filter(|_| raw_rows) else {
+            let Some(keys) = repeat_blind(agg).filter(|_| raw_rows) else {
                 return Ok(Transformed::no(node));
             };
-            if !counts.contains(&true) {
-                let input = Arc::new(DedupExec::new(agg.input().clone(), keys, false)?);
-                return Ok(Transformed::yes(replace_children_if_necessary(
-                    node,
-                    vec![input],
-                )?));
-            }
-            // Each kept row carries the length of its run; counts sum them.
-            let input: Arc<dyn ExecutionPlan> =
-                Arc::new(DedupExec::new(agg.input().clone(), keys, true)?);
-            let schema = input.schema();
-            let run_rows = Arc::new(Column::new(RUN_ROWS, schema.fields().len() - 1));
-            let aggr = agg
-                .aggr_expr()
-                .iter()
-                .zip(counts)
-                .map(|(f, count)| match count {
-                    true => runs::count_over_runs(f, run_rows.clone(), schema.clone()),
-                    false => Ok(f.clone()),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let rebuilt = AggregateExec::try_new(
-                *agg.mode(),
-                agg.group_expr().clone(),
-                aggr,
-                agg.filter_expr().to_vec(),
-                input,
-                schema,
-            )?
-            .with_limit_options(agg.limit_options());
-            Ok(Transformed::yes(Arc::new(rebuilt)))
+            let input = Arc::new(DedupExec::new(agg.input().clone(), keys));
+            Ok(Transformed::yes(replace_children_if_necessary(
+                node,
+                vec![input],
+            )?))
         })
         .map(|t| t.data)
     }
@@ -122,61 +88,30 @@ impl PhysicalOptimizerRule for DropRepeats {
     }
 }
 
-/// What an aggregation needs for a row equal to the one before it to be
-/// dropped (or, for counts, folded into it).
-struct Repeatable {
-    /// The columns a repeat must match: the group keys, then each
-    /// aggregate's arguments and filter.
-    keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// Per aggregate, whether it is a `count` that needs the run lengths.
-    counts: Vec<bool>,
-}
-
-/// `None` when some aggregate depends on each repeat (`sum(x)`) or is
+/// The columns a repeat must match for `agg` to give the same answer
+/// without it: the group keys, then each aggregate's arguments and filter.
+/// `None` when some aggregate counts repeats (`count(*)`, `sum(x)`) or is
 /// ordered, the grouping has sets, or a key is volatile or nested.
-/// `DISTINCT` aggregates, `min` and `max` ignore repeats; `count` sums the
-/// run lengths instead ([`runs`]).
-fn repeatable(agg: &AggregateExec) -> Option<Repeatable> {
+fn repeat_blind(agg: &AggregateExec) -> Option<Vec<Arc<dyn PhysicalExpr>>> {
     let group = agg.group_expr();
-    if !group.is_single() || group.is_empty() || !may_repeat(agg.input()) {
+    if !group.is_single() || group.is_empty() || agg.input().is::<DedupExec>() {
         return None;
     }
     let mut keys = group.input_exprs();
-    let mut counts = vec![];
     for (f, filter) in agg.aggr_expr().iter().zip(agg.filter_expr()) {
-        if !f.order_bys().is_empty() {
+        let blind = f.is_distinct() || matches!(f.fun().name(), "min" | "max");
+        if !blind || !f.order_bys().is_empty() {
             return None;
         }
-        let count = !f.is_distinct() && f.fun().name() == "count";
-        if count {
-            keys.extend(runs::counted_args(f));
-        } else if f.is_distinct() || matches!(f.fun().name(), "min" | "max") {
-            keys.extend(f.expressions());
-        } else {
-            return None;
-        }
+        keys.extend(f.expressions());
         keys.extend(filter.clone());
-        counts.push(count);
     }
     // A volatile key evaluated twice (here and in the group-by) could
     // differ; arrow's `distinct` kernel compares no nested values.
     let schema = agg.input().schema();
     let comparable =
         |k: &Arc<dyn PhysicalExpr>| !is_volatile(k) && k.data_type(&schema).is_ok_and(|t| flat(&t));
-    keys.iter()
-        .all(comparable)
-        .then_some(Repeatable { keys, counts })
-}
-
-/// Whether `plan`'s rows may hold runs of repeats: not a [`DedupExec`]'s
-/// and not a group-by's (under a projection, too), whose rows are unique on
-/// its keys (the outer half of `count(DISTINCT x)`).
-fn may_repeat(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let plan = match plan.downcast_ref::<ProjectionExec>() {
-        Some(p) => p.input(),
-        None => plan,
-    };
-    !plan.is::<DedupExec>() && !plan.is::<AggregateExec>()
+    keys.iter().all(comparable).then_some(keys)
 }
 
 /// Whether arrow's `distinct` kernel compares values of type `t`: no
@@ -190,67 +125,29 @@ fn flat(t: &DataType) -> bool {
     }
 }
 
-/// Name of the column a [`DedupExec`] in run mode appends: how many rows
-/// of its input each row it passes on stands for.
-pub const RUN_ROWS: &str = "__kiln_run_rows";
-
 /// Passes its input's rows on, less each row whose `keys` all equal the
-/// previous row's. Order and partitioning are its input's; so is the
-/// schema, plus [`RUN_ROWS`] in run mode.
+/// previous row's. Order, partitioning and schema are its input's.
 #[derive(Debug)]
 pub struct DedupExec {
     input: Arc<dyn ExecutionPlan>,
     keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// Whether each row passed on carries its run's length ([`RUN_ROWS`]).
-    runs: bool,
-    properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
 
 impl DedupExec {
-    pub fn new(
-        input: Arc<dyn ExecutionPlan>,
-        keys: Vec<Arc<dyn PhysicalExpr>>,
-        runs: bool,
-    ) -> Result<Self> {
-        let properties = match runs {
-            false => input.properties().clone(),
-            true => {
-                let mut fields = input.schema().fields().to_vec();
-                fields.push(Arc::new(Field::new(RUN_ROWS, DataType::Int64, false)));
-                let schema = Arc::new(Schema::new_with_metadata(
-                    fields,
-                    input.schema().metadata().clone(),
-                ));
-                // The input's columns keep their places, so its orderings hold.
-                let p = input.properties();
-                let orderings = p.equivalence_properties().oeq_class().iter().cloned();
-                Arc::new(PlanProperties::new(
-                    EquivalenceProperties::new_with_orderings(schema, orderings),
-                    p.output_partitioning().clone(),
-                    p.emission_type,
-                    p.boundedness,
-                ))
-            }
-        };
-        Ok(Self {
+    pub fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<Arc<dyn PhysicalExpr>>) -> Self {
+        Self {
             input,
             keys,
-            runs,
-            properties,
             metrics: ExecutionPlanMetricsSet::new(),
-        })
+        }
     }
 }
 
 impl DisplayAs for DedupExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let keys: Vec<String> = self.keys.iter().map(|k| k.to_string()).collect();
-        write!(f, "DedupExec: keys=[{}]", keys.join(", "))?;
-        if self.runs {
-            write!(f, ", runs={RUN_ROWS}")?;
-        }
-        Ok(())
+        write!(f, "DedupExec: keys=[{}]", keys.join(", "))
     }
 }
 
@@ -260,7 +157,7 @@ impl ExecutionPlan for DedupExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
+        self.input.properties()
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
@@ -301,8 +198,7 @@ impl ExecutionPlan for DedupExec {
         Ok(Arc::new(Self::new(
             children.swap_remove(0),
             self.keys.clone(),
-            self.runs,
-        )?))
+        )))
     }
 
     fn execute(
@@ -313,7 +209,6 @@ impl ExecutionPlan for DedupExec {
         let input = self.input.execute(partition, context)?;
         let mut state = Repeats {
             keys: self.keys.clone(),
-            runs: self.runs.then(|| self.schema()),
             last: None,
             seen: 0,
             dropped: 0,
@@ -321,7 +216,7 @@ impl ExecutionPlan for DedupExec {
             baseline: BaselineMetrics::new(&self.metrics, partition),
             dropped_metric: MetricBuilder::new(&self.metrics).counter("repeats_dropped", partition),
         };
-        let schema = self.schema();
+        let schema = input.schema();
         let out = input.map(move |batch| state.batch(batch?));
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, out)))
     }
@@ -334,11 +229,7 @@ impl ExecutionPlan for DedupExec {
 /// One stream's state: the last row's keys and whether dropping pays.
 struct Repeats {
     keys: Vec<Arc<dyn PhysicalExpr>>,
-    /// In run mode, the output schema (the input's plus [`RUN_ROWS`]).
-    runs: Option<SchemaRef>,
-    /// The keys of the previous batch's last row, as one-row arrays. Never
-    /// kept in run mode: a run that goes on in the next batch is passed on
-    /// once more there, as its length so far is already out.
+    /// The keys of the previous batch's last row, as one-row arrays.
     last: Option<Vec<ArrayRef>>,
     seen: usize,
     dropped: usize,
@@ -353,7 +244,7 @@ impl Repeats {
         let n = batch.num_rows();
         if !self.on || n == 0 {
             self.baseline.record_output(n);
-            return self.with_runs(batch, None);
+            return Ok(batch);
         }
         let _timer = self.baseline.elapsed_compute().timer();
         let keys = self
@@ -363,9 +254,7 @@ impl Repeats {
             .collect::<Result<Vec<_>>>()?;
         let keep = self.new_rows(&keys)?;
         let kept = keep.true_count();
-        if self.runs.is_none() {
-            self.last = Some(keys.iter().map(|k| k.slice(n - 1, 1)).collect());
-        }
+        self.last = Some(keys.iter().map(|k| k.slice(n - 1, 1)).collect());
         let probing = self.seen < PROBE_ROWS;
         self.seen += n;
         self.dropped += n - kept;
@@ -377,33 +266,9 @@ impl Repeats {
         }
         self.baseline.record_output(kept);
         if kept == n {
-            return self.with_runs(batch, None);
-        }
-        let filtered = filter_record_batch(&batch, &keep)?;
-        self.with_runs(filtered, Some(&keep))
-    }
-
-    /// In run mode, `batch` with [`RUN_ROWS`]: for each row `keep` kept,
-    /// the rows from it to the next kept one (all ones without `keep`).
-    fn with_runs(&self, batch: RecordBatch, keep: Option<&BooleanArray>) -> Result<RecordBatch> {
-        let Some(schema) = &self.runs else {
             return Ok(batch);
-        };
-        let runs: Int64Array = match keep {
-            None => Int64Array::from_value(1, batch.num_rows()),
-            Some(keep) => {
-                let starts: Vec<usize> = keep.values().set_indices().collect();
-                let ends = starts.iter().skip(1).copied().chain([keep.len()]);
-                starts
-                    .iter()
-                    .zip(ends)
-                    .map(|(s, e)| (e - s) as i64)
-                    .collect()
-            }
-        };
-        let mut columns = batch.columns().to_vec();
-        columns.push(Arc::new(runs));
-        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+        }
+        Ok(filter_record_batch(&batch, &keep)?)
     }
 
     /// True for each row whose keys differ from the row before it (the

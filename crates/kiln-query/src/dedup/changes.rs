@@ -27,17 +27,15 @@ pub(super) fn changes(column: &ArrayRef) -> Result<BooleanBuffer> {
     let values = match column.data_type() {
         DataType::Utf8View => views(column.as_byte_view::<StringViewType>()),
         DataType::BinaryView => views(column.as_byte_view::<BinaryViewType>()),
-        t if !t.is_nested() && !matches!(t, DataType::Dictionary(..)) => {
-            match t.primitive_width() {
-                Some(1) => raw::<u8>(column),
-                Some(2) => raw::<u16>(column),
-                Some(4) => raw::<u32>(column),
-                Some(8) => raw::<u64>(column),
-                Some(16) => raw::<u128>(column),
-                _ => None,
-            }
-        }
-        _ => None,
+        // Fixed widths only: `None` for strings, nested types, dictionaries.
+        t => match t.primitive_width() {
+            Some(1) => raw::<u8>(column),
+            Some(2) => raw::<u16>(column),
+            Some(4) => raw::<u32>(column),
+            Some(8) => raw::<u64>(column),
+            Some(16) => raw::<u128>(column),
+            _ => None,
+        },
     };
     let Some(values) = values else {
         let differs = distinct(&column.slice(1, n), &column.slice(0, n))?;

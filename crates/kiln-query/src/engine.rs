@@ -70,10 +70,10 @@ impl Engine {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let mode = limits.plan_cache_mode;
         let queries = QueryRegistry::new(limits);
-        let cache = Arc::new(SegmentCache::new(
-            db.store().clone(),
-            db.config().segment_cache_bytes,
-        ));
+        let cache = Arc::new(
+            SegmentCache::new(db.store().clone(), db.config().segment_cache_bytes)
+                .with_partials(db.config().partial_cache_bytes),
+        );
         let ctx = build_session(&db, cores, queries.clone(), cache.clone())?;
         Ok(Self {
             plans: PlanCache::new(db.clone(), mode),

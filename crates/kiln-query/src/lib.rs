@@ -12,6 +12,7 @@ mod engine;
 mod error;
 pub mod functions;
 pub mod import;
+pub mod partials;
 mod provider;
 pub mod pruning;
 pub mod queries;
@@ -24,6 +25,7 @@ mod time_predicates;
 
 pub use engine::{Engine, Output, Streamed, query_state};
 pub use error::{Error, Result};
+pub use partials::PartialCache;
 pub use provider::KilnTable;
 pub use queries::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,

@@ -36,6 +36,7 @@ use kiln_storage::{Db, Segment, Store};
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
+use crate::partials::PartialCache;
 use crate::pruning::{Conjuncts, Pruner, Residual};
 
 /// Rows per pruning slice of a cached segment. Small, so that a point
@@ -143,15 +144,12 @@ impl DecodedSegment {
     /// The kept slices as batches: runs of neighbouring slices in one row
     /// group with the same conjuncts left, up to [`BATCH_ROWS`] rows each,
     /// as zero-copy views.
-    fn merged(
-        &self,
-        kept: impl Iterator<Item = (usize, Residual)>,
-    ) -> Vec<(RecordBatch, Residual)> {
+    pub fn merged(&self, kept: Vec<(usize, Residual)>) -> Vec<(RecordBatch, Residual)> {
         let mut out = vec![];
         let mut run: Option<(Slice, Residual)> = None;
         let view =
             |(r, left): (Slice, Residual)| (self.batches[r.batch].slice(r.offset, r.len), left);
-        for (s, left) in kept.map(|(i, left)| (&self.slices[i], left)) {
+        for (s, left) in kept.into_iter().map(|(i, left)| (&self.slices[i], left)) {
             match &mut run {
                 Some((r, l))
                     if r.batch == s.batch
@@ -220,6 +218,22 @@ pub fn kept_slices(
     pruning: Option<&Pruner>,
     filter: Option<&Conjuncts>,
 ) -> Vec<Vec<(RecordBatch, Residual)>> {
+    segments
+        .iter()
+        .zip(kept_slice_ids(segments, pruning, filter))
+        .map(|(d, kept)| d.merged(kept))
+        .collect()
+}
+
+/// [`kept_slices`] before the slices become batches: per segment, the
+/// index of each kept slice and the conjuncts left on it. Two scans with
+/// the same list read the same rows of the segment with the same filters
+/// (if the conjuncts are bound to the same values).
+pub fn kept_slice_ids(
+    segments: &[&DecodedSegment],
+    pruning: Option<&Pruner>,
+    filter: Option<&Conjuncts>,
+) -> Vec<Vec<(usize, Residual)>> {
     let stats = AllSlices::new(segments);
     let keep = pruning.and_then(|p| p.prune(&stats));
     let residuals = filter.map(|f| f.residuals(&stats));
@@ -227,11 +241,10 @@ pub fn kept_slices(
     segments
         .iter()
         .map(|d| {
-            let kept = d.merged(
-                (0..d.slices.len())
-                    .filter(|i| keep.as_ref().is_none_or(|k| k[at + i]))
-                    .map(|i| (i, residuals.as_ref().map_or(0, |r| r[at + i]))),
-            );
+            let kept = (0..d.slices.len())
+                .filter(|i| keep.as_ref().is_none_or(|k| k[at + i]))
+                .map(|i| (i, residuals.as_ref().map_or(0, |r| r[at + i])))
+                .collect();
             at += d.slices.len();
             kept
         })
@@ -340,6 +353,8 @@ pub struct SegmentCache {
     /// One decode at a time: loads are background work and must not take
     /// every core from the queries that triggered them.
     decoders: tokio::sync::Semaphore,
+    /// Partial aggregates computed over held segments.
+    partials: PartialCache,
 }
 
 /// Decoded size over file size assumed by [`SegmentCache::prewarm`]:
@@ -387,7 +402,20 @@ impl SegmentCache {
             store,
             loading: DashSet::new(),
             decoders: tokio::sync::Semaphore::new(1),
+            partials: PartialCache::new(0),
         }
+    }
+
+    /// Also keeps partial aggregates of held segments, in at most
+    /// `capacity` bytes ([`crate::partials`]; 0: off).
+    pub fn with_partials(mut self, capacity: usize) -> Self {
+        self.partials = PartialCache::new(capacity);
+        self
+    }
+
+    /// Partial aggregates kept of held segments.
+    pub fn partials(&self) -> &PartialCache {
+        &self.partials
     }
 
     pub fn capacity(&self) -> usize {

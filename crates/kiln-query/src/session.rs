@@ -77,6 +77,7 @@ pub fn build_session(
         .with_optimizer_rule(Arc::new(crate::time_predicates::TimePredicates))
         .with_query_planner(Arc::new(crate::shared::QueryPlanner))
         .with_physical_optimizer_rule(Arc::new(crate::dedup::DropRepeats))
+        .with_physical_optimizer_rule(Arc::new(crate::partials::SegmentPartials))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);

@@ -33,6 +33,9 @@ pub const SEGMENT_CACHE_BYTES: &str = "kiln_segment_cache_bytes";
 pub const SEGMENT_CACHE_SEGMENTS: &str = "kiln_segment_cache_segments";
 pub const SEGMENT_CACHE_HITS: &str = "kiln_segment_cache_hits_total";
 pub const SEGMENT_CACHE_MISSES: &str = "kiln_segment_cache_misses_total";
+pub const PARTIAL_CACHE_BYTES: &str = "kiln_partial_cache_bytes";
+pub const PARTIAL_CACHE_HITS: &str = "kiln_partial_cache_hits_total";
+pub const PARTIAL_CACHE_MISSES: &str = "kiln_partial_cache_misses_total";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
@@ -80,6 +83,9 @@ pub struct Metrics {
     cache_segments: IntGauge,
     cache_hits: IntCounter,
     cache_misses: IntCounter,
+    partial_bytes: IntGauge,
+    partial_hits: IntCounter,
+    partial_misses: IntCounter,
     resolved: Resolved,
 }
 
@@ -190,6 +196,18 @@ impl Metrics {
                 SEGMENT_CACHE_MISSES,
                 "Segment scans that read Parquet (and queued the segment for decoding).",
             ),
+            partial_bytes: gauge(
+                PARTIAL_CACHE_BYTES,
+                "Memory held by partial aggregates of held segments.",
+            ),
+            partial_hits: counter(
+                PARTIAL_CACHE_HITS,
+                "Segments whose partial aggregate a query found kept.",
+            ),
+            partial_misses: counter(
+                PARTIAL_CACHE_MISSES,
+                "Segments whose partial aggregate a query computed (and kept).",
+            ),
             registry,
         }
     }
@@ -233,6 +251,11 @@ impl Metrics {
         let (hits, misses) = cache.lookups();
         set(&self.cache_hits, hits);
         set(&self.cache_misses, misses);
+        let partials = cache.partials();
+        self.partial_bytes.set(partials.usage() as i64);
+        let (hits, misses) = partials.lookups();
+        set(&self.partial_hits, hits);
+        set(&self.partial_misses, misses);
         let m = db.metrics();
         set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));
         set(&self.bytes_written, m.bytes_written.load(Ordering::Relaxed));

@@ -158,6 +158,62 @@ fn gen_load_then_bench_query_and_write() {
     assert!(!out.status.success());
 }
 
+/// The dashboard's prepared statements, run with generic plans over held
+/// segments, keep each segment's partial aggregates and find them again
+/// (`kiln_query::partials`), with no errors.
+#[test]
+fn dashboard_keeps_partial_aggregates_of_held_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        &tmp.path().join("data"),
+        &["--flush-bytes", "1", "--plan-cache-mode", "force-generic"],
+    );
+    let http = format!("http://{}", s.http);
+    ok_stdout(&["gen", "abtest", "--rows", "50000", "--load", &http]);
+    // Flushed into day segments, and each read once so it is decoded.
+    let flushed = || {
+        s.rows("SELECT coalesce(sum(rows), 0), count(*) FILTER (WHERE cached_bytes > 0), count(*) FROM system.segments")
+    };
+    for _ in 0..400 {
+        let v = flushed();
+        if v[0][0] == 50_000 && v[0][1] == v[0][2] {
+            break;
+        }
+        s.rows("SELECT count(*) FROM abtest WHERE amount > 0");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let v = flushed();
+    assert!(v[0][0] == 50_000 && v[0][1] == v[0][2], "all held: {v}");
+    let url = format!("postgres://127.0.0.1:{}", s.pg_port);
+    let out = ok_stdout(&[
+        "bench",
+        "query",
+        "--url",
+        &url,
+        "--clients",
+        "2",
+        "--duration",
+        "3s",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let level = &v["levels"][0];
+    assert_eq!(level["errors"], 0, "{v}");
+    assert!(level["queries"].as_u64().unwrap() >= 15, "{v}");
+    let (_, body) = s.request("GET", "/metrics", &[], b"");
+    let text = String::from_utf8(body).unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("kiln_partial_cache_misses_total") >= 1.0, "{text}");
+    assert!(value("kiln_partial_cache_hits_total") >= 1.0, "{text}");
+    assert!(value("kiln_partial_cache_bytes") > 0.0, "{text}");
+}
+
 #[test]
 fn sql_over_http_matches_embedded_output() {
     let tmp = tempfile::tempdir().unwrap();

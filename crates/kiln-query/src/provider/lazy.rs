@@ -34,11 +34,11 @@ use crate::pruning::{Pruner, pruner};
 /// Scans a Kiln table; see the module docs.
 #[derive(Debug)]
 pub(super) struct LazyScan {
-    table: KilnTable,
-    spec: ScanSpec,
+    pub(super) table: KilnTable,
+    pub(super) spec: ScanSpec,
     /// The pruning form of the predicate, built once: it reads the
     /// parameters' values when it is evaluated, as the predicate does.
-    pruning: Option<Arc<Pruner>>,
+    pub(super) pruning: Option<Arc<Pruner>>,
     properties: Arc<PlanProperties>,
     /// This run's snapshot scan, planned by the first partition to execute.
     planned: Mutex<Option<Planned>>,
@@ -83,7 +83,7 @@ impl LazyScan {
         }
         let scan = self
             .table
-            .scan_snapshot(&self.spec, self.pruning.as_deref(), true)?;
+            .scan_snapshot(&self.spec, self.pruning.as_deref(), true, false)?;
         let plan = match scan.files {
             None => Planned::Memory(Arc::new(scan.in_memory)),
             Some(_) => Planned::Plan(self.table.plan_scan(&self.spec, scan)?),

@@ -48,12 +48,14 @@ use object_store::ObjectStore;
 use crate::error::to_df;
 use crate::pruning::{Conjuncts, ContainerStats, Pruner, Residual, keep, pruner};
 use crate::reuse::KeptPlan;
-use crate::segment_cache::{DecodedSegment, SegmentCache, kept_slices};
+use crate::segment_cache::{DecodedSegment, SegmentCache, kept_slice_ids};
 
 mod lazy;
+mod partials;
 mod slices;
 
 use lazy::LazyScan;
+pub(crate) use partials::partials_over;
 use slices::{Filtered, SliceScan};
 
 /// A Kiln table as a DataFusion `TableProvider`.
@@ -194,7 +196,7 @@ impl KilnTable {
         spec: &ScanSpec,
         pruning: Option<&Pruner>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let scan = self.scan_snapshot(spec, pruning, false)?;
+        let scan = self.scan_snapshot(spec, pruning, false, false)?;
         self.plan_scan(spec, scan)
     }
 
@@ -230,12 +232,15 @@ impl KilnTable {
     /// over Parquet files and batches held in memory (memstore rows and
     /// cached segments). `parquet_predicate` also hands the predicate to
     /// the Parquet reader (needed by a plan built at execution, which
-    /// DataFusion's physical filter pushdown never sees).
+    /// DataFusion's physical filter pushdown never sees). With `by_segment`
+    /// the kept slices of each held segment are returned apart
+    /// (`SnapshotScan::held`), not as batches.
     fn scan_snapshot(
         &self,
         spec: &ScanSpec,
         pruning: Option<&Pruner>,
         parquet_predicate: bool,
+        by_segment: bool,
     ) -> DfResult<SnapshotScan> {
         let schema = self.schema.clone();
         let snapshot = self.table.snapshot();
@@ -278,11 +283,26 @@ impl KilnTable {
                 .clone()
         };
         let mut in_memory = vec![];
-        for ((s, _), slices) in decoded.iter().zip(kept_slices(&held, pruning, conjuncts)) {
-            if !slices.is_empty() {
-                // Counts the hit and refreshes the segment's LRU place.
-                let _ = self.cache.get(&s.meta.path);
-                in_memory.extend(slices.into_iter().map(|(b, left)| (b, filter(left))));
+        let mut held_kept = vec![];
+        for ((s, d), kept) in decoded
+            .iter()
+            .zip(kept_slice_ids(&held, pruning, conjuncts))
+        {
+            if kept.is_empty() {
+                continue;
+            }
+            // Counts the hit and refreshes the segment's LRU place.
+            let _ = self.cache.get(&s.meta.path);
+            match by_segment {
+                true => held_kept.push(Held {
+                    segment: d.clone(),
+                    kept,
+                }),
+                false => in_memory.extend(
+                    d.merged(kept)
+                        .into_iter()
+                        .map(|(b, left)| (b, filter(left))),
+                ),
             }
         }
         if !files.is_empty() {
@@ -384,6 +404,7 @@ impl KilnTable {
         Ok(SnapshotScan {
             files: files_plan,
             in_memory,
+            held: held_kept,
         })
     }
 }
@@ -395,6 +416,15 @@ struct SnapshotScan {
     /// Batches of the table's full (view) schema: memstore rows and kept
     /// slices of cached segments, each with the filter its rows still need.
     in_memory: Vec<Filtered>,
+    /// With `by_segment`: the held segments with slices to read.
+    held: Vec<Held>,
+}
+
+/// A held segment's slices a scan reads: each slice's index and the
+/// conjuncts left on it.
+struct Held {
+    segment: Arc<DecodedSegment>,
+    kept: Vec<(usize, Residual)>,
 }
 
 /// Collects an INSERT's rows and writes them as one atomic WAL record.

@@ -114,6 +114,17 @@ impl ScalarUDFImpl for Param {
         Ok(self.slots.types[self.index].clone())
     }
 
+    /// `$n`, as the placeholder it replaced is named: an expression over a
+    /// parameter (`sum(x * $1)`) keeps the column name the plan above it
+    /// was built with.
+    fn schema_name(&self, _: &[Expr]) -> Result<String> {
+        Ok(self.name.clone())
+    }
+
+    fn display_name(&self, _: &[Expr]) -> Result<String> {
+        Ok(self.name.clone())
+    }
+
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
         Ok(ColumnarValue::Scalar(self.slots.get(self.index)))
     }

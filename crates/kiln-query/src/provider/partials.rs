@@ -1,0 +1,339 @@
+//! [`PartialsExec`]: a `Partial` aggregate over a kept plan's scan that
+//! keeps each held segment's rows ([`crate::partials`] says why).
+//!
+//! At its first `execute` of a run it pins the snapshot as [`LazyScan`]
+//! does, but keeps the held segments apart: each is a unit whose partial
+//! rows come from the [`PartialCache`] or are computed over that segment
+//! alone (the aggregate, and the dedup node if the plan has one, over a
+//! scan of its kept slices) and then kept. The rest (memstore rows,
+//! segments read from Parquet) goes through the aggregate as one plan, as
+//! before. Output partition `p` emits the units `p`, `p + n`, ... and the
+//! rest's partitions `p`, `p + n`, ...
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::common::Result;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::coop::make_cooperative;
+use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    common::collect, displayable, replace_children_if_necessary,
+};
+use futures::{StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+
+use super::lazy::LazyScan;
+use super::slices::{Filtered, SliceScan};
+use crate::partials::{PartialCache, aggregate_key, bound};
+use crate::pruning::Residual;
+use crate::segment_cache::DecodedSegment;
+
+/// The node replacing `agg` (a `Partial` aggregate over `dedup`, if any,
+/// over `scan`), or None if `scan` is not a kept plan's scan of a Kiln
+/// table with the partial cache on, or it has a limit.
+pub(crate) fn partials_over(
+    agg: Arc<dyn ExecutionPlan>,
+    dedup: Option<Arc<dyn ExecutionPlan>>,
+    scan: Arc<dyn ExecutionPlan>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(lazy) = scan.downcast_ref::<LazyScan>() else {
+        return Ok(None);
+    };
+    if !lazy.table.cache.partials().enabled() || lazy.spec.limit.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(PartialsExec {
+        properties: agg.properties().clone(),
+        agg,
+        dedup,
+        scan,
+        metrics: ExecutionPlanMetricsSet::new(),
+        planned: Mutex::new(None),
+    })))
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct PartialsExec {
+    /// The aggregate as planned, over `dedup` or `scan`: a template, never
+    /// executed itself.
+    agg: Arc<dyn ExecutionPlan>,
+    dedup: Option<Arc<dyn ExecutionPlan>>,
+    /// A [`LazyScan`].
+    scan: Arc<dyn ExecutionPlan>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+    /// This run's units, planned by the first partition to execute.
+    planned: Mutex<Option<Arc<Run>>>,
+}
+
+/// What one run reads.
+#[derive(Debug)]
+struct Run {
+    units: Vec<Unit>,
+    /// The aggregate over the memstore rows and the segments read from
+    /// Parquet, if any.
+    rest: Option<Arc<dyn ExecutionPlan>>,
+}
+
+#[derive(Debug, Clone)]
+enum Unit {
+    /// A held segment's rows, kept from an earlier run.
+    Kept(Arc<[RecordBatch]>),
+    /// A held segment's rows to compute (and keep, under `key`).
+    Compute {
+        segment: Arc<DecodedSegment>,
+        key: String,
+        batches: Vec<Filtered>,
+    },
+}
+
+impl PartialsExec {
+    fn lazy(&self) -> &LazyScan {
+        self.scan
+            .downcast_ref::<LazyScan>()
+            .expect("made over a LazyScan")
+    }
+
+    /// The aggregate (and dedup node) over `input` in place of the scan.
+    fn over(&self, input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = match &self.dedup {
+            Some(d) => replace_children_if_necessary(d.clone(), vec![input])?,
+            None => input,
+        };
+        replace_children_if_necessary(self.agg.clone(), vec![input])
+    }
+
+    /// This run's units, with the parameters bound now.
+    fn run(&self) -> Result<Arc<Run>> {
+        let mut planned = self.planned.lock();
+        if let Some(r) = &*planned {
+            return Ok(r.clone());
+        }
+        let lazy = self.lazy();
+        let (table, spec) = (&lazy.table, &lazy.spec);
+        let cache: &PartialCache = table.cache.partials();
+        let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), true, true)?;
+        let agg = self
+            .agg
+            .downcast_ref::<AggregateExec>()
+            .expect("made over an AggregateExec");
+        let mut template = aggregate_key(agg)?;
+        template += &format!("projection={:?};", spec.projection);
+        let conjuncts = spec.conjuncts.as_deref();
+        // Each conjunct's text with its values, and each set's filter, made once.
+        let mut texts: HashMap<Residual, String> = HashMap::new();
+        let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
+        let mut units = vec![];
+        for held in std::mem::take(&mut scan.held) {
+            let mut key = template.clone();
+            for (i, left) in &held.kept {
+                let text = match texts.get(left) {
+                    Some(t) => t,
+                    None => {
+                        let f = conjuncts.and_then(|c| c.filter(*left));
+                        let t = match &f {
+                            Some(f) => format!("{:?}", bound(f)?),
+                            None => String::new(),
+                        };
+                        filters.insert(*left, f);
+                        texts.entry(*left).or_insert(t)
+                    }
+                };
+                key += &format!("{i}:{text};");
+            }
+            units.push(match cache.get(&held.segment, &key) {
+                Some(rows) => Unit::Kept(rows),
+                None => {
+                    let filter = |left: Residual| match filters.get(&left) {
+                        Some(f) => f.clone(),
+                        None => conjuncts.and_then(|c| c.filter(left)),
+                    };
+                    let batches = held
+                        .segment
+                        .merged(held.kept)
+                        .into_iter()
+                        .map(|(b, left)| (b, filter(left)))
+                        .collect();
+                    Unit::Compute {
+                        segment: held.segment,
+                        key,
+                        batches,
+                    }
+                }
+            });
+        }
+        let rest = match scan.files.is_none() && scan.in_memory.is_empty() {
+            true => None,
+            false => Some(self.over(table.plan_scan(spec, scan)?)?),
+        };
+        let run = Arc::new(Run { units, rest });
+        *planned = Some(run.clone());
+        Ok(run)
+    }
+
+    /// A unit's rows: kept, or computed over the segment alone and kept.
+    fn unit_stream(
+        &self,
+        unit: Unit,
+        context: Arc<TaskContext>,
+        counts: (Count, Count),
+    ) -> Result<SendableRecordBatchStream> {
+        let schema = self.properties.eq_properties.schema().clone();
+        let (segment, key, batches) = match unit {
+            Unit::Kept(rows) => {
+                counts.0.add(1);
+                let rows: Vec<_> = rows.iter().cloned().map(Ok).collect();
+                return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                    schema,
+                    futures::stream::iter(rows),
+                )));
+            }
+            Unit::Compute {
+                segment,
+                key,
+                batches,
+            } => (segment, key, batches),
+        };
+        counts.1.add(1);
+        let lazy = self.lazy();
+        let input = Arc::new(SliceScan::new(
+            batches,
+            1,
+            lazy.properties().eq_properties.schema().clone(),
+            lazy.spec.projection.clone(),
+            None,
+            lazy.spec.predicate.clone(),
+        ));
+        let plan = self.over(input)?;
+        let cache = lazy.table.cache.clone();
+        let rows = async move {
+            let rows: Arc<[RecordBatch]> = collect(plan.execute(0, context)?).await?.into();
+            cache.partials().insert(&segment, &key, rows.clone());
+            Ok::<_, datafusion::error::DataFusionError>(futures::stream::iter(
+                rows.iter().cloned().map(Ok).collect::<Vec<_>>(),
+            ))
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::once(rows).try_flatten(),
+        )))
+    }
+}
+
+impl DisplayAs for PartialsExec {
+    fn fmt_as(&self, _: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "SegmentPartials: {}",
+            displayable(self.agg.as_ref()).one_line().to_string().trim()
+        )?;
+        if self.dedup.is_some() {
+            write!(f, ", repeats dropped")?;
+        }
+        write!(
+            f,
+            ", over {}",
+            displayable(self.scan.as_ref())
+                .one_line()
+                .to_string()
+                .trim()
+        )
+    }
+}
+
+impl ExecutionPlan for PartialsExec {
+    fn name(&self) -> &str {
+        "PartialsExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        for node in [Some(&self.agg), self.dedup.as_ref(), Some(&self.scan)]
+            .into_iter()
+            .flatten()
+        {
+            if node.apply_expressions(f)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    /// A fresh node for the next run: it will take its own snapshot.
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self {
+            agg: self.agg.clone(),
+            dedup: self.dedup.clone(),
+            scan: self.scan.clone(),
+            properties: self.properties.clone(),
+            metrics: ExecutionPlanMetricsSet::new(),
+            planned: Mutex::new(None),
+        }))
+    }
+
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let run = self.run()?;
+        let n = self.properties.output_partitioning().partition_count();
+        let kept = MetricBuilder::new(&self.metrics).counter("segments_kept", partition);
+        let computed = MetricBuilder::new(&self.metrics).counter("segments_computed", partition);
+        let mut streams = vec![];
+        for unit in run.units.iter().skip(partition).step_by(n) {
+            let counts = (kept.clone(), computed.clone());
+            streams.push(self.unit_stream(unit.clone(), context.clone(), counts)?);
+        }
+        if let Some(rest) = &run.rest {
+            let parts = rest.output_partitioning().partition_count();
+            for p in (partition..parts).step_by(n) {
+                streams.push(rest.execute(p, context.clone())?);
+            }
+        }
+        let schema = self.properties.eq_properties.schema().clone();
+        Ok(make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(streams).flatten(),
+        ))))
+    }
+}

@@ -1,0 +1,243 @@
+//! Partial aggregates kept per held segment (`kiln_query::partials`): a
+//! prepared statement run with a generic plan answers the same as the
+//! statement planned with its values (which never uses kept partials),
+//! whatever the values, ranges and rows written since; and repeated or
+//! overlapping ranges reuse what earlier runs computed.
+
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
+use arrow::datatypes::DataType;
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::common::ScalarValue;
+use futures::TryStreamExt;
+use kiln_query::{Engine, Output, PlanCacheMode, QueryLimits};
+use kiln_storage::{Db, StorageConfig};
+use rand::{Rng, SeedableRng};
+
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+/// 2026-11-01 00:00:00 UTC.
+const START_NS: i64 = 1_793_491_200 * 1_000_000_000;
+const DAYS: i64 = 4;
+const HOUR_NS: i64 = 3_600 * 1_000_000_000;
+
+const QUERIES: &[&str] = &[
+    // Distinct count (split by DataFusion into two group-bys) and plain
+    // aggregates per arm.
+    "SELECT arm, count(DISTINCT user_id) AS users, count(*) AS n, sum(amount) AS s \
+     FROM ev WHERE exp = $1 AND ts >= $2 AND ts < $3 GROUP BY arm ORDER BY arm",
+    // A computed key.
+    "SELECT date_trunc('day', ts) AS d, arm, count(DISTINCT user_id) AS users, count(*) AS n \
+     FROM ev WHERE exp = $1 AND ts >= $2 AND ts < $3 GROUP BY 1, 2 ORDER BY 1, 2",
+    // A parameter inside an aggregate: part of the key.
+    "SELECT arm, sum(CASE WHEN amount > $4 THEN 1 ELSE 0 END) AS big, max(amount) AS top \
+     FROM ev WHERE exp = $1 AND ts >= $2 AND ts < $3 GROUP BY arm ORDER BY arm",
+];
+
+fn ts(ns: i64) -> ScalarValue {
+    ScalarValue::TimestampNanosecond(Some(ns), None)
+}
+
+fn rows(seed: u64, n: usize) -> Vec<(i64, i64, &'static str, i64, Option<f64>)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let t = START_NS + rng.random_range(0..DAYS * DAY_NS);
+            let exp = rng.random_range(1..=3);
+            let arm = ["control", "treatment"][rng.random_range(0..2)];
+            let user = rng.random_range(0..400);
+            let amount = rng
+                .random_bool(0.3)
+                .then(|| rng.random_range(0..1000) as f64);
+            (t, exp, arm, user, amount)
+        })
+        .collect()
+}
+
+async fn write(db: &Db, rows: &[(i64, i64, &'static str, i64, Option<f64>)]) {
+    let schema = db.table("ev").unwrap().schema.clone();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                rows.iter().map(|r| r.0),
+            )),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.3))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.4))),
+        ],
+    )
+    .unwrap();
+    db.write("ev", &[batch]).await.unwrap();
+}
+
+/// An engine that always runs prepared statements with generic plans, over
+/// a table of `DAYS` day segments, all held decoded.
+async fn engine(dir: &std::path::Path) -> Engine {
+    let limits = QueryLimits {
+        plan_cache_mode: PlanCacheMode::ForceGeneric,
+        ..QueryLimits::default()
+    };
+    let db = Db::open(StorageConfig::for_dir(dir)).await.unwrap();
+    let engine = Engine::with_limits(db, limits).unwrap();
+    engine
+        .execute(
+            "CREATE TABLE ev (ts TIMESTAMP NOT NULL, exp BIGINT NOT NULL, arm VARCHAR NOT NULL, \
+             user_id BIGINT NOT NULL, amount DOUBLE) WITH (sort_key = 'exp,user_id')",
+        )
+        .await
+        .unwrap();
+    let db = engine.db().clone();
+    write(&db, &rows(7, 40_000)).await;
+    db.flush_all().await.unwrap();
+    let cache = engine.segment_cache().clone();
+    assert_eq!(cache.prewarm(&db), DAYS as usize);
+    for _ in 0..500 {
+        if cache.entries() == DAYS as usize {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(cache.entries(), DAYS as usize, "every day held decoded");
+    engine
+}
+
+fn text(batches: &[RecordBatch]) -> String {
+    pretty_format_batches(batches).unwrap().to_string()
+}
+
+/// `sql` as a prepared statement with `params` (generic plan).
+async fn prepared(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String {
+    let logical = engine
+        .session()
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .unwrap();
+    let types: Vec<DataType> = params.iter().map(ScalarValue::data_type).collect();
+    let stream = engine
+        .execute_prepared(sql, &logical, &types, params)
+        .await
+        .unwrap();
+    text(&stream.try_collect::<Vec<_>>().await.unwrap())
+}
+
+/// `sql` with the values written in: planned with them, no kept partials.
+async fn literal(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String {
+    let mut sql = sql.to_string();
+    for (i, p) in params.iter().enumerate().rev() {
+        let value = match p {
+            ScalarValue::TimestampNanosecond(Some(ns), _) => {
+                format!("arrow_cast({ns}, 'Timestamp(Nanosecond, None)')")
+            }
+            v => v.to_string(),
+        };
+        sql = sql.replace(&format!("${}", i + 1), &value);
+    }
+    match engine.execute(&sql).await.unwrap().pop().unwrap() {
+        Output::Rows { batches, .. } => text(&batches),
+        other => panic!("not rows: {other:?}"),
+    }
+}
+
+/// Every query, with each of `ranges`, each experiment, two thresholds:
+/// the generic plan's answer equals the literal one.
+async fn check_all(engine: &Engine, ranges: &[(i64, i64)]) {
+    for sql in QUERIES {
+        for &(from, to) in ranges {
+            for exp in 1..=3i64 {
+                for threshold in [100.0, 700.0] {
+                    let mut params = vec![ScalarValue::from(exp), ts(from), ts(to)];
+                    if sql.contains("$4") {
+                        params.push(ScalarValue::from(threshold));
+                    }
+                    let got = prepared(engine, sql, &params).await;
+                    let want = literal(engine, sql, &params).await;
+                    assert_eq!(got, want, "{sql} with {params:?}");
+                    assert!(got.lines().count() > 4, "{sql} with {params:?} found rows");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn kept_partials_answer_as_planned_with_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    let partials = || engine.segment_cache().partials().lookups();
+    let day = |d: i64| START_NS + d * DAY_NS;
+    // Whole days, then ranges that cut a day (its conjuncts stay in the key).
+    let ranges = [
+        (day(0), day(4)),
+        (day(1), day(3)),
+        (day(0) + 3 * HOUR_NS, day(2) + 2 * HOUR_NS),
+        (day(0) + 5 * HOUR_NS, day(2) + 9 * HOUR_NS),
+    ];
+    check_all(&engine, &ranges).await;
+    let (hits, misses) = partials();
+    assert!(misses > 0, "segments computed and kept");
+    assert!(
+        hits > 0,
+        "days 1 and 2 of the second range were kept by the first"
+    );
+    assert!(engine.segment_cache().partials().usage() > 0);
+
+    // The same again: every held segment is a hit.
+    check_all(&engine, &ranges).await;
+    let (hits2, misses2) = partials();
+    assert_eq!(misses2, misses, "nothing computed again");
+    assert!(hits2 > hits);
+
+    // Rows written since are read from the memstore, next to kept partials.
+    write(engine.db(), &rows(8, 5_000)).await;
+    check_all(&engine, &ranges).await;
+    assert!(partials().0 > hits2, "kept partials used next to new rows");
+}
+
+#[tokio::test]
+async fn off_with_no_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = StorageConfig::for_dir(tmp.path());
+    cfg.partial_cache_bytes = 0;
+    let limits = QueryLimits {
+        plan_cache_mode: PlanCacheMode::ForceGeneric,
+        ..QueryLimits::default()
+    };
+    let engine = Engine::with_limits(Db::open(cfg).await.unwrap(), limits).unwrap();
+    engine
+        .execute("CREATE TABLE ev (ts TIMESTAMP NOT NULL, exp BIGINT NOT NULL, arm VARCHAR NOT NULL, user_id BIGINT NOT NULL, amount DOUBLE)")
+        .await
+        .unwrap();
+    write(engine.db(), &rows(7, 1_000)).await;
+    engine.db().flush_all().await.unwrap();
+    let sql = QUERIES[0];
+    let params = [
+        ScalarValue::from(1i64),
+        ts(START_NS),
+        ts(START_NS + DAYS * DAY_NS),
+    ];
+    assert_eq!(
+        prepared(&engine, sql, &params).await,
+        literal(&engine, sql, &params).await
+    );
+    assert_eq!(engine.segment_cache().partials().lookups(), (0, 0));
+}
+
+/// A plan in one partition aggregates in one step, which is split so that
+/// the partial step is kept.
+#[tokio::test]
+async fn one_partition_plans_keep_partials_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    engine
+        .execute("SET datafusion.execution.target_partitions = 1")
+        .await
+        .unwrap();
+    let day = |d: i64| START_NS + d * DAY_NS;
+    let ranges = [(day(0), day(4)), (day(1), day(3))];
+    check_all(&engine, &ranges).await;
+    let (hits, misses) = engine.segment_cache().partials().lookups();
+    assert!(hits > 0 && misses > 0, "{hits} hits, {misses} misses");
+}

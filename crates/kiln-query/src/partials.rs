@@ -306,15 +306,22 @@ impl PartialCache {
         for k in dead.iter().chain(std::iter::once(&key)) {
             self.remove(k);
         }
-        while self.usage() + bytes > self.capacity {
-            let oldest = self
+        if self.usage() + bytes > self.capacity {
+            // Down to 7/8 of the capacity in one pass: under a working set
+            // larger than the cache, one walk of the entries serves many
+            // inserts.
+            let mut by_age: Vec<_> = self
                 .map
                 .iter()
-                .min_by_key(|e| e.last_used.load(Ordering::Relaxed))
-                .map(|e| e.key().clone());
-            match oldest {
-                Some(k) => self.remove(&k),
-                None => break,
+                .map(|e| (e.last_used.load(Ordering::Relaxed), e.key().clone()))
+                .collect();
+            by_age.sort_unstable_by_key(|(used, _)| *used);
+            let room = self.capacity - self.capacity / 8;
+            for (_, k) in by_age {
+                if self.usage() + bytes <= room {
+                    break;
+                }
+                self.remove(&k);
             }
         }
         self.usage.fetch_add(bytes, Ordering::Relaxed);

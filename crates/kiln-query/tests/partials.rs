@@ -75,12 +75,16 @@ async fn write(db: &Db, rows: &[(i64, i64, &'static str, i64, Option<f64>)]) {
 /// An engine that always runs prepared statements with generic plans, over
 /// a table of `DAYS` day segments, all held decoded.
 async fn engine(dir: &std::path::Path) -> Engine {
+    engine_with(StorageConfig::for_dir(dir), DAYS as usize).await
+}
+
+/// [`engine`] with `cfg`, waiting until `held` segments are decoded.
+async fn engine_with(cfg: StorageConfig, held: usize) -> Engine {
     let limits = QueryLimits {
         plan_cache_mode: PlanCacheMode::ForceGeneric,
         ..QueryLimits::default()
     };
-    let db = Db::open(StorageConfig::for_dir(dir)).await.unwrap();
-    let engine = Engine::with_limits(db, limits).unwrap();
+    let engine = Engine::with_limits(Db::open(cfg).await.unwrap(), limits).unwrap();
     engine
         .execute(
             "CREATE TABLE ev (ts TIMESTAMP NOT NULL, exp BIGINT NOT NULL, arm VARCHAR NOT NULL, \
@@ -92,14 +96,14 @@ async fn engine(dir: &std::path::Path) -> Engine {
     write(&db, &rows(7, 40_000)).await;
     db.flush_all().await.unwrap();
     let cache = engine.segment_cache().clone();
-    assert_eq!(cache.prewarm(&db), DAYS as usize);
+    assert_eq!(cache.prewarm(&db), held);
     for _ in 0..500 {
-        if cache.entries() == DAYS as usize {
+        if cache.entries() == held {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(cache.entries(), DAYS as usize, "every day held decoded");
+    assert_eq!(cache.entries(), held, "segments held decoded");
     engine
 }
 
@@ -201,28 +205,28 @@ async fn off_with_no_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = StorageConfig::for_dir(tmp.path());
     cfg.partial_cache_bytes = 0;
-    let limits = QueryLimits {
-        plan_cache_mode: PlanCacheMode::ForceGeneric,
-        ..QueryLimits::default()
-    };
-    let engine = Engine::with_limits(Db::open(cfg).await.unwrap(), limits).unwrap();
-    engine
-        .execute("CREATE TABLE ev (ts TIMESTAMP NOT NULL, exp BIGINT NOT NULL, arm VARCHAR NOT NULL, user_id BIGINT NOT NULL, amount DOUBLE)")
-        .await
-        .unwrap();
-    write(engine.db(), &rows(7, 1_000)).await;
-    engine.db().flush_all().await.unwrap();
-    let sql = QUERIES[0];
-    let params = [
-        ScalarValue::from(1i64),
-        ts(START_NS),
-        ts(START_NS + DAYS * DAY_NS),
-    ];
-    assert_eq!(
-        prepared(&engine, sql, &params).await,
-        literal(&engine, sql, &params).await
-    );
+    let engine = engine_with(cfg, DAYS as usize).await;
+    check_all(&engine, &[(START_NS, START_NS + DAYS * DAY_NS)]).await;
     assert_eq!(engine.segment_cache().partials().lookups(), (0, 0));
+}
+
+/// Over segments read from Parquet (not held), and a cache too small for
+/// every segment's rows: the same answers, within its bytes.
+#[tokio::test]
+async fn parquet_segments_and_a_small_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = StorageConfig::for_dir(tmp.path());
+    // Room for one decoded day (~0.4 MB each) and a few kept partials.
+    cfg.segment_cache_bytes = 1 << 20;
+    cfg.partial_cache_bytes = 16 << 10;
+    let engine = engine_with(cfg, 1).await;
+    let day = |d: i64| START_NS + d * DAY_NS;
+    check_all(&engine, &[(day(0), day(4)), (day(2), day(4))]).await;
+    let partials = engine.segment_cache().partials();
+    let (hits, misses) = partials.lookups();
+    assert!(misses > 0 && hits > 0, "{hits} hits, {misses} misses");
+    assert!(partials.entries() > 0);
+    assert!(partials.usage() <= 16 << 10, "{} bytes", partials.usage());
 }
 
 /// A plan in one partition aggregates in one step, which is split so that

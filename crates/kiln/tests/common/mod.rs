@@ -98,6 +98,17 @@ impl Server {
         self.sql(q)["rows"].clone()
     }
 
+    /// The value of the unlabelled metric `name` in `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.request("GET", "/metrics", &[], b"");
+        let text = String::from_utf8(body).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
     pub fn write(&self, table: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
         let (status, body) = self.request("POST", &format!("/v1/write/{table}"), headers, body);
         let v = serde_json::from_slice(&body)

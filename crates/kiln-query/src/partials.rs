@@ -199,6 +199,9 @@ pub(crate) fn bound(expr: &Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr
         .data)
 }
 
+/// An entry holds at most this share of the cache (1/8).
+pub const MAX_ENTRY_SHARE: usize = 8;
+
 /// Partial aggregate rows of held segments, bounded by bytes, least
 /// recently used evicted. Lookups take no global lock.
 #[derive(Debug)]
@@ -285,14 +288,15 @@ impl PartialCache {
 
     /// Keeps `batches` for `segment` under `key`, evicting the least
     /// recently used entries (and those of segments no longer held) to make
-    /// room. Rows larger than the whole cache are not kept.
+    /// room. Rows larger than a [`MAX_ENTRY_SHARE`]th of the cache are not
+    /// kept: one wide group-by would evict every dashboard's rows.
     pub fn insert(&self, segment: &Arc<DecodedSegment>, key: &str, batches: Arc<[RecordBatch]>) {
         let bytes: usize = batches
             .iter()
             .map(RecordBatch::get_array_memory_size)
             .sum::<usize>()
             + key.len();
-        if bytes > self.capacity {
+        if bytes > self.capacity / MAX_ENTRY_SHARE {
             return;
         }
         let _g = self.admit.lock();

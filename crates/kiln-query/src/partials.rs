@@ -27,9 +27,10 @@
 //! Nothing here is durable. Entries die with their decoded segment (a
 //! segment's path is never reused, and the entry holds a weak reference to
 //! check it), and are evicted least recently used within
-//! `--partial-cache-bytes`. Only kept plans (prepared statements run with
-//! a generic plan, [`crate::reuse`]) use it: their scans take the snapshot
-//! when they run.
+//! `--partial-cache-bytes`. Kept plans (prepared statements run with a
+//! generic plan, [`crate::reuse`]) use it, whose scans take the snapshot
+//! when they run, and plans made with their values whose scan reads held
+//! segments only: their scan is planned again when they run.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -46,8 +47,9 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ColumnarValue, InputOrderMode};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
 use crate::dedup::DedupExec;
 use crate::segment_cache::DecodedSegment;
@@ -77,8 +79,8 @@ impl PhysicalOptimizerRule for SegmentPartials {
                 false => (None, input.clone()),
             };
             // The scans of a kept segment's partial rows are cooperative
-            // themselves.
-            if scan.is::<CooperativeExec>() {
+            // themselves, and spread over the aggregate's partitions.
+            if scan.is::<CooperativeExec>() || round_robin(&scan) {
                 scan = scan.children()[0].clone();
             }
             // A one-partition plan aggregates in one step (`Single`): split
@@ -125,6 +127,13 @@ impl PhysicalOptimizerRule for SegmentPartials {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// Whether `plan` only spreads its input's batches over more partitions.
+fn round_robin(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.downcast_ref::<RepartitionExec>().is_some_and(|r| {
+        matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) && !r.preserve_order()
+    })
 }
 
 /// Whether the partial rows of `agg` over a part of its input can be kept:

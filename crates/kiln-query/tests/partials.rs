@@ -127,8 +127,8 @@ async fn prepared(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String 
     text(&stream.try_collect::<Vec<_>>().await.unwrap())
 }
 
-/// `sql` with the values written in: planned with them, no kept partials.
-async fn literal(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String {
+/// `sql` with the values written in, planned with them.
+fn with_values(sql: &str, params: &[ScalarValue]) -> String {
     let mut sql = sql.to_string();
     for (i, p) in params.iter().enumerate().rev() {
         let value = match p {
@@ -139,10 +139,22 @@ async fn literal(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String {
         };
         sql = sql.replace(&format!("${}", i + 1), &value);
     }
-    match engine.execute(&sql).await.unwrap().pop().unwrap() {
+    sql
+}
+
+async fn rows_of(engine: &Engine, sql: &str) -> String {
+    match engine.execute(sql).await.unwrap().pop().unwrap() {
         Output::Rows { batches, .. } => text(&batches),
         other => panic!("not rows: {other:?}"),
     }
+}
+
+/// The answer computed without kept partials: the table read through a
+/// `LIMIT` (no filter passes it, and a scan with a limit keeps nothing).
+async fn literal(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String {
+    let sql = with_values(sql, params)
+        .replace("FROM ev", "FROM (SELECT * FROM ev LIMIT 1000000000) AS ev");
+    rows_of(engine, &sql).await
 }
 
 /// Every query, with each of `ranges`, each experiment, two thresholds:
@@ -227,6 +239,38 @@ async fn parquet_segments_and_a_small_cache() {
     assert!(misses > 0 && hits > 0, "{hits} hits, {misses} misses");
     assert!(partials.entries() > 0);
     assert!(partials.usage() <= 64 << 10, "{} bytes", partials.usage());
+}
+
+/// A query planned with its values (simple query protocol, HTTP) over
+/// held segments keeps and finds partials too.
+#[tokio::test]
+async fn queries_with_values_keep_partials_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    let day = |d: i64| START_NS + d * DAY_NS;
+    let lookups = || engine.segment_cache().partials().lookups();
+    for round in 0..2 {
+        for sql in QUERIES {
+            for (from, to) in [(day(0), day(4)), (day(1), day(3) + 5 * HOUR_NS)] {
+                let params = [
+                    ScalarValue::from(2i64),
+                    ts(from),
+                    ts(to),
+                    ScalarValue::from(300.0),
+                ];
+                let got = rows_of(&engine, &with_values(sql, &params)).await;
+                let before = lookups();
+                let want = literal(&engine, sql, &params).await;
+                assert_eq!(lookups(), before, "the reference keeps nothing");
+                assert_eq!(got, want, "{sql}");
+            }
+        }
+        let (hits, misses) = lookups();
+        match round {
+            0 => assert!(misses > 0, "computed and kept"),
+            _ => assert!(hits > 0, "the second round found what the first kept"),
+        }
+    }
 }
 
 /// A plan in one partition aggregates in one step, which is split so that

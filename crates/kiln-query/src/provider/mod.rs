@@ -197,27 +197,38 @@ impl KilnTable {
         pruning: Option<&Pruner>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let scan = self.scan_snapshot(spec, pruning, false, false)?;
+        // All in memory, held segments included: a group-by over it may
+        // keep its partials per segment.
+        let partials = self.cache.capacity() > 0 && self.cache.partials().enabled();
+        if scan.from_held && scan.files.is_none() && partials {
+            let slices = self.slice_scan(spec, scan.in_memory)?;
+            return Ok(Arc::new(slices.with_origin(self.clone(), spec.clone())));
+        }
         self.plan_scan(spec, scan)
     }
 
     /// The plan reading what `scan_snapshot` left.
     fn plan_scan(&self, spec: &ScanSpec, scan: SnapshotScan) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = scan.files.into_iter().collect();
-        let target = spec.target;
         if !scan.in_memory.is_empty() {
-            inputs.push(Arc::new(SliceScan::new(
-                scan.in_memory,
-                target,
-                self.projected_schema(spec)?,
-                spec.projection.clone(),
-                spec.limit,
-                spec.predicate.clone(),
-            )));
+            inputs.push(Arc::new(self.slice_scan(spec, scan.in_memory)?));
         }
         match inputs.len() {
             0 => Ok(Arc::new(EmptyExec::new(self.projected_schema(spec)?))),
             _ => UnionExec::try_new(inputs),
         }
+    }
+
+    /// The scan of `batches` held in memory.
+    fn slice_scan(&self, spec: &ScanSpec, batches: Vec<Filtered>) -> DfResult<SliceScan> {
+        Ok(SliceScan::new(
+            batches,
+            spec.target,
+            self.projected_schema(spec)?,
+            spec.projection.clone(),
+            spec.limit,
+            spec.predicate.clone(),
+        ))
     }
 
     /// The schema a scan outputs.
@@ -284,6 +295,7 @@ impl KilnTable {
         };
         let mut in_memory = vec![];
         let mut held_kept = vec![];
+        let mut from_held = false;
         for ((s, d), kept) in decoded
             .iter()
             .zip(kept_slice_ids(&held, pruning, conjuncts))
@@ -293,6 +305,7 @@ impl KilnTable {
             }
             // Counts the hit and refreshes the segment's LRU place.
             let _ = self.cache.get(&s.meta.path);
+            from_held = true;
             match by_segment {
                 true => held_kept.push(Held {
                     segment: d.clone(),
@@ -405,6 +418,7 @@ impl KilnTable {
             files: files_plan,
             in_memory,
             held: held_kept,
+            from_held,
         })
     }
 }
@@ -418,6 +432,8 @@ struct SnapshotScan {
     in_memory: Vec<Filtered>,
     /// With `by_segment`: the held segments with slices to read.
     held: Vec<Held>,
+    /// Whether any held segment has slices to read.
+    from_held: bool,
 }
 
 /// A held segment's slices a scan reads: each slice's index and the

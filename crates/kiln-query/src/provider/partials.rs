@@ -38,17 +38,28 @@ use crate::pruning::Residual;
 use crate::segment_cache::DecodedSegment;
 
 /// The node replacing `agg` (a `Partial` aggregate over `dedup`, if any,
-/// over `scan`), or None if `scan` is not a kept plan's scan of a Kiln
-/// table with the partial cache on, or it has a limit.
+/// over `scan`), or None if `scan` is neither a kept plan's scan of a Kiln
+/// table nor a scan of held segments planned with its values, the caches
+/// are off, or it has a limit.
 pub(crate) fn partials_over(
     agg: Arc<dyn ExecutionPlan>,
     dedup: Option<Arc<dyn ExecutionPlan>>,
     scan: Arc<dyn ExecutionPlan>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    // A kept plan's scan, or one planned with its values from held
+    // segments, planned again at each run.
+    let scan = match scan.downcast_ref::<SliceScan>() {
+        Some(s) => match &s.origin {
+            Some((table, spec)) => Arc::new(LazyScan::new(table.clone(), spec.clone())?) as _,
+            None => return Ok(None),
+        },
+        None => scan,
+    };
     let Some(lazy) = scan.downcast_ref::<LazyScan>() else {
         return Ok(None);
     };
-    if !lazy.table.cache.partials().enabled() || lazy.spec.limit.is_some() {
+    let cache = &lazy.table.cache;
+    if cache.capacity() == 0 || !cache.partials().enabled() || lazy.spec.limit.is_some() {
         return Ok(None);
     }
     Ok(Some(Arc::new(PartialsExec {

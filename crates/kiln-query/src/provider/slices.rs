@@ -40,6 +40,10 @@ pub(super) struct SliceScan {
     /// The query's whole filter, for display.
     predicate: Option<Arc<dyn PhysicalExpr>>,
     properties: Arc<PlanProperties>,
+    /// The table and scan it was planned from, when it reads held
+    /// segments: a group-by over it can keep partials per segment
+    /// ([`super::partials`]) by planning the scan again when it runs.
+    pub(super) origin: Option<(super::KilnTable, super::ScanSpec)>,
 }
 
 impl SliceScan {
@@ -69,7 +73,13 @@ impl SliceScan {
             fetch,
             predicate,
             properties,
+            origin: None,
         }
+    }
+
+    pub(super) fn with_origin(mut self, table: super::KilnTable, spec: super::ScanSpec) -> Self {
+        self.origin = Some((table, spec));
+        self
     }
 }
 

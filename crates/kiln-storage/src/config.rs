@@ -108,11 +108,11 @@ pub struct StorageConfig {
     #[arg(long, env = "KILN_SEGMENT_CACHE_BYTES", default_value = "2GiB", value_parser = parse_bytes)]
     pub segment_cache_bytes: usize,
 
-    /// Memory for partial aggregates of held segments (0: off). A prepared
-    /// statement's GROUP BY, run with a generic plan, keeps the part it
-    /// computed over each decoded segment; the next run asking the same of
-    /// that segment (same aggregate, same values, same slices) reuses it
-    /// and reads only what is not kept, such as the memstore.
+    /// Memory for partial aggregates of held segments (0: off). A GROUP BY
+    /// keeps the part it computed over each decoded segment; the next query
+    /// asking the same of that segment (same aggregate, same values, same
+    /// slices) reuses it and reads only what is not kept, such as the
+    /// memstore.
     #[arg(long, env = "KILN_PARTIAL_CACHE_BYTES", default_value = "1GiB", value_parser = parse_bytes)]
     pub partial_cache_bytes: usize,
 

@@ -1,8 +1,9 @@
-//! [`PartialsExec`]: a `Partial` aggregate over a kept plan's scan that
-//! keeps each held segment's rows ([`crate::partials`] says why).
+//! [`PartialsExec`]: a `Partial` aggregate over a table scan that keeps
+//! each held segment's rows ([`crate::partials`] says why).
 //!
-//! At its first `execute` of a run it pins the snapshot as [`LazyScan`]
-//! does, but keeps the held segments apart: each is a unit whose partial
+//! The scan is a kept plan's [`LazyScan`], or one made from a scan planned
+//! with its values (`SliceScan::origin`). At its first `execute` of a run
+//! it pins the snapshot as [`LazyScan`] does, but keeps the held segments apart: each is a unit whose partial
 //! rows come from the [`PartialCache`] or are computed over that segment
 //! alone (the aggregate, and the dedup node if the plan has one, over a
 //! scan of its kept slices) and then kept. The rest (memstore rows,

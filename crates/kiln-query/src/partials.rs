@@ -24,9 +24,10 @@
 //! and keeps them; the memstore and segments read from Parquet are
 //! aggregated as before. The `Final` aggregate above merges all of it.
 //!
-//! Nothing here is durable. Entries die with their decoded segment (a
-//! segment's path is never reused, and the entry holds a weak reference to
-//! check it), and are evicted least recently used within
+//! Nothing here is durable. An entry is keyed by its decoded segment's
+//! address, which the entry's weak reference keeps from being reused, so
+//! it is found only through that segment. When room is needed, entries of
+//! segments no longer held go first, then the least recently used, within
 //! `--partial-cache-bytes`. Kept plans (prepared statements run with a
 //! generic plan, [`crate::reuse`]) use it, whose scans take the snapshot
 //! when they run, and plans made with their values whose scan reads held
@@ -281,11 +282,9 @@ impl PartialCache {
 
     /// The rows kept for `segment` under `key`, if any.
     pub fn get(&self, segment: &Arc<DecodedSegment>, key: &str) -> Option<Arc<[RecordBatch]>> {
-        let found = self
-            .map
-            .get(&Self::key(segment, key))
-            .filter(|e| std::ptr::eq(e.segment.as_ptr(), Arc::as_ptr(segment)));
-        let Some(e) = found else {
+        // The key's address is the segment's: an entry's weak reference
+        // keeps the address from being reused while the entry lives.
+        let Some(e) = self.map.get(&Self::key(segment, key)) else {
             self.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         };
@@ -310,25 +309,24 @@ impl PartialCache {
         }
         let _g = self.admit.lock();
         let key = Self::key(segment, key);
-        let dead: Vec<_> = self
-            .map
-            .iter()
-            .filter(|e| e.segment.strong_count() == 0)
-            .map(|e| e.key().clone())
-            .collect();
-        for k in dead.iter().chain(std::iter::once(&key)) {
-            self.remove(k);
-        }
+        self.remove(&key);
         if self.usage() + bytes > self.capacity {
-            // Down to 7/8 of the capacity in one pass: under a working set
-            // larger than the cache, one walk of the entries serves many
-            // inserts.
+            // Entries of segments no longer held first, then the least
+            // recently used, down to 7/8 of the capacity in one walk: a
+            // walk per insert would cost every miss of a working set
+            // larger than the cache.
             let mut by_age: Vec<_> = self
                 .map
                 .iter()
-                .map(|e| (e.last_used.load(Ordering::Relaxed), e.key().clone()))
+                .map(|e| {
+                    let alive = e.segment.strong_count() > 0;
+                    (
+                        (alive, e.last_used.load(Ordering::Relaxed)),
+                        e.key().clone(),
+                    )
+                })
                 .collect();
-            by_age.sort_unstable_by_key(|(used, _)| *used);
+            by_age.sort_unstable_by_key(|(order, _)| *order);
             let room = self.capacity - self.capacity / 8;
             for (_, k) in by_age {
                 if self.usage() + bytes <= room {

@@ -166,15 +166,12 @@ impl PartialsExec {
             units.push(match cache.get(&held.segment, &key) {
                 Some(rows) => Unit::Kept(rows),
                 None => {
-                    let filter = |left: Residual| match filters.get(&left) {
-                        Some(f) => f.clone(),
-                        None => conjuncts.and_then(|c| c.filter(left)),
-                    };
+                    // Every set of conjuncts left here has its filter made above.
                     let batches = held
                         .segment
                         .merged(held.kept)
                         .into_iter()
-                        .map(|(b, left)| (b, filter(left)))
+                        .map(|(b, left)| (b, filters[&left].clone()))
                         .collect();
                     Unit::Compute {
                         segment: held.segment,

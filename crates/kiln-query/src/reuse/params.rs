@@ -121,10 +121,6 @@ impl ScalarUDFImpl for Param {
         Ok(self.name.clone())
     }
 
-    fn display_name(&self, _: &[Expr]) -> Result<String> {
-        Ok(self.name.clone())
-    }
-
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
         Ok(ColumnarValue::Scalar(self.slots.get(self.index)))
     }

@@ -295,3 +295,22 @@ async fn a_generic_plan_computes_its_shared_cte_again_for_each_value() {
         .to_string();
     assert_eq!(plan.matches("SharedExec").count(), 2, "{plan}");
 }
+
+/// A parameter inside an expression the plan above names by its text
+/// (`sum(CASE WHEN id > $1 ...)`) still gets a generic plan.
+#[tokio::test]
+async fn a_parameter_inside_an_aggregate_keeps_a_generic_plan() {
+    const SUM: &str = "SELECT CAST(sum(CASE WHEN id > $1 THEN 1 ELSE 0 END) AS VARCHAR) FROM kv";
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    assert_eq!(lookup(&engine, SUM, 1).await, ["2"]);
+    let s = statement(&engine, SUM);
+    s.choice.store(GENERIC, Ordering::Relaxed);
+    assert_eq!(lookup(&engine, SUM, 2).await, ["1"]);
+    assert_eq!(
+        s.choice.load(Ordering::Relaxed),
+        GENERIC,
+        "generic plan made"
+    );
+    assert_eq!(idle(&engine, SUM), 1);
+}

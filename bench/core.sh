@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of the storage core (issue: durable write path), as recorded in
+# Benchmarks of the storage core (generation, import, durable commits, GROUP BY), as recorded in
 # docs/benchmarks.md. Usage: bench/core.sh [ROWS]   (default 10000000)
 # Needs a release build: cargo build --release -p kiln
 set -euo pipefail

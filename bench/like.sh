@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LIKE and exact-distinct benchmarks (experiment analytics issue), Kiln vs
+# LIKE and exact-distinct benchmarks, Kiln vs
 # DataFusion-on-Parquet vs DuckDB, on the data bench/core.sh generated and
 # imported. Usage: bench/like.sh   (after bench/core.sh)
 set -euo pipefail

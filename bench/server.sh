@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks of `kiln serve` (issue 3), in one run on this machine:
+# Benchmarks of `kiln serve`, in one run on this machine:
 #  1. HTTP write rows/s: batches of 1, 100 and 10,000 rows, 1 and 64
 #     clients, ack=durable and ack=memory (`kiln bench write`);
 #  2. pgbench (-n -M prepared -j 2) with `SELECT 1` and a one-row lookup at

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Measurement helpers for docs/benchmarks.md (see bench/prof/README.md).
+# Measurement helpers for docs/benchmarks.md and docs/benchmark-history.md (see bench/prof/README.md).
 HERE="$(cd "$(dirname "$0")" && pwd)"; PY="${PY:-$HOME/.cache/kiln/peers-venv/bin/python}"
 # instr.sh BIN... : per binary, serve /tmp/ab-a, warm, then count the server's instructions and task-clock over mix.py's 15 queries x 10 params (single client)
 for B in "$@"; do

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Measurement helpers for docs/benchmarks.md (see bench/prof/README.md).
+# Measurement helpers for docs/benchmarks.md and docs/benchmark-history.md (see bench/prof/README.md).
 HERE="$(cd "$(dirname "$0")" && pwd)"; PY="${PY:-$HOME/.cache/kiln/peers-venv/bin/python}"
 # qinstr.sh "QUERY_PREFIXES" BIN... : instructions per query over 10 runs each
 # (EV=task-clock: CPU ms instead, where the machine has no hardware counters)

@@ -1,7 +1,7 @@
 //! Kiln's benchmark tooling: a deterministic data generator ([`r#gen`]) and
-//! load drivers that act like the tools of the field reports ([`load`]):
-//! closed-loop query clients printing JMeter-style tables (seeds/000) and a
-//! YCSB-style write load reporting latency per second (seeds/003).
+//! load drivers that act like common load tools ([`load`]):
+//! closed-loop query clients printing JMeter-style tables and a
+//! YCSB-style write load reporting latency per second.
 //!
 //! `gen` is a reserved keyword in Rust 2024, so the module is declared as
 //! `r#gen`; the commonly used items are re-exported at the crate root so

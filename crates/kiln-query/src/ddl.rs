@@ -18,9 +18,10 @@ pub enum Ddl {
 /// Recognizes the statements Kiln handles itself.
 pub fn parse(stmt: &Statement) -> Result<Option<Ddl>> {
     match stmt {
-        Statement::CreateTable(ct) if ct.query.is_none() && !ct.external => {
-            Ok(Some(Ddl::Create(create_table(ct)?)))
-        }
+        Statement::CreateTable(ct) if ct.query.is_some() => Err(Error::Unsupported(
+            "CREATE TABLE ... AS SELECT: create the table, then INSERT INTO it ... SELECT".into(),
+        )),
+        Statement::CreateTable(ct) if !ct.external => Ok(Some(Ddl::Create(create_table(ct)?))),
         Statement::Drop {
             object_type: ObjectType::Table,
             if_exists,
@@ -196,9 +197,10 @@ pub fn check_insert_values(stmt: &Statement, db: &kiln_storage::Db) -> Result<()
             if let (true, Some(i)) = (is_null, target)
                 && !cols[*i].nullable
             {
-                return Err(kiln_storage::Error::InvalidRow {
+                return Err(kiln_storage::Error::NotNull {
                     row: r + 1,
-                    msg: missing(*i),
+                    column: cols[*i].name.clone(),
+                    time: *i == time,
                 }
                 .into());
             }

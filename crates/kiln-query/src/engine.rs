@@ -1,29 +1,68 @@
-//! [`Engine`]: runs SQL text against a [`Db`]. Kiln's own DDL is handled
-//! here; every other statement is planned and executed by the shared
-//! DataFusion session. Every protocol shares one engine, so they share the
-//! session's caches and one [`QueryRegistry`] (admission, timeouts,
-//! `system.queries`).
+//! [`Engine`]: the one door into the query layer. Every statement from
+//! every entry point (HTTP, the PostgreSQL simple and extended protocols,
+//! COPY, the embedded CLI) is registered here as a query ([`Engine::begin`]:
+//! admission, deadline, cancellation, `system.queries`) and run here
+//! ([`Engine::run`], [`Engine::run_prepared`], [`Engine::run_planned`]):
+//! Kiln's DDL is recognised in one place ([`crate::ddl`]), INSERTs are
+//! checked, and everything else is planned with the query's share of the
+//! cores and executed by the shared DataFusion session, its rows guarded
+//! by the query's handle. Protocols only parse, bind and encode.
 
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
-use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::common::{DataFusionError, ParamValues, ScalarValue};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
 use kiln_storage::Db;
 
+use crate::admission::{QueryHandle, QueryRegistry};
+use crate::cache::{Caches, PartialCache, SegmentCache};
+use crate::config::QueryConfig;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
-use crate::queries::{QueryLimits, QueryRegistry};
-use crate::reuse::{PlanCache, cast_param};
-use crate::segment_cache::SegmentCache;
-use crate::session::build_session;
+use crate::plan_cache::{PlanCache, cast_param};
+use crate::session::{build_session, query_state};
+
+/// Who sends a query: its protocol and, over the PostgreSQL wire, the
+/// connection's backend pid (which a CancelRequest names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    pub protocol: &'static str,
+    pub session: Option<i32>,
+}
+
+impl Origin {
+    pub const HTTP: Origin = Origin {
+        protocol: "http",
+        session: None,
+    };
+    /// `kiln sql --data-dir`, `kiln bench` and tests: the engine in process.
+    pub const EMBEDDED: Origin = Origin {
+        protocol: "embedded",
+        session: None,
+    };
+
+    /// A PostgreSQL connection with backend pid `pid`.
+    pub fn pg(pid: i32) -> Self {
+        Origin {
+            protocol: "pg",
+            session: Some(pid),
+        }
+    }
+}
+
+/// One registered query: hold it while its rows are read; dropping the last
+/// clone records its final status.
+pub type Query = Arc<QueryHandle>;
 
 /// The result of one statement.
 #[derive(Debug)]
@@ -50,48 +89,63 @@ pub enum Streamed {
     },
 }
 
+impl Streamed {
+    /// Reads every row.
+    pub async fn collect(self) -> Result<Output> {
+        Ok(match self {
+            Streamed::Command { tag, rows } => Output::Command { tag, rows },
+            Streamed::Rows { schema, stream } => Output::Rows {
+                schema,
+                batches: stream.try_collect().await?,
+            },
+        })
+    }
+}
+
 /// SQL over one database. Cheap to share: clone the `Arc` around it.
 pub struct Engine {
     db: Db,
     ctx: SessionContext,
     queries: Arc<QueryRegistry>,
-    cache: Arc<SegmentCache>,
+    caches: Arc<Caches>,
     plans: PlanCache,
 }
 
 impl Engine {
-    /// Builds the engine and its session once, with default query limits.
+    /// Builds the engine and its session once, with the default settings.
     pub fn new(db: Db) -> Result<Self> {
-        Self::with_limits(db, QueryLimits::default())
+        Self::with_config(db, &QueryConfig::default())
     }
 
-    /// Builds the engine with the given admission and timeout limits.
-    pub fn with_limits(db: Db, limits: QueryLimits) -> Result<Self> {
+    /// Builds the engine and its session once, with `config`'s limits and caches.
+    pub fn with_config(db: Db, config: &QueryConfig) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let mode = limits.plan_cache_mode;
-        let queries = QueryRegistry::new(limits);
-        let cache = Arc::new(
-            SegmentCache::new(db.store().clone(), db.config().segment_cache_bytes)
-                .with_partials(db.config().partial_cache_bytes),
-        );
-        let ctx = build_session(&db, cores, queries.clone(), cache.clone())?;
+        let queries = QueryRegistry::new(config.limits());
+        let caches = Arc::new(Caches {
+            segments: Arc::new(SegmentCache::new(
+                db.store().clone(),
+                config.segment_cache_bytes.as_usize(),
+            )),
+            partials: PartialCache::new(config.partial_cache_bytes.as_usize()),
+        });
+        let ctx = build_session(&db, cores, queries.clone(), caches.clone())?;
         Ok(Self {
-            plans: PlanCache::new(db.clone(), mode),
+            plans: PlanCache::new(db.clone(), config.plan_cache_mode),
             db,
             ctx,
             queries,
-            cache,
+            caches,
         })
     }
 
-    /// Running and recent queries; protocols register theirs here.
+    /// Running and recent queries.
     pub fn queries(&self) -> &Arc<QueryRegistry> {
         &self.queries
     }
 
-    /// Hot segments held decoded.
-    pub fn segment_cache(&self) -> &Arc<SegmentCache> {
-        &self.cache
+    /// Hot segments held decoded and the partial aggregates kept over them.
+    pub fn caches(&self) -> &Arc<Caches> {
+        &self.caches
     }
 
     /// Kept plans of prepared statements.
@@ -112,76 +166,173 @@ impl Engine {
         query_state(&self.ctx, &self.queries)
     }
 
-    /// Runs a prepared query: `logical` is the plan of `sql` with
-    /// placeholders `$1..$n` of `types`, `params` their values. Repeated
-    /// statements may run a kept plan ([`crate::reuse`]).
-    pub async fn execute_prepared(
-        &self,
-        sql: &str,
-        logical: &LogicalPlan,
-        types: &[DataType],
-        params: &[ScalarValue],
-    ) -> Result<SendableRecordBatchStream> {
-        Ok(self
-            .plans
-            .execute(&self.ctx, &self.queries, sql, logical, types, params)
-            .await?)
-    }
-
-    /// Splits SQL text into statements.
+    /// Splits SQL text into statements (DataFusion's dialect).
     pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
         let stmts = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
             .map_err(|e| Error::Sql(format!("SQL error: {e}")))?;
         Ok(stmts.into_iter().collect())
     }
 
-    /// Runs every statement of `sql` in order, stopping at the first error.
+    /// Whether Kiln runs `stmt` itself (its DDL) rather than DataFusion: a
+    /// protocol that plans statements ahead (PostgreSQL's Parse) gives
+    /// these an empty plan. Errors on DDL Kiln refuses.
+    pub fn is_ddl(stmt: &Statement) -> Result<bool> {
+        Ok(ddl::parse(stmt)?.is_some())
+    }
+
+    /// Registers `text` as one query from `origin` and waits for an
+    /// execution slot: fails at once when the queue is full
+    /// ([`Error::Overloaded`]), or with the query's deadline or cancel
+    /// while waiting. Every statement of `text` then runs under it.
+    pub async fn begin(&self, origin: Origin, text: &str) -> Result<Query> {
+        Ok(Arc::new(
+            self.queries
+                .begin(origin.protocol, text, origin.session)
+                .await?,
+        ))
+    }
+
+    /// Runs every statement of `sql` in order as one embedded query,
+    /// stopping at the first error; rows are collected.
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {
+        let stmts = Self::parse(sql)?;
+        let query = self.begin(Origin::EMBEDDED, sql).await?;
         let mut out = vec![];
-        for stmt in Self::parse(sql)? {
-            out.push(self.execute_statement(stmt).await?);
+        for stmt in stmts {
+            out.push(self.run(&query, stmt, &[]).await?.collect().await?);
         }
         Ok(out)
     }
 
-    /// Runs one parsed statement.
-    pub async fn execute_statement(&self, stmt: DfStatement) -> Result<Output> {
-        match self.execute_streamed(stmt, &[]).await? {
-            Streamed::Command { tag, rows } => Ok(Output::Command { tag, rows }),
-            Streamed::Rows { schema, stream } => Ok(Output::Rows {
-                schema,
-                batches: stream.try_collect().await?,
-            }),
-        }
-    }
-
-    /// Plans one statement, binds `params` to its `$1`, `$2`... (each cast
-    /// to the type the plan infers for it), and starts it: rows are computed
-    /// as the returned stream is polled. DDL and INSERT run to completion
-    /// here and return a command tag.
-    pub async fn execute_streamed(
+    /// Runs one statement of `query`, binding `params` to its `$1`, `$2`...
+    /// (each cast to the type the plan infers for it). DDL and INSERT run
+    /// to completion here and return a command tag; a query's rows are
+    /// computed as the returned stream is polled, under the query's cancel
+    /// and deadline.
+    pub async fn run(
         &self,
+        query: &Query,
         stmt: DfStatement,
         params: &[ScalarValue],
     ) -> Result<Streamed> {
+        self.guarded(query, self.plan_and_start(stmt, params)).await
+    }
+
+    /// Runs one statement planned ahead (PostgreSQL's Parse): `plan` is
+    /// `stmt`'s logical plan with placeholders, `params` their values.
+    /// Kiln's DDL (whose plan is empty) runs from `stmt`.
+    pub async fn run_planned(
+        &self,
+        query: &Query,
+        stmt: &Statement,
+        plan: &LogicalPlan,
+        params: &ParamValues,
+    ) -> Result<Streamed> {
+        self.guarded(query, async {
+            if let Some(ddl) = ddl::parse(stmt)? {
+                return self.run_ddl(ddl).await;
+            }
+            ddl::check_insert_values(stmt, &self.db)?;
+            let plan = match params {
+                ParamValues::List(l) if l.is_empty() => plan.clone(),
+                params => plan.clone().replace_params_with_values(params)?,
+            };
+            self.start_plan(plan).await
+        })
+        .await
+    }
+
+    /// Runs a prepared query: `logical` is the plan of `sql` with
+    /// placeholders `$1..$n` of `types`, `params` their values. Repeated
+    /// statements may run a kept plan ([`crate::plan_cache`]).
+    pub async fn run_prepared(
+        &self,
+        query: &Query,
+        sql: &str,
+        logical: &LogicalPlan,
+        types: &[DataType],
+        params: &[ScalarValue],
+    ) -> Result<Streamed> {
+        self.guarded(query, async {
+            let stream = self
+                .plans
+                .execute(&self.ctx, &self.queries, sql, logical, types, params)
+                .await?;
+            Ok(Streamed::Rows {
+                schema: stream.schema(),
+                stream,
+            })
+        })
+        .await
+    }
+
+    /// Runs `start` under `query`'s cancel and deadline, records its error,
+    /// and puts the rows it returns under the query too.
+    async fn guarded(
+        &self,
+        query: &Query,
+        start: impl Future<Output = Result<Streamed>>,
+    ) -> Result<Streamed> {
+        let started = match query.run(start).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) | Err(e) => {
+                query.fail(&e);
+                return Err(e);
+            }
+        };
+        Ok(match started {
+            Streamed::Rows { schema, stream } => {
+                let rows = query.clone().guard(
+                    stream,
+                    |b: &RecordBatch| b.num_rows() as u64,
+                    |stop| DataFusionError::External(Box::new(Error::from(stop))),
+                );
+                Streamed::Rows {
+                    stream: Box::pin(RecordBatchStreamAdapter::new(schema.clone(), rows)),
+                    schema,
+                }
+            }
+            command => command,
+        })
+    }
+
+    /// Plans one statement and starts it (see [`Engine::run`]).
+    async fn plan_and_start(&self, stmt: DfStatement, params: &[ScalarValue]) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
-                let Output::Command { tag, rows } = self.run_ddl(ddl).await? else {
-                    unreachable!("DDL returns a command tag")
-                };
-                return Ok(Streamed::Command { tag, rows });
+                return self.run_ddl(ddl).await;
             }
             ddl::check_insert_values(s, &self.db)?;
         }
-        let mut plan = self.ctx.state().statement_to_plan(stmt).await?;
+        let state = self.ctx.state();
+        let mut plan = match state.statement_to_plan(stmt.clone()).await {
+            Ok(plan) => plan,
+            Err(e) => return Err(self.unknown_table(&state, &stmt).unwrap_or(e.into())),
+        };
         if !params.is_empty() {
             plan = bind_params(plan, params)?;
         }
-        self.execute_plan(plan).await
+        self.start_plan(plan).await
+    }
+
+    /// A statement that failed to plan because it names a table that does
+    /// not exist: that table, as a typed error.
+    fn unknown_table(&self, state: &SessionState, stmt: &DfStatement) -> Option<Error> {
+        let refs = state.resolve_table_references(stmt).ok()?;
+        let missing = refs.into_iter().find(|r| {
+            let r = r
+                .clone()
+                .resolve(crate::session::CATALOG, crate::session::SCHEMA);
+            self.ctx
+                .catalog(&r.catalog)
+                .and_then(|c| c.schema(&r.schema))
+                .is_none_or(|s| !s.table_exist(&r.table))
+        })?;
+        Some(kiln_storage::Error::TableNotFound(missing.to_string()).into())
     }
 
     /// Executes a logical plan: INSERTs run to completion, queries stream.
-    pub async fn execute_plan(&self, plan: LogicalPlan) -> Result<Streamed> {
+    async fn start_plan(&self, plan: LogicalPlan) -> Result<Streamed> {
         let insert = matches!(
             &plan,
             LogicalPlan::Dml(DmlStatement {
@@ -214,52 +365,24 @@ impl Engine {
         })
     }
 
-    async fn run_ddl(&self, ddl: Ddl) -> Result<Output> {
-        match ddl {
+    async fn run_ddl(&self, ddl: Ddl) -> Result<Streamed> {
+        let tag = match ddl {
             Ddl::Create(req) => {
                 self.db.create_table(req).await?;
-                Ok(Output::Command {
-                    tag: "CREATE TABLE".into(),
-                    rows: 0,
-                })
+                "CREATE TABLE"
             }
             Ddl::Drop { names, if_exists } => {
                 for name in names {
                     self.db.drop_table(&name, if_exists).await?;
                 }
-                Ok(Output::Command {
-                    tag: "DROP TABLE".into(),
-                    rows: 0,
-                })
+                "DROP TABLE"
             }
-        }
+        };
+        Ok(Streamed::Command {
+            tag: tag.into(),
+            rows: 0,
+        })
     }
-}
-
-/// The session state to plan one query with: the session's, with the
-/// query's parallelism (`target_partitions`) divided among the queries
-/// running now.
-///
-/// Why: a query split into N partitions pays for it with repartitioning and
-/// a second aggregation phase. That buys latency when cores are idle, and
-/// nothing when other queries already keep them busy: with 25 dashboard
-/// clients on 2 cores, planning every query with 1 partition served
-/// 15-37% more queries per second (docs/benchmarks.md). A query alone still
-/// gets every core.
-pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionState {
-    let mut state = ctx.state();
-    let max = state.config().target_partitions();
-    let n = partitions_for(max, queries.running());
-    if n != max {
-        state.config_mut().options_mut().execution.target_partitions = n;
-    }
-    state
-}
-
-/// Partitions for one query when `running` queries (itself included) share
-/// `max` partitions' worth of cores.
-pub(crate) fn partitions_for(max: usize, running: usize) -> usize {
-    (max / running.max(1)).max(1)
 }
 
 /// Binds positional parameters, casting each value to the type the plan
@@ -286,37 +409,4 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
     Ok(plan.replace_params_with_values(&ParamValues::List(
         bound.into_iter().map(Into::into).collect(),
     ))?)
-}
-
-#[cfg(test)]
-mod tests {
-    use datafusion::prelude::{SessionConfig, SessionContext};
-
-    use super::*;
-    use crate::queries::QueryLimits;
-
-    #[test]
-    fn partitions_are_shared_among_running_queries() {
-        assert_eq!(partitions_for(2, 0), 2);
-        assert_eq!(partitions_for(2, 1), 2);
-        assert_eq!(partitions_for(2, 2), 1);
-        assert_eq!(partitions_for(2, 150), 1);
-        assert_eq!(partitions_for(8, 3), 2);
-        assert_eq!(partitions_for(1, 1), 1);
-    }
-
-    #[tokio::test]
-    async fn a_query_planned_beside_others_gets_fewer_partitions() {
-        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
-        let queries = QueryRegistry::new(QueryLimits::default());
-        let partitions = |q: &QueryRegistry| query_state(&ctx, q).config().target_partitions();
-        assert_eq!(partitions(&queries), 4);
-        let a = queries.begin("pg", "a", None).await.unwrap();
-        let b = queries.begin("pg", "b", None).await.unwrap();
-        assert_eq!(partitions(&queries), 2);
-        drop((a, b));
-        assert_eq!(partitions(&queries), 4);
-        // The session's own setting is untouched.
-        assert_eq!(ctx.state().config().target_partitions(), 4);
-    }
 }

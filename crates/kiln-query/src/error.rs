@@ -1,6 +1,8 @@
-//! The query layer's one error type. Storage errors raised inside DataFusion
-//! execution (an INSERT's sink) are unwrapped back into
-//! [`Error::Storage`], so callers can map every error kind in one place.
+//! The query layer's one error type and its [`ErrorKind`]. Storage errors
+//! raised inside DataFusion execution (an INSERT's sink) and Kiln's own
+//! errors carried through a row stream are unwrapped back into [`Error`],
+//! so a caller maps every kind in one place (the server's status codes and
+//! SQLSTATEs) by matching kinds, never messages.
 
 use datafusion::error::DataFusionError;
 
@@ -10,9 +12,13 @@ pub enum Error {
     /// Rejected by the storage engine (unknown table, bad rows, I/O...).
     #[error(transparent)]
     Storage(#[from] kiln_storage::Error),
-    /// SQL that does not parse, or that Kiln does not support.
+    /// SQL that does not parse or plan (a syntax error, an unknown column,
+    /// a parameter without a value).
     #[error("{0}")]
     Sql(String),
+    /// SQL Kiln understands but does not support.
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// Planning or execution failure inside DataFusion.
     #[error("{0}")]
     DataFusion(Box<DataFusionError>),
@@ -35,12 +41,82 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is: every error has exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Raised by the storage engine.
+    Storage(kiln_storage::ErrorKind),
+    /// SQL that does not parse or plan.
+    Syntax,
+    /// SQL Kiln or DataFusion does not support.
+    Unsupported,
+    /// Values that do not fit: a bad cast, a bad file or body.
+    InvalidData,
+    DivisionByZero,
+    /// A memory or other resource limit was reached.
+    ResourcesExhausted,
+    /// Refused at admission.
+    Overloaded,
+    Timeout,
+    Cancelled,
+    /// A failure inside Kiln or DataFusion; a bug or the environment.
+    Internal,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Storage(s) => ErrorKind::Storage(s.kind()),
+            Error::Sql(_) => ErrorKind::Syntax,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::DataFusion(df) => datafusion_kind(df),
+            Error::Import { .. } => ErrorKind::InvalidData,
+            Error::Overloaded(_) => ErrorKind::Overloaded,
+            Error::Timeout(_) => ErrorKind::Timeout,
+            Error::Cancelled => ErrorKind::Cancelled,
+            Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),
+        }
+    }
+}
+
+/// The kind of a DataFusion error, from its innermost typed cause.
+fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
+    use arrow::error::ArrowError as A;
+    match e.find_root() {
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            A::DivideByZero => ErrorKind::DivisionByZero,
+            A::CastError(_) | A::ParseError(_) | A::InvalidArgumentError(_) => {
+                ErrorKind::InvalidData
+            }
+            A::MemoryError(_) => ErrorKind::ResourcesExhausted,
+            _ => ErrorKind::Internal,
+        },
+        DataFusionError::NotImplemented(_) => ErrorKind::Unsupported,
+        DataFusionError::Plan(_) | DataFusionError::SQL(..) | DataFusionError::SchemaError(..) => {
+            ErrorKind::Syntax
+        }
+        DataFusionError::Execution(_) => ErrorKind::InvalidData,
+        DataFusionError::ResourcesExhausted(_) => ErrorKind::ResourcesExhausted,
+        DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
+            Some(kiln) => kiln.kind(),
+            None => match inner.downcast_ref::<kiln_storage::Error>() {
+                Some(s) => ErrorKind::Storage(s.kind()),
+                None => ErrorKind::Internal,
+            },
+        },
+        _ => ErrorKind::Internal,
+    }
+}
+
 impl From<DataFusionError> for Error {
     fn from(e: DataFusionError) -> Self {
         match e {
             DataFusionError::External(inner) => match inner.downcast::<kiln_storage::Error>() {
                 Ok(s) => Error::Storage(*s),
-                Err(other) => Error::DataFusion(Box::new(DataFusionError::External(other))),
+                Err(other) => match other.downcast::<Error>() {
+                    Ok(kiln) => *kiln,
+                    Err(other) => Error::DataFusion(Box::new(DataFusionError::External(other))),
+                },
             },
             DataFusionError::Context(ctx, inner) => match Error::from(*inner) {
                 Error::DataFusion(inner) => {

@@ -294,11 +294,13 @@ pub async fn import_file(
         .ok_or_else(|| kiln_storage::Error::TableNotFound(table.into()))?;
     let (p, schema) = (path.to_path_buf(), t.schema.clone());
     let decoded = tokio::task::block_in_place(|| decode(&p, format, &schema, progress))?;
-    db.load(table, &decoded.batches).await.map_err(|e| match e {
-        kiln_storage::Error::InvalidRow { row, msg } => Error::Import {
-            file: path.display().to_string(),
-            msg: format!("line {}: {msg}", decoded.line_of(row)),
-        },
-        other => other.into(),
-    })
+    db.load(table, &decoded.batches)
+        .await
+        .map_err(|e| match e.bad_row() {
+            Some((row, msg)) => Error::Import {
+                file: path.display().to_string(),
+                msg: format!("line {}: {msg}", decoded.line_of(row)),
+            },
+            None => e.into(),
+        })
 }

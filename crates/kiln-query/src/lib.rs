@@ -1,35 +1,48 @@
 //! Kiln's SQL layer on DataFusion.
 //!
-//! [`Engine`] owns one DataFusion session, built once and shared by every
-//! query; Kiln tables appear in it through [`KilnTable`], which scans a
-//! pinned snapshot of segments plus memstore rows, pruned by the query's
-//! filters. DDL (`CREATE TABLE`, `DROP TABLE`) is Kiln's own; everything
-//! else, including `INSERT`, `EXPLAIN` and information_schema, is DataFusion.
+//! [`Engine`] is the one door: every statement of every protocol is
+//! registered, admitted and run through it, on one DataFusion session built
+//! once and shared by every query. Kiln tables appear in it through
+//! [`KilnTable`], which scans a pinned snapshot of segments plus memstore
+//! rows, pruned by the query's filters. DDL (`CREATE TABLE`, `DROP TABLE`)
+//! is Kiln's own; everything else, including `INSERT`, `EXPLAIN` and
+//! information_schema, is DataFusion.
+//!
+//! Modules, in layer order (each uses only those below it):
+//! - [`engine`]: the door: parse, DDL or plan, admission, guarded rows;
+//! - [`plan_cache`] (custom and generic plans of prepared statements),
+//!   [`ddl`] (Kiln's DDL), [`import`] (files and bodies into rows);
+//! - [`session`]: the DataFusion session, its rules and catalog, and each
+//!   query's share of the cores;
+//! - [`rules`] (optimizer rules) and [`system`] (`system.*` tables);
+//! - [`scan`]: the table provider and its execution nodes;
+//! - [`cache`]: decoded segments and partial aggregates;
+//! - [`pruning`]: min/max statistics against filters;
+//! - leaves: [`admission`] (query registry: slots, deadlines, cancel),
+//!   [`functions`] (Kiln's SQL functions), [`config`], [`error`].
 
-mod ddl;
-mod dedup;
-mod engine;
-mod error;
+pub mod admission;
+pub mod cache;
+pub mod config;
+pub mod ddl;
+pub mod engine;
+pub mod error;
 pub mod functions;
 pub mod import;
-pub mod partials;
-mod provider;
+pub mod plan_cache;
 pub mod pruning;
-pub mod queries;
-pub mod reuse;
-pub mod segment_cache;
-mod session;
-pub mod shared;
+pub mod rules;
+pub mod scan;
+pub mod session;
 pub mod system;
-mod time_predicates;
 
-pub use engine::{Engine, Output, Streamed, query_state};
-pub use error::{Error, Result};
-pub use partials::PartialCache;
-pub use provider::KilnTable;
-pub use queries::{
+pub use admission::{
     QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
-pub use reuse::{PlanCache, PlanCacheMode};
-pub use segment_cache::SegmentCache;
-pub use session::{CATALOG, SCHEMA, build_session};
+pub use cache::{Caches, PartialCache, SegmentCache};
+pub use config::{PlanCacheMode, QueryConfig};
+pub use engine::{Engine, Origin, Output, Query, Streamed};
+pub use error::{Error, ErrorKind, Result};
+pub use plan_cache::PlanCache;
+pub use scan::KilnTable;
+pub use session::{CATALOG, SCHEMA, build_session, query_state};

@@ -1,6 +1,6 @@
 //! The DataFusion session, built once per process and shared by every query:
 //! config, runtime (object store, Parquet metadata cache) and the catalog
-//! of Kiln tables. Nothing here is rebuilt or re-read per query (seeds/000).
+//! of Kiln tables. Nothing here is rebuilt or re-read per query.
 
 use std::sync::Arc;
 
@@ -8,15 +8,15 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider};
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
-use crate::provider::KilnTable;
-use crate::queries::QueryRegistry;
-use crate::segment_cache::SegmentCache;
+use crate::admission::QueryRegistry;
+use crate::cache::Caches;
+use crate::scan::KilnTable;
 
 /// Catalog and schema names of user tables.
 pub const CATALOG: &str = "kiln";
@@ -26,7 +26,7 @@ pub const SCHEMA: &str = "public";
 #[derive(Debug)]
 pub struct KilnSchema {
     db: Db,
-    cache: Arc<SegmentCache>,
+    caches: Arc<Caches>,
 }
 
 #[async_trait]
@@ -43,7 +43,7 @@ impl SchemaProvider for KilnSchema {
         Ok(self
             .db
             .table(name)
-            .map(|t| Arc::new(KilnTable::new(self.db.clone(), t, self.cache.clone())) as _))
+            .map(|t| Arc::new(KilnTable::new(self.db.clone(), t, self.caches.clone())) as _))
     }
 
     fn table_exist(&self, name: &str) -> bool {
@@ -56,7 +56,7 @@ pub fn build_session(
     db: &Db,
     target_partitions: usize,
     queries: Arc<QueryRegistry>,
-    cache: Arc<SegmentCache>,
+    caches: Arc<Caches>,
 ) -> DfResult<SessionContext> {
     let mut config = SessionConfig::new()
         .with_information_schema(true)
@@ -73,11 +73,11 @@ pub fn build_session(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
-        .with_analyzer_rule(Arc::new(crate::shared::SharedSubplans))
-        .with_optimizer_rule(Arc::new(crate::time_predicates::TimePredicates))
-        .with_query_planner(Arc::new(crate::shared::QueryPlanner))
-        .with_physical_optimizer_rule(Arc::new(crate::dedup::DropRepeats))
-        .with_physical_optimizer_rule(Arc::new(crate::partials::SegmentPartials))
+        .with_analyzer_rule(Arc::new(crate::rules::shared::SharedSubplans))
+        .with_optimizer_rule(Arc::new(crate::rules::time_predicates::TimePredicates))
+        .with_query_planner(Arc::new(crate::rules::shared::QueryPlanner))
+        .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
+        .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);
@@ -87,7 +87,7 @@ pub fn build_session(
             SCHEMA,
             Arc::new(KilnSchema {
                 db: db.clone(),
-                cache: cache.clone(),
+                caches: caches.clone(),
             }),
         )
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
@@ -97,10 +97,39 @@ pub fn build_session(
             Arc::new(crate::system::SystemSchema::new(
                 db.clone(),
                 queries,
-                cache.clone(),
+                caches,
             )),
         )
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
     ctx.register_catalog(CATALOG, Arc::new(catalog));
     Ok(ctx)
 }
+
+/// The session state to plan one query with: the session's, with the
+/// query's parallelism (`target_partitions`) divided among the queries
+/// running now.
+///
+/// Why: a query split into N partitions pays for it with repartitioning and
+/// a second aggregation phase. That buys latency when cores are idle, and
+/// nothing when other queries already keep them busy: with 25 dashboard
+/// clients on 2 cores, planning every query with 1 partition served
+/// 15-37% more queries per second (docs/benchmark-history.md). A query alone still
+/// gets every core.
+pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionState {
+    let mut state = ctx.state();
+    let max = state.config().target_partitions();
+    let n = partitions_for(max, queries.running());
+    if n != max {
+        state.config_mut().options_mut().execution.target_partitions = n;
+    }
+    state
+}
+
+/// Partitions for one query when `running` queries (itself included) share
+/// `max` partitions' worth of cores.
+pub(crate) fn partitions_for(max: usize, running: usize) -> usize {
+    (max / running.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,7 @@
 //! `system.tables`: one row per table; `system.segments`: one row per
 //! Parquet segment of the current manifest versions (with the memory it
 //! holds in the segment cache, 0 if none); `system.queries`: the
-//! running and recent queries of every protocol (see [`crate::queries`]).
+//! running and recent queries of every protocol (see [`crate::admission`]).
 
 use std::sync::Arc;
 
@@ -21,8 +21,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use kiln_storage::Db;
 
-use crate::queries::QueryRegistry;
-use crate::segment_cache::SegmentCache;
+use crate::admission::QueryRegistry;
+use crate::cache::Caches;
 
 /// Schema name of the system tables.
 pub const SYSTEM: &str = "system";
@@ -45,12 +45,16 @@ const NAMES: [(&str, Kind); 3] = [
 pub struct SystemSchema {
     db: Db,
     queries: Arc<QueryRegistry>,
-    cache: Arc<SegmentCache>,
+    caches: Arc<Caches>,
 }
 
 impl SystemSchema {
-    pub fn new(db: Db, queries: Arc<QueryRegistry>, cache: Arc<SegmentCache>) -> Self {
-        Self { db, queries, cache }
+    pub fn new(db: Db, queries: Arc<QueryRegistry>, caches: Arc<Caches>) -> Self {
+        Self {
+            db,
+            queries,
+            caches,
+        }
     }
 }
 
@@ -65,7 +69,7 @@ impl SchemaProvider for SystemSchema {
             Arc::new(SystemTable {
                 db: self.db.clone(),
                 queries: self.queries.clone(),
-                cache: self.cache.clone(),
+                caches: self.caches.clone(),
                 kind: *kind,
             }) as _
         }))
@@ -80,7 +84,7 @@ impl SchemaProvider for SystemSchema {
 struct SystemTable {
     db: Db,
     queries: Arc<QueryRegistry>,
-    cache: Arc<SegmentCache>,
+    caches: Arc<Caches>,
     kind: Kind,
 }
 
@@ -160,7 +164,7 @@ impl SystemTable {
                         bytes.append_value(s.meta.bytes as i64);
                         lo.append_value(s.meta.min_time);
                         hi.append_value(s.meta.max_time);
-                        cached.append_value(self.cache.held_bytes(&s.meta.path) as i64);
+                        cached.append_value(self.caches.segments.held_bytes(&s.meta.path) as i64);
                     }
                 }
                 vec![

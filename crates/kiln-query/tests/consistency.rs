@@ -9,9 +9,9 @@ use arrow::array::{
     Array, AsArray, Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray,
 };
 use arrow::datatypes::{Float64Type, Int64Type};
-use kiln_query::segment_cache::PREWARM_EXPANSION;
-use kiln_query::{Engine, Output, SegmentCache};
-use kiln_storage::{Db, NANOS_PER_DAY, StorageConfig};
+use kiln_query::cache::segment::PREWARM_EXPANSION;
+use kiln_query::{Engine, Output, QueryConfig, SegmentCache};
+use kiln_storage::{ByteSize, Db, NANOS_PER_DAY, StorageConfig};
 use rand::{Rng, SeedableRng};
 
 const DAY0: i64 = 20_500 * NANOS_PER_DAY;
@@ -214,7 +214,7 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     db.flush_all().await.unwrap();
     let before = db.table("sales").unwrap().segments().len();
     check(&engine, &all, "flushed, before compaction").await;
-    wait_for_entries(engine.segment_cache(), before).await;
+    wait_for_entries(&engine.caches().segments, before).await;
     let merged = db.compact_all().await.unwrap();
     let after = db.table("sales").unwrap().segments().len();
     assert!(
@@ -224,7 +224,7 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     check(&engine, &all, "compacted").await;
     // The merged segments are decoded; the entries of the ones compaction
     // replaced are dropped then, not left to age out.
-    wait_for_entries(engine.segment_cache(), after).await;
+    wait_for_entries(&engine.caches().segments, after).await;
 
     db.close().await.unwrap();
     drop(engine);
@@ -233,7 +233,7 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     // The queries above queued every segment for decoding; once all are
     // held, the same answers come from the segment cache.
     let segments = engine.db().table("sales").unwrap().segments().len();
-    wait_for_entries(engine.segment_cache(), segments).await;
+    wait_for_entries(&engine.caches().segments, segments).await;
     check(&engine, &all, "from the segment cache").await;
     // Obsolete segment files were deleted; only live ones remain on disk.
     let live: usize = engine.db().table("sales").unwrap().segments().len();
@@ -267,10 +267,13 @@ async fn prewarm_decodes_the_newest_segments_that_fit() {
     drop(engine);
 
     // Room for the newest segment only, by the prewarm's estimate.
-    let mut cfg = StorageConfig::for_dir(tmp.path());
-    cfg.segment_cache_bytes = (newest.bytes * PREWARM_EXPANSION) as usize;
-    let engine = Engine::new(Db::open(cfg).await.unwrap()).unwrap();
-    let cache = engine.segment_cache().clone();
+    let config = QueryConfig {
+        segment_cache_bytes: ByteSize::b(newest.bytes * PREWARM_EXPANSION),
+        ..QueryConfig::default()
+    };
+    let db = Db::open(StorageConfig::for_dir(tmp.path())).await.unwrap();
+    let engine = Engine::with_config(db, &config).unwrap();
+    let cache = &engine.caches().segments;
     assert_eq!(cache.entries(), 0);
     assert_eq!(cache.prewarm(engine.db()), 1);
     wait_for_entries(&cache, 1).await;

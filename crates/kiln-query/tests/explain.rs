@@ -55,7 +55,7 @@ async fn explain_plans() {
     insta::assert_snapshot!("segments_pruned_by_time", explain(&engine, q).await);
     // That query queued the segment for decoding; once it is held, the
     // same query scans it in memory (no Parquet reader).
-    let cache = engine.segment_cache().clone();
+    let cache = &engine.caches().segments;
     for _ in 0..500 {
         if cache.entries() == 1 {
             break;

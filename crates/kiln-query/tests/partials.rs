@@ -10,9 +10,8 @@ use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray, Timestamp
 use arrow::datatypes::DataType;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::common::ScalarValue;
-use futures::TryStreamExt;
-use kiln_query::{Engine, Output, PlanCacheMode, QueryLimits};
-use kiln_storage::{Db, StorageConfig};
+use kiln_query::{Engine, Origin, Output, PlanCacheMode, QueryConfig};
+use kiln_storage::{ByteSize, Db, StorageConfig};
 use rand::{Rng, SeedableRng};
 
 const DAY_NS: i64 = 86_400 * 1_000_000_000;
@@ -75,16 +74,14 @@ async fn write(db: &Db, rows: &[(i64, i64, &'static str, i64, Option<f64>)]) {
 /// An engine that always runs prepared statements with generic plans, over
 /// a table of `DAYS` day segments, all held decoded.
 async fn engine(dir: &std::path::Path) -> Engine {
-    engine_with(StorageConfig::for_dir(dir), DAYS as usize).await
+    engine_with(dir, QueryConfig::default(), DAYS as usize).await
 }
 
 /// [`engine`] with `cfg`, waiting until `held` segments are decoded.
-async fn engine_with(cfg: StorageConfig, held: usize) -> Engine {
-    let limits = QueryLimits {
-        plan_cache_mode: PlanCacheMode::ForceGeneric,
-        ..QueryLimits::default()
-    };
-    let engine = Engine::with_limits(Db::open(cfg).await.unwrap(), limits).unwrap();
+async fn engine_with(dir: &std::path::Path, mut config: QueryConfig, held: usize) -> Engine {
+    config.plan_cache_mode = PlanCacheMode::ForceGeneric;
+    let db = Db::open(StorageConfig::for_dir(dir)).await.unwrap();
+    let engine = Engine::with_config(db, &config).unwrap();
     engine
         .execute(
             "CREATE TABLE ev (ts TIMESTAMP NOT NULL, exp BIGINT NOT NULL, arm VARCHAR NOT NULL, \
@@ -95,7 +92,7 @@ async fn engine_with(cfg: StorageConfig, held: usize) -> Engine {
     let db = engine.db().clone();
     write(&db, &rows(7, 40_000)).await;
     db.flush_all().await.unwrap();
-    let cache = engine.segment_cache().clone();
+    let cache = &engine.caches().segments;
     assert_eq!(cache.prewarm(&db), held);
     for _ in 0..500 {
         if cache.entries() == held {
@@ -120,11 +117,15 @@ async fn prepared(engine: &Engine, sql: &str, params: &[ScalarValue]) -> String 
         .await
         .unwrap();
     let types: Vec<DataType> = params.iter().map(ScalarValue::data_type).collect();
-    let stream = engine
-        .execute_prepared(sql, &logical, &types, params)
+    let query = engine.begin(Origin::EMBEDDED, sql).await.unwrap();
+    let streamed = engine
+        .run_prepared(&query, sql, &logical, &types, params)
         .await
         .unwrap();
-    text(&stream.try_collect::<Vec<_>>().await.unwrap())
+    let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
+        panic!("rows expected")
+    };
+    text(&batches)
 }
 
 /// `sql` with the values written in, planned with them.
@@ -182,7 +183,7 @@ async fn check_all(engine: &Engine, ranges: &[(i64, i64)]) {
 async fn kept_partials_answer_as_planned_with_values() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;
-    let partials = || engine.segment_cache().partials().lookups();
+    let partials = || engine.caches().partials.lookups();
     let day = |d: i64| START_NS + d * DAY_NS;
     // Whole days, then ranges that cut a day (its conjuncts stay in the key).
     let ranges = [
@@ -198,7 +199,7 @@ async fn kept_partials_answer_as_planned_with_values() {
         hits > 0,
         "days 1 and 2 of the second range were kept by the first"
     );
-    assert!(engine.segment_cache().partials().usage() > 0);
+    assert!(engine.caches().partials.usage() > 0);
 
     // The same again: every held segment is a hit.
     check_all(&engine, &ranges).await;
@@ -215,11 +216,13 @@ async fn kept_partials_answer_as_planned_with_values() {
 #[tokio::test]
 async fn off_with_no_bytes() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut cfg = StorageConfig::for_dir(tmp.path());
-    cfg.partial_cache_bytes = 0;
-    let engine = engine_with(cfg, DAYS as usize).await;
+    let config = QueryConfig {
+        partial_cache_bytes: ByteSize::ZERO,
+        ..QueryConfig::default()
+    };
+    let engine = engine_with(tmp.path(), config, DAYS as usize).await;
     check_all(&engine, &[(START_NS, START_NS + DAYS * DAY_NS)]).await;
-    assert_eq!(engine.segment_cache().partials().lookups(), (0, 0));
+    assert_eq!(engine.caches().partials.lookups(), (0, 0));
 }
 
 /// Over segments read from Parquet (not held), and a cache too small for
@@ -227,14 +230,16 @@ async fn off_with_no_bytes() {
 #[tokio::test]
 async fn parquet_segments_and_a_small_cache() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut cfg = StorageConfig::for_dir(tmp.path());
     // Room for one decoded day (~0.4 MB each) and a few kept partials.
-    cfg.segment_cache_bytes = 1 << 20;
-    cfg.partial_cache_bytes = 64 << 10;
-    let engine = engine_with(cfg, 1).await;
+    let config = QueryConfig {
+        segment_cache_bytes: ByteSize::mib(1),
+        partial_cache_bytes: ByteSize::kib(64),
+        ..QueryConfig::default()
+    };
+    let engine = engine_with(tmp.path(), config, 1).await;
     let day = |d: i64| START_NS + d * DAY_NS;
     check_all(&engine, &[(day(0), day(4)), (day(2), day(4))]).await;
-    let partials = engine.segment_cache().partials();
+    let partials = &engine.caches().partials;
     let (hits, misses) = partials.lookups();
     assert!(misses > 0 && hits > 0, "{hits} hits, {misses} misses");
     assert!(partials.entries() > 0);
@@ -248,7 +253,7 @@ async fn queries_with_values_keep_partials_too() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;
     let day = |d: i64| START_NS + d * DAY_NS;
-    let lookups = || engine.segment_cache().partials().lookups();
+    let lookups = || engine.caches().partials.lookups();
     for round in 0..2 {
         for sql in QUERIES {
             for (from, to) in [(day(0), day(4)), (day(1), day(3) + 5 * HOUR_NS)] {
@@ -286,6 +291,6 @@ async fn one_partition_plans_keep_partials_too() {
     let day = |d: i64| START_NS + d * DAY_NS;
     let ranges = [(day(0), day(4)), (day(1), day(3))];
     check_all(&engine, &ranges).await;
-    let (hits, misses) = engine.segment_cache().partials().lookups();
+    let (hits, misses) = engine.caches().partials.lookups();
     assert!(hits > 0 && misses > 0, "{hits} hits, {misses} misses");
 }

@@ -113,38 +113,37 @@ impl std::error::Error for ApiError {}
 
 impl From<kiln_storage::Error> for ApiError {
     fn from(e: kiln_storage::Error) -> Self {
-        use kiln_storage::Error as E;
-        let msg = e.to_string();
-        match e {
-            E::TableNotFound(_) => Self::table_not_found(msg),
-            E::TableExists(_) => Self::new(StatusCode::CONFLICT, "table_exists", "42P07", msg),
-            E::InvalidSchema(_) => {
-                Self::new(StatusCode::BAD_REQUEST, "invalid_schema", "42P16", msg)
-            }
-            E::InvalidRow { msg: ref m, .. } if m.contains("NOT NULL") || m.contains("missing") => {
-                Self::new(StatusCode::BAD_REQUEST, "not_null_violation", "23502", msg)
-            }
-            E::InvalidRow { .. } | E::InvalidData(_) => Self::bad_input(msg),
-            E::IdempotencyConflict { .. } => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_conflict",
-                "22000",
-                msg,
-            ),
-            E::ShuttingDown => Self::shutting_down(),
-            _ => Self::internal(msg),
-        }
+        storage_error(e.kind(), e.to_string())
     }
+}
+
+/// Status, code and SQLSTATE of each storage error kind.
+fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
+    use kiln_storage::ErrorKind as K;
+    let (status, code, sqlstate) = match kind {
+        K::TableNotFound => (StatusCode::NOT_FOUND, "table_not_found", "42P01"),
+        K::TableExists => (StatusCode::CONFLICT, "table_exists", "42P07"),
+        K::InvalidSchema => (StatusCode::BAD_REQUEST, "invalid_schema", "42P16"),
+        K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
+        K::NotNull => (StatusCode::BAD_REQUEST, "not_null_violation", "23502"),
+        K::IdempotencyConflict => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_conflict",
+            "22000",
+        ),
+        K::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "57P01"),
+        K::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io_error", "58030"),
+        K::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, "data_corrupted", "XX001"),
+        K::Locked | K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
+    };
+    ApiError::new(status, code, sqlstate, msg)
 }
 
 impl ApiError {
     /// A write's error, with a bad row named where it came from
     /// (`locate(row)`: e.g. `line 7` of a body or a COPY).
     pub fn from_write(e: kiln_storage::Error, locate: impl Fn(usize) -> String) -> Self {
-        let location = match &e {
-            kiln_storage::Error::InvalidRow { row, msg } => Some((locate(*row), msg.clone())),
-            _ => None,
-        };
+        let location = e.bad_row().map(|(row, msg)| (locate(row), msg));
         let mut api = Self::from(e);
         if let Some((at, msg)) = location {
             api.message = format!("{at}: {msg}");
@@ -155,30 +154,25 @@ impl ApiError {
 
 impl From<kiln_query::Error> for ApiError {
     fn from(e: kiln_query::Error) -> Self {
-        use kiln_query::Error as E;
-        match e {
-            E::Storage(s) => s.into(),
-            E::Sql(msg) if is_unknown_table(&msg) => Self::table_not_found(msg),
-            E::Sql(msg) => Self::new(StatusCode::BAD_REQUEST, "syntax_error", "42601", msg),
-            E::DataFusion(df) => from_datafusion(*df),
-            E::Import { file, msg } => Self::bad_input(format!("{file}: {msg}")),
-            E::Overloaded(msg) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53000", msg)
-            }
-            e @ E::Timeout(_) => Self::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                "timeout",
-                "57014",
-                e.to_string(),
-            ),
-            e @ E::Cancelled => Self::new(
+        use kiln_query::ErrorKind as K;
+        let msg = e.to_string();
+        let (status, code, sqlstate) = match e.kind() {
+            K::Storage(kind) => return storage_error(kind, msg),
+            K::Syntax => (StatusCode::BAD_REQUEST, "syntax_error", "42601"),
+            K::Unsupported => (StatusCode::BAD_REQUEST, "not_supported", "0A000"),
+            K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
+            K::DivisionByZero => (StatusCode::BAD_REQUEST, "division_by_zero", "22012"),
+            K::ResourcesExhausted => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "cancelled",
-                "57014",
-                e.to_string(),
+                "resources_exhausted",
+                "53000",
             ),
-            other => Self::internal(other.to_string()),
-        }
+            K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53000"),
+            K::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", "57014"),
+            K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
+            K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
+        };
+        Self::new(status, code, sqlstate, msg)
     }
 }
 
@@ -188,49 +182,16 @@ impl From<DataFusionError> for ApiError {
     }
 }
 
-/// DataFusion reports an unknown table as a planning error.
-fn is_unknown_table(msg: &str) -> bool {
-    msg.contains("table '") && msg.ends_with("' not found")
-}
-
-fn from_datafusion(e: DataFusionError) -> ApiError {
-    use arrow::error::ArrowError as A;
-    let msg = e.to_string();
-    match e.find_root() {
-        DataFusionError::ArrowError(a, _) => match a.as_ref() {
-            A::DivideByZero => {
-                ApiError::new(StatusCode::BAD_REQUEST, "division_by_zero", "22012", msg)
-            }
-            A::CastError(_) | A::ParseError(_) | A::InvalidArgumentError(_) => {
-                ApiError::bad_input(msg)
-            }
-            _ => ApiError::internal(msg),
-        },
-        DataFusionError::NotImplemented(_) => {
-            ApiError::new(StatusCode::BAD_REQUEST, "not_supported", "0A000", msg)
-        }
-        DataFusionError::Plan(_) if is_unknown_table(&msg) => ApiError::table_not_found(msg),
-        DataFusionError::Plan(_) | DataFusionError::SQL(..) | DataFusionError::SchemaError(..) => {
-            ApiError::new(StatusCode::BAD_REQUEST, "syntax_error", "42601", msg)
-        }
-        DataFusionError::Execution(_) => ApiError::bad_input(msg),
-        DataFusionError::ResourcesExhausted(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "resources_exhausted",
-            "53000",
-            msg,
-        ),
-        _ => ApiError::internal(msg),
-    }
-}
-
-/// Maps an error coming back from datafusion-postgres's own execution path
-/// (queries not intercepted by Kiln's hooks) to the same SQLSTATEs.
+/// An error on its way to a PostgreSQL client, whatever raised it: Kiln's
+/// own errors and DataFusion's get their SQLSTATEs here.
 pub fn pg_error(e: PgWireError) -> PgWireError {
     match e {
-        PgWireError::ApiError(inner) => match inner.downcast::<DataFusionError>() {
-            Ok(df) => ApiError::from(*df).to_pg(),
-            Err(other) => PgWireError::ApiError(other),
+        PgWireError::ApiError(inner) => match inner.downcast::<kiln_query::Error>() {
+            Ok(kiln) => ApiError::from(*kiln).to_pg(),
+            Err(inner) => match inner.downcast::<DataFusionError>() {
+                Ok(df) => ApiError::from(*df).to_pg(),
+                Err(other) => PgWireError::ApiError(other),
+            },
         },
         other => other,
     }
@@ -263,17 +224,26 @@ mod tests {
     fn storage_errors_map_to_status_and_sqlstate() {
         let e = ApiError::from(kiln_storage::Error::TableNotFound("t".into()));
         assert_eq!((e.status.as_u16(), e.sqlstate), (404, "42P01"));
-        let e = ApiError::from(kiln_storage::Error::InvalidRow {
+        let e = ApiError::from(kiln_storage::Error::NotNull {
             row: 3,
-            msg: "NULL in NOT NULL column 'x'".into(),
+            column: "x".into(),
+            time: false,
         });
         assert_eq!((e.status.as_u16(), e.sqlstate), (400, "23502"));
         let e = ApiError::from(kiln_query::Error::Sql("SQL error: oops".into()));
         assert_eq!((e.status.as_u16(), e.sqlstate), (400, "42601"));
-        let e = ApiError::from(kiln_query::Error::Sql(
-            "table 'kiln.public.nope' not found".into(),
+        let e = ApiError::from(kiln_query::Error::Unsupported("CTAS".into()));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "0A000"));
+        let e = ApiError::from(DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::DivideByZero),
+            None,
         ));
-        assert_eq!((e.status.as_u16(), e.sqlstate), (404, "42P01"));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "22012"));
+        // Kiln's error carried through a row stream keeps its kind.
+        let e = ApiError::from(DataFusionError::External(Box::new(
+            kiln_query::Error::Cancelled,
+        )));
+        assert_eq!((e.code, e.sqlstate), ("cancelled", "57014"));
         let e = ApiError::from(kiln_storage::Error::ShuttingDown);
         assert_eq!(e.status.as_u16(), 503);
         let e = ApiError::from(kiln_query::Error::Overloaded("busy".into()));

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use kiln_query::{Engine, PlanCacheMode, QueryLimits};
+use kiln_query::{Engine, QueryConfig};
 use kiln_storage::{Db, StorageConfig, parse_bytes};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -53,57 +53,6 @@ pub struct ServerConfig {
     /// Queries slower than this are logged (one line each, with the SQL).
     #[arg(long, env = "KILN_SLOW_QUERY", default_value = "1s", value_parser = humantime::parse_duration)]
     pub slow_query: Duration,
-
-    /// Queries executing at once, all protocols together; more wait in a
-    /// queue, first come first served. Default: twice the cores, since more
-    /// at once only share the cores and lengthen every query.
-    #[arg(long, env = "KILN_MAX_CONCURRENT_QUERIES", default_value_t = default_slots())]
-    pub max_concurrent_queries: usize,
-
-    /// How long a query keeps its execution slot; past it the query runs on
-    /// outside the count and the next queued query starts, so a few heavy
-    /// queries cannot hold up the rest. 0s: until the query ends.
-    #[arg(long, env = "KILN_QUERY_SLOT_TIME", default_value = "500ms", value_parser = humantime::parse_duration)]
-    pub query_slot_time: Duration,
-
-    /// Queries waiting for a slot; beyond this a query is refused at once
-    /// (HTTP 503, SQLSTATE 53000) instead of piling up.
-    #[arg(long, env = "KILN_MAX_QUEUED_QUERIES", default_value_t = 1024)]
-    pub max_queued_queries: usize,
-
-    /// Longest a query may take, queueing included (HTTP 504, SQLSTATE
-    /// 57014); 0s: no limit.
-    #[arg(long, env = "KILN_QUERY_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
-    pub query_timeout: Duration,
-
-    /// Finished queries kept in `system.queries`.
-    #[arg(long, env = "KILN_QUERY_HISTORY", default_value_t = 1000)]
-    pub query_history: usize,
-
-    /// How prepared statements are planned, as PostgreSQL's
-    /// `plan_cache_mode`: auto (planned with their values at first, then a
-    /// kept generic plan if that proved faster), force-custom or
-    /// force-generic.
-    #[arg(long, env = "KILN_PLAN_CACHE_MODE", default_value = "auto")]
-    pub plan_cache_mode: PlanCacheMode,
-}
-
-/// Twice the cores this process may use.
-fn default_slots() -> usize {
-    2 * std::thread::available_parallelism().map_or(2, |n| n.get())
-}
-
-impl ServerConfig {
-    fn query_limits(&self) -> QueryLimits {
-        QueryLimits {
-            max_concurrent: self.max_concurrent_queries,
-            slot_time: (!self.query_slot_time.is_zero()).then_some(self.query_slot_time),
-            max_queued: self.max_queued_queries,
-            timeout: (!self.query_timeout.is_zero()).then_some(self.query_timeout),
-            history: self.query_history,
-            plan_cache_mode: self.plan_cache_mode,
-        }
-    }
 }
 
 /// State shared by every HTTP handler.
@@ -117,7 +66,11 @@ pub struct AppState {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs `kiln serve` until SIGTERM or SIGINT.
-pub async fn run(storage: StorageConfig, config: ServerConfig) -> Result<(), BoxError> {
+pub async fn run(
+    storage: StorageConfig,
+    query: QueryConfig,
+    config: ServerConfig,
+) -> Result<(), BoxError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     // Handlers are installed before anything is served, so an early signal is not lost.
     let signals = shutdown_signals()?;
@@ -126,17 +79,18 @@ pub async fn run(storage: StorageConfig, config: ServerConfig) -> Result<(), Box
         tracing::info!("shutdown signal received");
         let _ = stop_tx.send(true);
     });
-    serve(storage, config, stop_rx).await
+    serve(storage, query, config, stop_rx).await
 }
 
 /// Serves until `stop` turns true, then shuts down gracefully.
 pub async fn serve(
     storage: StorageConfig,
+    query: QueryConfig,
     config: ServerConfig,
     stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
     let db = Db::open(storage).await?;
-    let result = serve_db(db.clone(), config, stop).await;
+    let result = serve_db(db.clone(), &query, config, stop).await;
     let closed = db.close().await;
     result?;
     closed?;
@@ -146,11 +100,12 @@ pub async fn serve(
 
 async fn serve_db(
     db: Db,
+    query: &QueryConfig,
     config: ServerConfig,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
-    let engine = Arc::new(Engine::with_limits(db, config.query_limits())?);
-    let prewarm = engine.segment_cache().prewarm(engine.db());
+    let engine = Arc::new(Engine::with_config(db, query)?);
+    let prewarm = engine.caches().segments.prewarm(engine.db());
     tracing::info!(
         segments = prewarm,
         "segment cache: decoding the newest segments"

@@ -245,13 +245,13 @@ impl Metrics {
     pub fn render(&self, engine: &Engine) -> String {
         let db = engine.db();
         let set = |c: &IntCounter, v: u64| c.inc_by(v.saturating_sub(c.get()));
-        let cache = engine.segment_cache();
+        let cache = &engine.caches().segments;
         self.cache_bytes.set(cache.usage() as i64);
         self.cache_segments.set(cache.entries() as i64);
         let (hits, misses) = cache.lookups();
         set(&self.cache_hits, hits);
         set(&self.cache_misses, misses);
-        let partials = cache.partials();
+        let partials = &engine.caches().partials;
         self.partial_bytes.set(partials.usage() as i64);
         let (hits, misses) = partials.lookups();
         set(&self.partial_hits, hits);

@@ -1,6 +1,7 @@
 //! Storage settings. Each is a flag with a `KILN_*` environment variable and
 //! a default; the binary flattens this group into its one config struct.
 
+use crate::size::ByteSize;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -101,21 +102,6 @@ pub struct StorageConfig {
     )]
     pub segment_compression: SegmentCompression,
 
-    /// Memory for hot segments kept decoded as Arrow (0: off). A query
-    /// scans a held segment without reading or decoding Parquet; a segment
-    /// a query misses is decoded in the background for the next ones.
-    /// (`kiln sql` on a data directory, a one-shot process, never caches.)
-    #[arg(long, env = "KILN_SEGMENT_CACHE_BYTES", default_value = "2GiB", value_parser = parse_bytes)]
-    pub segment_cache_bytes: usize,
-
-    /// Memory for partial aggregates of held segments (0: off). A GROUP BY
-    /// keeps the part it computed over each decoded segment; the next query
-    /// asking the same of that segment (same aggregate, same values, same
-    /// slices) reuses it and reads only what is not kept, such as the
-    /// memstore.
-    #[arg(long, env = "KILN_PARTIAL_CACHE_BYTES", default_value = "1GiB", value_parser = parse_bytes)]
-    pub partial_cache_bytes: usize,
-
     /// Target size of a compacted segment.
     #[arg(long, env = "KILN_COMPACTION_TARGET_BYTES", default_value = "128MiB", value_parser = parse_bytes)]
     pub compaction_target_bytes: usize,
@@ -161,23 +147,7 @@ impl StorageConfig {
     }
 }
 
-/// Parses `4096`, `64KiB`, `4MiB`, `1GiB` (also KB/MB/GB as powers of 1000).
+/// Parses a size as [`ByteSize`] does (`64MiB`, `2GiB`, `25%`) into bytes.
 pub fn parse_bytes(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size like 64MiB"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        other => return Err(format!("unknown size unit '{other}' in '{s}'")),
-    };
-    Ok(n * mult)
+    s.parse::<ByteSize>().map(ByteSize::as_usize)
 }

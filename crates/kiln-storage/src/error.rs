@@ -19,6 +19,14 @@ pub enum Error {
     /// A row that does not fit the table. `row` is 1-based within the write.
     #[error("row {row}: {msg}")]
     InvalidRow { row: usize, msg: String },
+    /// A NULL, or no value, in a NOT NULL column (`time`: the table's time
+    /// column). `row` is 1-based within the write.
+    #[error("row {row}: {}", not_null(column, *time))]
+    NotNull {
+        row: usize,
+        column: String,
+        time: bool,
+    },
     /// Data that does not fit the table, not tied to one row.
     #[error("{0}")]
     InvalidData(String),
@@ -58,7 +66,66 @@ pub enum Error {
     ShuttingDown,
 }
 
+/// What kind of failure an [`Error`] is, for callers that map errors to
+/// statuses: every variant has exactly one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    TableNotFound,
+    TableExists,
+    /// A table definition Kiln cannot accept.
+    InvalidSchema,
+    /// Rows or data that do not fit the table.
+    InvalidData,
+    /// A NULL where the column forbids it.
+    NotNull,
+    /// An idempotency key reused for a different request.
+    IdempotencyConflict,
+    /// Another process owns the data directory.
+    Locked,
+    /// Damaged data on disk.
+    Corrupt,
+    /// The disk or the object store failed (full, permissions, network).
+    Io,
+    /// The database is shutting down, or its WAL no longer accepts writes.
+    Unavailable,
+    /// A failure inside Kiln or a library it uses (Arrow, Parquet).
+    Internal,
+}
+
 impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        use kiln_wal::ErrorKind as W;
+        match self {
+            Error::TableNotFound(_) => ErrorKind::TableNotFound,
+            Error::TableExists(_) => ErrorKind::TableExists,
+            Error::InvalidSchema(_) => ErrorKind::InvalidSchema,
+            Error::InvalidRow { .. } | Error::InvalidData(_) => ErrorKind::InvalidData,
+            Error::NotNull { .. } => ErrorKind::NotNull,
+            Error::IdempotencyConflict { .. } => ErrorKind::IdempotencyConflict,
+            Error::Locked { .. } => ErrorKind::Locked,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Io { .. } | Error::ObjectStore(_) => ErrorKind::Io,
+            Error::ShuttingDown => ErrorKind::Unavailable,
+            Error::Arrow(_) | Error::Parquet(_) => ErrorKind::Internal,
+            Error::Wal(w) => match w.kind() {
+                W::Io => ErrorKind::Io,
+                W::Corrupt => ErrorKind::Corrupt,
+                W::Unavailable => ErrorKind::Unavailable,
+                W::InvalidInput => ErrorKind::InvalidData,
+            },
+        }
+    }
+
+    /// The 1-based row of the write a row error names, and what is wrong
+    /// with it.
+    pub fn bad_row(&self) -> Option<(usize, String)> {
+        match self {
+            Error::InvalidRow { row, msg } => Some((*row, msg.clone())),
+            Error::NotNull { row, column, time } => Some((*row, not_null(column, *time))),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
@@ -73,6 +140,13 @@ impl Error {
             row,
             msg: msg.into(),
         }
+    }
+}
+
+fn not_null(column: &str, time: bool) -> String {
+    match time {
+        true => format!("missing time value in column '{column}'"),
+        false => format!("NULL in NOT NULL column '{column}'"),
     }
 }
 

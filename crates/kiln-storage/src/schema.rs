@@ -227,15 +227,11 @@ pub fn conform(
         };
         if !field.is_nullable() && col.null_count() > 0 {
             let row = (0..col.len()).find(|&r| col.is_null(r)).unwrap_or(0);
-            let what = if field.name() == def.time_column_name() {
-                "missing time value in"
-            } else {
-                "NULL in NOT NULL"
-            };
-            return Err(Error::row(
-                row_offset + row + 1,
-                format!("{what} column '{}'", field.name()),
-            ));
+            return Err(Error::NotNull {
+                row: row_offset + row + 1,
+                column: field.name().clone(),
+                time: field.name() == def.time_column_name(),
+            });
         }
         columns.push(col);
     }

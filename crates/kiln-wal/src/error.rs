@@ -43,6 +43,31 @@ pub enum Error {
     RecordTooLarge { len: usize, max: usize },
 }
 
+/// What kind of failure an [`Error`] is, for callers that map errors to
+/// statuses: every variant has exactly one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The disk failed or refused (full, permissions): an operator's matter.
+    Io,
+    /// Damaged data on disk.
+    Corrupt,
+    /// The WAL no longer accepts appends (closed, or poisoned by an earlier failure).
+    Unavailable,
+    /// The caller asked for something the WAL cannot do (a record too large).
+    InvalidInput,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Closed | Error::Poisoned(_) => ErrorKind::Unavailable,
+            Error::InvalidArgument(_) | Error::RecordTooLarge { .. } => ErrorKind::InvalidInput,
+        }
+    }
+}
+
 /// Wraps an `io::Error` with a human-readable context.
 pub(crate) fn io_err(context: impl Into<String>, source: io::Error) -> Error {
     Error::Io {

@@ -57,7 +57,7 @@ mod tests;
 /// A WAL sequence number: starts at 1, strictly increasing.
 pub type Seq = u64;
 
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use format::MAX_RECORD_BYTES;
 pub use latency::{LATENCY_BOUNDS_S, LatencyHistogram, LatencySnapshot};
 pub use options::{Applier, SyncPolicy, WalOptions, WalStats};

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kiln_query::QueryConfig;
 use kiln_storage::StorageConfig;
 
 /// Kiln: a real-time analytical database.
@@ -45,6 +46,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub storage: StorageConfig,
     #[command(flatten)]
+    pub query: QueryConfig,
+    #[command(flatten)]
     pub server: kiln_server::ServerConfig,
 }
 
@@ -60,6 +63,8 @@ pub enum OutputFormat {
 pub struct SqlArgs {
     #[command(flatten)]
     pub storage: StorageConfig,
+    #[command(flatten)]
+    pub query: QueryConfig,
     /// Run against a server (`http://HOST:PORT`) instead of opening the
     /// data directory; the storage settings are then unused.
     #[arg(long, env = "KILN_URL")]
@@ -88,7 +93,7 @@ pub struct ImportArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum GenCommand {
-    /// A/B experiment events (see DESIGN.md), deterministic for a seed.
+    /// A/B experiment events (the `abtest` table of bench/sql/abtest.sql), deterministic for a seed.
     Abtest(GenArgs),
 }
 

@@ -96,7 +96,7 @@ fn gen_load_then_bench_query_and_write() {
         assert_eq!(distinct, serde_json::json!([[15]]), "{protocol}");
     }
 
-    // The table form prints seeds/000's columns.
+    // The table form prints the per-level columns (clients, handled queries, q/s, mean, p50, p95, p99, p99.9, errors).
     let table = ok_stdout(&[
         "bench",
         "query",

@@ -1,7 +1,6 @@
-//! Load drivers against a running `kiln serve`, shaped like the tools of
-//! the field reports: closed-loop query clients printing JMeter's table
-//! (seeds/000) and a YCSB-style write load with per-second latencies
-//! (seeds/003).
+//! Load drivers against a running `kiln serve`, shaped like common load
+//! tools: closed-loop query clients printing JMeter's table (one row per
+//! client level) and a YCSB-style write load with per-second latencies.
 
 pub mod query;
 pub mod stats;

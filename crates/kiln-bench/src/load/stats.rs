@@ -1,8 +1,8 @@
 //! Latency statistics of a load run: an HDR histogram of microseconds per
-//! level, turned into the table of seeds/000 (clients, handled queries, q/s,
+//! level, turned into a per-level table (clients, handled queries, q/s,
 //! mean and tail latencies, errors).
 //!
-//! Why HDR histograms: p99.9 and p99.99 must be honest (DESIGN.md), and a
+//! Why HDR histograms: p99.9 and p99.99 must be honest, and a
 //! histogram with 3 significant digits is exact to 0.1% at any value while
 //! merging per-client histograms costs nothing on the hot path.
 
@@ -74,7 +74,7 @@ impl LevelReport {
     }
 }
 
-/// The JMeter-style table of seeds/000, as Markdown.
+/// The JMeter-style per-level table (clients, handled queries, q/s, mean, p50, p95, p99, p99.9 ms, errors), as Markdown.
 pub fn level_table(levels: &[LevelReport]) -> String {
     let mut s = String::from(
         "| clients | handled queries | q/s | mean ms | p50 ms | p95 ms | p99 ms | p99.9 ms | errors |\n\

@@ -1,6 +1,5 @@
 //! HTTP writes: `kiln bench write`, a YCSB-style load (closed-loop writers,
-//! throughput and latency for every second so periodic stalls show, as in
-//! seeds/003), and `kiln gen abtest --load`, which streams generated rows
+//! throughput and latency for every second so periodic stalls show), and `kiln gen abtest --load`, which streams generated rows
 //! into a running server.
 //!
 //! Bodies are encoded before the clock starts (a shared pool the writers

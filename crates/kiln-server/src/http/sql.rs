@@ -20,14 +20,13 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use datafusion::common::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
-use kiln_query::{Engine, Streamed};
+use kiln_query::{Engine, Origin, Streamed};
 use serde_json::{Value, json};
 
 use super::encode::{Encoder, ResultFormat};
 use super::{header_str, read_body};
 use crate::AppState;
 use crate::error::ApiError;
-use crate::metrics::HTTP;
 
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct SqlParams {
@@ -116,25 +115,15 @@ async fn run_sql(
         ));
     }
     let engine = &st.engine;
-    let handle = Arc::new(engine.queries().begin(HTTP, &text, None).await?);
-    let failed = |e: kiln_query::Error| {
-        handle.fail(&e);
-        ApiError::from(e)
-    };
+    let query = engine.begin(Origin::HTTP, &text).await?;
     let last = stmts.len() - 1;
     let mut result = None;
     for (i, stmt) in stmts.into_iter().enumerate() {
-        let streamed = handle
-            .run(engine.execute_streamed(stmt, &params))
-            .await?
-            .map_err(failed)?;
+        let streamed = engine.run(&query, stmt, &params).await?;
         if i < last {
             // Earlier statements run to completion; only the last one's result is sent.
             if let Streamed::Rows { stream, .. } = streamed {
-                let drained = handle
-                    .run(stream.try_for_each(|_| async { Ok(()) }))
-                    .await?;
-                drained.map_err(|e| failed(e.into()))?;
+                stream.try_for_each(|_| async { Ok(()) }).await?;
             }
         } else {
             result = Some(streamed);
@@ -153,12 +142,9 @@ async fn run_sql(
             .into_response())
         }
         Streamed::Rows { schema, stream } => {
-            let rows = handle.guard(
-                stream.map_err(kiln_query::Error::from),
-                |b: &RecordBatch| b.num_rows() as u64,
-                kiln_query::Error::from,
-            );
-            let mut rows = Box::pin(rows);
+            // The stream holds the query until the body is sent or dropped
+            // (client gone: the query is recorded cancelled).
+            let mut rows = stream.map_err(kiln_query::Error::from);
             // The status is decided by the first batch (or the first error).
             let first = match rows.next().await {
                 Some(Err(e)) => return Err(e.into()),
@@ -173,8 +159,7 @@ async fn run_sql(
 }
 
 /// The response body: head, the first batch, every further batch as it
-/// arrives, tail. Holding `rows` keeps the query's handle alive until the
-/// body is sent or dropped (client gone: the query is recorded cancelled).
+/// arrives, tail.
 fn encode<S>(
     encoder: Encoder,
     first: Option<RecordBatch>,

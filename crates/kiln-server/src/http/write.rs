@@ -2,7 +2,7 @@
 //! supported format and encoding), then one atomic `Db::write_with`.
 //!
 //! `ack=durable` (default) answers after the WAL fsync; `ack=memory` answers
-//! once the rows are validated and queued for the WAL (seeds/002's async
+//! once the rows are validated and queued for the WAL (an async
 //! mode: lower latency, the rows are lost if the process dies before the
 //! next group commit). An `Idempotency-Key` header makes a retry of the same
 //! request (same key, table, body and content type, within

@@ -6,7 +6,8 @@
 //! buffered (at most `--max-body-bytes`) until CopyDone, then written as one
 //! atomic write through the WAL, like an HTTP write: every row or none, and
 //! an error names the line (and the column). Values arrive as text and are
-//! cast to the table's types by the storage layer's checks.
+//! cast to the table's types by the storage layer's checks. The COPY is one
+//! query at the engine's door, from its statement to its write.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use futures::{Sink, SinkExt};
-use kiln_query::Engine;
+use kiln_query::{Engine, Origin, Query};
 
 use crate::error::ApiError;
 
@@ -37,8 +38,9 @@ enum Format {
 }
 
 /// A COPY FROM STDIN between its statement and CopyDone.
-#[derive(Debug)]
 pub(crate) struct CopyIn {
+    /// The registered query; `None` in unit tests of the decoder.
+    query: Option<Query>,
     table: String,
     columns: Vec<String>,
     format: Format,
@@ -56,7 +58,7 @@ struct Pending(parking_lot::Mutex<Option<CopyIn>>);
 
 /// Answers a `COPY ... FROM STDIN` statement (None: not a COPY): checks the
 /// table, columns and options, and leaves the copy pending on `client`.
-pub(crate) fn start(
+pub(crate) async fn start(
     stmt: &Statement,
     engine: &Engine,
     limit: usize,
@@ -74,8 +76,13 @@ pub(crate) fn start(
         return None;
     };
     let copy = parse(source, *to, target, options, legacy_options, engine, limit);
+    let pid = client.pid_and_secret_key().0;
     Some(match copy {
-        Ok(copy) => {
+        Ok(mut copy) => {
+            match engine.begin(Origin::pg(pid), &stmt.to_string()).await {
+                Ok(q) => copy.query = Some(q),
+                Err(e) => return Some(Err(ApiError::from(e).to_pg())),
+            }
             let columns = copy.columns.len();
             let pending = client
                 .session_extensions()
@@ -146,6 +153,7 @@ fn parse(
         }
     }
     let mut copy = CopyIn {
+        query: None,
         table: name,
         columns,
         format: Format::Text,
@@ -387,8 +395,27 @@ impl CopyHandler for KilnCopy {
 }
 
 impl KilnCopy {
-    /// Decodes and writes a finished copy; returns the rows written.
-    async fn finish(&self, copy: CopyIn) -> Result<usize, ApiError> {
+    /// Decodes and writes a finished copy under its query; returns the
+    /// rows written.
+    async fn finish(&self, mut copy: CopyIn) -> Result<usize, ApiError> {
+        let query = copy.query.take();
+        let written = match &query {
+            Some(q) => match q.run(self.write(copy)).await {
+                Ok(written) => written,
+                Err(stopped) => Err(stopped.into()),
+            },
+            None => self.write(copy).await,
+        };
+        if let Some(q) = &query {
+            match &written {
+                Ok(rows) => q.add_rows(*rows as u64),
+                Err(e) => q.fail(&kiln_query::Error::Sql(e.message.clone())),
+            }
+        }
+        written
+    }
+
+    async fn write(&self, copy: CopyIn) -> Result<usize, ApiError> {
         if copy.too_large {
             return Err(ApiError::too_large(copy.limit));
         }
@@ -421,6 +448,7 @@ mod tests {
 
     fn copy(format: Format, header: bool, data: &str) -> CopyIn {
         CopyIn {
+            query: None,
             table: "t".into(),
             columns: vec!["a".into(), "b".into()],
             format,

@@ -1,27 +1,26 @@
-//! Execute of a prepared `SELECT`.
+//! Execute of a prepared statement, and the encoding of rows for the wire.
 //!
-//! Why: `DfSessionService` runs DataFusion's analyzer and optimizer twice per
-//! Execute (once itself, once more inside `DataFrame::create_physical_plan`)
-//! and clones the session state three times. In a profile of pgbench's
-//! prepared `SELECT 1` those were about a third of the server's CPU. Here the
-//! plan cached at Parse goes to [`Engine::execute_prepared`] with the bound
-//! values: planned once per execution (one state snapshot with the query's
-//! share of the cores, one optimization, one physical plan), or, once a
-//! generic plan has proved faster, not planned at all
-//! ([`kiln_query::reuse`]).
-//!
-//! It covers statements no hook handles (`SELECT`, `WITH`, `VALUES`) whose
-//! parameter types the plan infers; anything else goes through
-//! `DfSessionService`, which also infers types from casts and knows the
-//! catalog's OID-typed columns.
+//! Why not `DfSessionService`'s Execute: it runs DataFusion's analyzer and
+//! optimizer twice per Execute (once itself, once more inside
+//! `DataFrame::create_physical_plan`) and clones the session state three
+//! times; in a profile of pgbench's prepared `SELECT 1` those were about a
+//! third of the server's CPU. Here a `SELECT` whose parameter types the
+//! plan infers goes to [`Engine::run_prepared`] with the bound values:
+//! planned once per execution (one state snapshot with the query's share
+//! of the cores, one optimization, one physical plan), or, once a generic
+//! plan has proved faster, not planned at all ([`kiln_query::plan_cache`]).
+//! Any other statement goes to [`Engine::run_planned`] with the plan made
+//! at Parse; its parameter types come from the plan where it infers them,
+//! else from the client's Parse message.
 
 use std::sync::{Arc, Weak};
 
+use arrow::datatypes::Schema;
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::DataType;
-
 use datafusion::common::ParamValues;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
@@ -30,76 +29,99 @@ use datafusion_postgres::arrow_pg::datatypes::{
 };
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::Type;
-use datafusion_postgres::pgwire::api::portal::Portal;
-use datafusion_postgres::pgwire::api::results::{QueryResponse, Response};
+use datafusion_postgres::pgwire::api::portal::{Format, Portal};
+use datafusion_postgres::pgwire::api::results::QueryResponse;
 use datafusion_postgres::pgwire::api::stmt::StoredStatement;
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use futures::StreamExt;
-use kiln_query::Engine;
+use kiln_query::{Engine, Query, Streamed};
 
-use super::PgStatement;
+use super::{PgStatement, to_pg};
+use crate::error::ApiError;
 
 fn api(e: impl std::error::Error + Send + Sync + 'static) -> PgWireError {
     PgWireError::ApiError(Box::new(e))
 }
 
-/// Runs the portal's query, or returns `None` when it is not one this path
-/// takes (see the module docs).
-pub(super) async fn execute_query<C: ClientInfo>(
+/// Runs the portal's statement under `query`.
+pub(super) async fn execute(
     engine: &Engine,
+    query: &Query,
     types: &ParamTypes,
-    client: &C,
     portal: &Portal<PgStatement>,
-) -> PgWireResult<Option<Response>> {
+) -> PgWireResult<Streamed> {
     let (sql, parsed) = &portal.statement.statement;
-    let Some((Statement::Query(_), plan)) = parsed else {
-        return Ok(None);
+    let Some((stmt, plan)) = parsed else {
+        unreachable!("the caller answers an empty statement");
     };
-    // Named statements are the ones executed again; an unnamed one is
-    // usually parsed for each execution, so its types are not kept.
-    let types = match portal.statement.id.is_empty() {
-        true => parameter_types(plan)?,
-        false => types.of(&portal.statement, plan)?,
-    };
-    let Some(types) = types else {
-        return Ok(None);
-    };
-    let wire: Vec<Type> = types
-        .iter()
-        .map(into_pg_type)
-        .collect::<PgWireResult<_>>()?;
-    let params = deserialize_parameters_with_server_types(
+    if let Statement::Query(_) = stmt {
+        // Named statements are the ones executed again; an unnamed one is
+        // usually parsed for each execution, so its types are not kept.
+        let inferred = match portal.statement.id.is_empty() {
+            true => parameter_types(plan)?,
+            false => types.of(&portal.statement, plan)?,
+        };
+        if let Some(types) = inferred {
+            let values = match bind(portal, &types.iter().map(Some).collect::<Vec<_>>())? {
+                ParamValues::List(list) => list.into_iter().map(|p| p.value).collect::<Vec<_>>(),
+                ParamValues::Map(_) => unreachable!("the wire binds by position"),
+            };
+            return engine
+                .run_prepared(query, sql, plan, &types, &values)
+                .await
+                .map_err(to_pg);
+        }
+    }
+    let inferred = plan.get_parameter_types().map_err(api)?;
+    let ordered: Vec<Option<DataType>> = (1..=portal.parameter_len())
+        .map(|i| inferred.get(&format!("${i}")).cloned().flatten())
+        .collect();
+    let params = bind(
         portal,
-        &types.iter().map(Some).collect::<Vec<_>>(),
-        &wire.iter().map(Some).collect::<Vec<_>>(),
+        &ordered.iter().map(Option::as_ref).collect::<Vec<_>>(),
     )?;
-    let values: Vec<_> = match params {
-        ParamValues::List(list) => list.into_iter().map(|p| p.value).collect(),
-        ParamValues::Map(_) => return Ok(None),
-    };
-    let batches = engine
-        .execute_prepared(sql, plan, &types, &values)
+    engine
+        .run_planned(query, stmt, plan, &params)
         .await
-        .map_err(api)?;
+        .map_err(to_pg)
+}
 
-    let format = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-    let fields = Arc::new(arrow_schema_to_pg_fields(
-        plan.schema().as_arrow(),
-        &portal.result_column_format,
-        Some(format),
-    )?);
+/// The portal's bound values, decoded as `types` (`None`: as the client
+/// declared them at Parse).
+fn bind(portal: &Portal<PgStatement>, types: &[Option<&DataType>]) -> PgWireResult<ParamValues> {
+    let wire: Vec<Option<Type>> = types
+        .iter()
+        .map(|t| t.map(into_pg_type).transpose())
+        .collect::<PgWireResult<_>>()?;
+    deserialize_parameters_with_server_types(
+        portal,
+        types,
+        &wire.iter().map(Option::as_ref).collect::<Vec<_>>(),
+    )
+}
+
+/// Rows as pgwire sends them, in the columns' `format`; an error while
+/// computing them gets its SQLSTATE.
+pub(super) fn encode<C: ClientInfo>(
+    schema: &Schema,
+    batches: SendableRecordBatchStream,
+    format: &Format,
+    client: &C,
+) -> PgWireResult<QueryResponse> {
+    let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+    let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, Some(options))?);
     let row_fields = fields.clone();
     let rows = batches
         .map(move |batch| {
             let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> = match batch {
                 Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
-                Err(e) => Box::new(std::iter::once(Err(api(e)))),
+                Err(e) => Box::new(std::iter::once(Err(ApiError::from(e).to_pg()))),
             };
             futures::stream::iter(rows)
         })
         .flatten();
-    Ok(Some(Response::Query(QueryResponse::new(fields, rows))))
+    Ok(QueryResponse::new(fields, rows))
 }
 
 /// At most this many statements' types are kept; past it, those of closed

@@ -1,22 +1,26 @@
-//! PostgreSQL wire protocol through `datafusion-postgres`, over the same
-//! DataFusion session as HTTP (one `Engine`, one catalog).
+//! PostgreSQL wire protocol: pgwire's message handling with
+//! datafusion-postgres's parser (PostgreSQL syntax rewritten for DataFusion)
+//! and pg_catalog, in front of Kiln's one door, [`Engine`].
 //!
 //! Why not `datafusion_postgres::serve_with_hooks`: it binds its own listener
 //! from host and port (no port 0, no way to stop accepting), so Kiln runs the
-//! accept loop itself and hands each socket to `pgwire::tokio::process_socket`
-//! with a handler set equivalent to the crate's own. On top of it:
-//! - [`KilnDdlHook`] sends `CREATE TABLE` / `DROP TABLE` to Kiln's DDL (else
-//!   DataFusion would create an in-memory table), in the simple and the
-//!   extended query paths, and starts `COPY ... FROM STDIN` ([`copy`]);
-//! - [`PgSimple`] and [`PgExtended`] wrap the simple and extended query
-//!   handlers: each query is registered in the engine's [`QueryRegistry`]
-//!   (admission, timeout, `system.queries`, metrics), its row stream is
-//!   guarded so a cancel or timeout stops it while rows are still being
-//!   computed, and DataFusion errors get SQLSTATEs through [`crate::error`];
-//! - [`KilnCancel`] answers the CancelRequest message: pgwire's own cancel
-//!   only interrupts a query until it returns its row stream, and rows are
-//!   computed while that stream is sent, so after checking the secret key it
-//!   also cancels the connection's query in the registry.
+//! accept loop itself and hands each socket to its connection loop
+//! ([`conn`]). Why not `DfSessionService`'s query handlers: they run
+//! statements on the DataFusion session directly, past Kiln's admission,
+//! DDL and INSERT checks, each query's share of the cores and its plan
+//! cache. Kiln keeps the service only for its Parse step ([`Parser`]):
+//! - [`PgSimple`] parses each query once, lets the protocol's own hooks take
+//!   what is the connection's business (`SET`/`SHOW`, transactions,
+//!   cursors, `COPY ... FROM STDIN`), and sends every other statement to the
+//!   engine as one registered query;
+//! - [`PgExtended`] does the same for each Execute: a prepared `SELECT`
+//!   goes to the engine's plan cache with its bound values ([`execute`]),
+//!   anything else to the engine with the plan made at Parse;
+//! - [`KilnParseHook`] gives Kiln's DDL an empty plan at Parse (the
+//!   engine recognises it again at Execute) and starts COPY;
+//! - [`KilnCancel`] answers the CancelRequest message: after checking the
+//!   secret key it cancels the connection's query in the registry, which
+//!   stops its rows wherever they are.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -27,7 +31,8 @@ use datafusion::common::{DFSchema, ParamValues};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
-use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::transactions::TransactionStatementHook;
@@ -36,7 +41,7 @@ use datafusion_postgres::pgwire::api::auth::StartupHandler;
 use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
 use datafusion_postgres::pgwire::api::copy::CopyHandler;
-use datafusion_postgres::pgwire::api::portal::Portal;
+use datafusion_postgres::pgwire::api::portal::{Format, Portal};
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use datafusion_postgres::pgwire::api::results::{Response, Tag};
 use datafusion_postgres::pgwire::api::store::PortalStore;
@@ -47,7 +52,7 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
 use datafusion_postgres::{DfSessionService, Parser};
-use kiln_query::{Engine, Output, QueryHandle, QueryRegistry};
+use kiln_query::{Engine, Origin, Query, QueryRegistry, Streamed};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -73,49 +78,26 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))
 }
 
-/// Sends Kiln's DDL to the engine instead of DataFusion.
-pub struct KilnDdlHook {
+fn to_pg(e: kiln_query::Error) -> PgWireError {
+    ApiError::from(e).to_pg()
+}
+
+/// Kiln's part of Parse and of the simple protocol's hooks: DDL gets an
+/// empty plan (run by the engine at Execute), COPY FROM STDIN starts.
+pub struct KilnParseHook {
     engine: Arc<Engine>,
     copy_limit: usize,
 }
 
-fn is_kiln_ddl(stmt: &Statement) -> bool {
-    match stmt {
-        Statement::CreateTable(_) => true,
-        Statement::Drop { object_type, .. } => *object_type == ObjectType::Table,
-        _ => false,
-    }
-}
-
-impl KilnDdlHook {
-    async fn run(&self, stmt: &Statement) -> PgWireResult<Response> {
-        let out = self
-            .engine
-            .execute_statement(DfStatement::Statement(Box::new(stmt.clone())))
-            .await
-            .map_err(|e| ApiError::from(e).to_pg())?;
-        Ok(match out {
-            Output::Command { tag, .. } => Response::Execution(Tag::new(&tag)),
-            Output::Rows { .. } => Response::EmptyQuery,
-        })
-    }
-}
-
 #[async_trait]
-impl QueryHook for KilnDdlHook {
+impl QueryHook for KilnParseHook {
     async fn handle_simple_query(
         &self,
         statement: &Statement,
         _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        if let Some(copy) = copy::start(statement, &self.engine, self.copy_limit, &*client) {
-            return Some(copy);
-        }
-        if !is_kiln_ddl(statement) {
-            return None;
-        }
-        Some(self.run(statement).await)
+        copy::start(statement, &self.engine, self.copy_limit, &*client).await
     }
 
     async fn handle_extended_parse_query(
@@ -128,87 +110,94 @@ impl QueryHook for KilnDdlHook {
             let msg = "COPY FROM STDIN is supported through the simple query protocol";
             return Some(Err(ApiError::bad_input(msg).to_pg()));
         }
-        if !is_kiln_ddl(statement) {
-            return None;
+        match Engine::is_ddl(statement) {
+            Ok(false) => None,
+            Err(e) => Some(Err(to_pg(e))),
+            // No parameters and no result columns; the engine runs the
+            // statement itself at Execute.
+            Ok(true) => Some(Ok(LogicalPlan::EmptyRelation(EmptyRelation {
+                produce_one_row: false,
+                schema: Arc::new(DFSchema::empty()),
+            }))),
         }
-        // A placeholder plan with no parameters and no result columns; the
-        // statement itself is run by `handle_extended_query`.
-        Some(Ok(LogicalPlan::EmptyRelation(EmptyRelation {
-            produce_one_row: false,
-            schema: Arc::new(DFSchema::empty()),
-        })))
     }
 
     async fn handle_extended_query(
         &self,
-        statement: &Statement,
+        _statement: &Statement,
         _plan: &LogicalPlan,
         _params: &ParamValues,
         _ctx: &SessionContext,
         _client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        if !is_kiln_ddl(statement) {
-            return None;
-        }
-        Some(self.run(statement).await)
+        None
     }
 }
 
-/// Registers a query of connection `pid`; refused (overloaded) as a pg error.
-async fn begin(
-    queries: &Arc<QueryRegistry>,
-    text: &str,
-    pid: i32,
-) -> PgWireResult<Arc<QueryHandle>> {
-    match queries.begin(PG, text, Some(pid)).await {
-        Ok(h) => Ok(Arc::new(h)),
-        Err(e) => Err(ApiError::from(e).to_pg()),
+/// The connection's own statements (`SET`/`SHOW`, transactions, cursors),
+/// answered by datafusion-postgres's hooks; Kiln's runs first.
+struct ProtocolHooks {
+    hooks: Vec<Arc<dyn QueryHook>>,
+    ctx: Arc<SessionContext>,
+}
+
+impl ProtocolHooks {
+    async fn simple(
+        &self,
+        stmt: &Statement,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        for hook in &self.hooks {
+            if let Some(r) = hook.handle_simple_query(stmt, &self.ctx, client).await {
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    async fn extended(
+        &self,
+        stmt: &Statement,
+        plan: &LogicalPlan,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        let none = ParamValues::List(vec![]);
+        for hook in &self.hooks {
+            if let Some(r) = hook
+                .handle_extended_query(stmt, plan, &none, &self.ctx, client)
+                .await
+            {
+                return Some(r);
+            }
+        }
+        None
     }
 }
 
-/// Runs `fut` (a handler's `do_query`) under the query's cancel and
-/// deadline, maps its errors to Kiln's SQLSTATEs and records them.
-async fn run_guarded<T>(
-    handle: &Arc<QueryHandle>,
-    fut: impl Future<Output = PgWireResult<T>>,
-) -> PgWireResult<T> {
-    match handle.run(fut).await {
-        Ok(Ok(out)) => Ok(out),
-        Ok(Err(e)) => {
-            let e = pg_error(e);
-            handle.fail(&kiln_query::Error::Sql(e.to_string()));
-            Err(e)
-        }
-        Err(stopped) => Err(ApiError::from(stopped).to_pg()),
-    }
+/// Registers `text` as a query of connection `pid` at the engine's door.
+async fn begin(engine: &Engine, text: &str, pid: i32) -> PgWireResult<Query> {
+    engine.begin(Origin::pg(pid), text).await.map_err(to_pg)
 }
 
-/// Puts a query's row stream under its handle: rows are counted, and a
-/// cancel or timeout ends the stream with SQLSTATE 57014.
-fn guard_response(handle: &Arc<QueryHandle>, resp: Response) -> Response {
-    match resp {
-        Response::Query(mut q) => {
-            let rows = std::mem::replace(&mut q.data_rows, Box::pin(futures::stream::empty()));
-            let guarded = handle.clone().guard(
-                rows,
-                |_| 1,
-                |stop| ApiError::from(kiln_query::Error::from(stop)).to_pg(),
-            );
-            q.data_rows = Box::pin(guarded);
-            Response::Query(q)
+/// A statement's result as a pgwire response; rows in `format`.
+fn respond<C: ClientInfo>(
+    streamed: Streamed,
+    format: &Format,
+    client: &C,
+) -> PgWireResult<Response> {
+    Ok(match streamed {
+        Streamed::Command { tag, .. } => Response::Execution(Tag::new(&tag)),
+        Streamed::Rows { schema, stream } => {
+            Response::Query(execute::encode(&schema, stream, format, client)?)
         }
-        Response::Error(e) => {
-            handle.fail(&kiln_query::Error::Sql(e.message.clone()));
-            Response::Error(e)
-        }
-        other => other,
-    }
+    })
 }
 
-/// The simple query handler, registered and guarded.
+/// The simple query protocol: every statement through the engine's door.
 pub struct PgSimple {
-    inner: Arc<DfSessionService>,
-    queries: Arc<QueryRegistry>,
+    engine: Arc<Engine>,
+    parser: PostgresCompatibilityParser,
+    hooks: Arc<ProtocolHooks>,
 }
 
 #[async_trait]
@@ -225,27 +214,43 @@ impl SimpleQueryHandler for PgSimple {
         C::Error: Debug,
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
-        let handle = begin(&self.queries, query, client.pid_and_secret_key().0).await?;
-        let responses = run_guarded(
-            &handle,
-            SimpleQueryHandler::do_query(&*self.inner, client, query),
-        )
-        .await?;
-        Ok(responses
-            .into_iter()
-            .map(|r| guard_response(&handle, r))
-            .collect())
+        let statements = self
+            .parser
+            .parse(query)
+            .map_err(|e| to_pg(kiln_query::Error::Sql(format!("SQL error: {e}"))))?;
+        if statements.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let mut query_handle = None;
+        let mut responses = Vec::with_capacity(statements.len());
+        for stmt in statements {
+            if let Some(r) = self.hooks.simple(&stmt, client).await {
+                responses.push(r.map_err(pg_error)?);
+                continue;
+            }
+            let q = match &query_handle {
+                Some(q) => q,
+                None => query_handle
+                    .insert(begin(&self.engine, query, client.pid_and_secret_key().0).await?),
+            };
+            let streamed = self
+                .engine
+                .run(q, DfStatement::Statement(Box::new(stmt)), &[])
+                .await
+                .map_err(to_pg)?;
+            responses.push(respond(streamed, &Format::UnifiedText, client)?);
+        }
+        Ok(responses)
     }
 }
 
-/// The extended query handler (Parse/Bind/Execute: prepared statements),
-/// registered and guarded like [`PgSimple`]. The statement's logical plan
-/// is built once at Parse and reused by every Execute; queries are run by
-/// [`execute::execute_query`], everything else by `DfSessionService`.
+/// The extended query protocol (Parse/Bind/Execute: prepared statements).
+/// The statement's logical plan is built once at Parse; each Execute sends
+/// it through the engine's door with its bound values.
 pub struct PgExtended {
     inner: Arc<DfSessionService>,
-    queries: Arc<QueryRegistry>,
     engine: Arc<Engine>,
+    hooks: Arc<ProtocolHooks>,
     types: execute::ParamTypes,
 }
 
@@ -262,7 +267,7 @@ impl ExtendedQueryHandler for PgExtended {
         &self,
         client: &mut C,
         portal: &Portal<Self::Statement>,
-        max_rows: usize,
+        _max_rows: usize,
     ) -> PgWireResult<Response>
     where
         C: ClientInfo
@@ -275,18 +280,16 @@ impl ExtendedQueryHandler for PgExtended {
         C::Error: Debug,
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
-        let text = &portal.statement.statement.0;
-        let handle = begin(&self.queries, text, client.pid_and_secret_key().0).await?;
-        let resp = run_guarded(&handle, async {
-            match execute::execute_query(&self.engine, &self.types, client, portal).await? {
-                Some(resp) => Ok(resp),
-                None => {
-                    ExtendedQueryHandler::do_query(&*self.inner, client, portal, max_rows).await
-                }
-            }
-        })
-        .await?;
-        Ok(guard_response(&handle, resp))
+        let (text, parsed) = &portal.statement.statement;
+        let Some((stmt, plan)) = parsed else {
+            return Ok(Response::EmptyQuery);
+        };
+        if let Some(r) = self.hooks.extended(stmt, plan, client).await {
+            return r.map_err(pg_error);
+        }
+        let query = begin(&self.engine, text, client.pid_and_secret_key().0).await?;
+        let streamed = execute::execute(&self.engine, &query, &self.types, portal).await?;
+        respond(streamed, &portal.result_column_format, client)
     }
 }
 
@@ -334,7 +337,7 @@ impl Handlers {
     /// `copy_limit`: the most bytes one COPY FROM STDIN may send.
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, copy_limit: usize) -> Self {
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
-            Arc::new(KilnDdlHook {
+            Arc::new(KilnParseHook {
                 engine: engine.clone(),
                 copy_limit,
             }),
@@ -343,18 +346,19 @@ impl Handlers {
             Arc::new(TransactionStatementHook),
         ];
         let ctx = Arc::new(engine.session().clone());
-        let session = Arc::new(DfSessionService::new_with_hooks(ctx, hooks));
+        let session = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks.clone()));
+        let hooks = Arc::new(ProtocolHooks { hooks, ctx });
         let connections = Arc::new(ConnectionManager::new());
-        let queries = engine.queries().clone();
         Self {
             simple: Arc::new(PgSimple {
-                inner: session.clone(),
-                queries: queries.clone(),
+                engine: engine.clone(),
+                parser: PostgresCompatibilityParser::new(),
+                hooks: hooks.clone(),
             }),
             extended: Arc::new(PgExtended {
                 inner: session,
-                queries: queries.clone(),
                 engine: engine.clone(),
+                hooks,
                 types: Default::default(),
             }),
             startup: Arc::new(Startup {
@@ -362,7 +366,7 @@ impl Handlers {
             }),
             cancel: Arc::new(KilnCancel {
                 connections,
-                queries,
+                queries: engine.queries().clone(),
             }),
             copy: Arc::new(copy::KilnCopy { engine }),
             metrics,

@@ -1,7 +1,7 @@
 //! The active buffer: small, mutable, append-only column buffers.
 //!
 //! Appends copy whole Arrow arrays into typed vectors pre-sized from what the
-//! previous buffer held (row count and string bytes, seeds/001: no row-by-row
+//! previous buffer held (row count and string bytes, so there is no row-by-row
 //! re-growth). Readers never lock it for long: [`ActiveBuffer::snapshot`] turns
 //! only the rows appended since the last snapshot into a small immutable batch,
 //! so the copy done under the lock is proportional to new rows, not to the

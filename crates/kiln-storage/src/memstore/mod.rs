@@ -1,6 +1,6 @@
 //! The in-memory part of a table: per day partition, a small mutable
 //! [`ActiveBuffer`] and, once it passes the freeze size, immutable frozen
-//! batches (in-memory compaction, seeds/003).
+//! batches (in-memory compaction).
 //!
 //! One short per-table mutex guards the active buffers and the pointer to
 //! the current [`TableVersion`]; it is held to append rows, to swap

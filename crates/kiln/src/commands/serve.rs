@@ -5,5 +5,5 @@ use super::BoxError;
 use crate::config::ServeArgs;
 
 pub async fn run(args: ServeArgs) -> Result<(), BoxError> {
-    kiln_server::run(args.storage, args.server).await
+    kiln_server::run(args.storage, args.query, args.server).await
 }

@@ -4,8 +4,8 @@
 use std::io::Cursor;
 
 use arrow::ipc::reader::StreamReader;
-use kiln_query::{Engine, Output};
-use kiln_storage::Db;
+use kiln_query::{Engine, Origin, Output};
+use kiln_storage::{ByteSize, Db};
 
 use super::BoxError;
 use crate::config::SqlArgs;
@@ -17,14 +17,16 @@ pub async fn run(args: SqlArgs) -> Result<(), BoxError> {
     }
     // One-shot: nothing would read a decoded segment again, and a decode
     // still running at exit would delay it.
-    let mut storage = args.storage;
-    storage.segment_cache_bytes = 0;
-    let db = Db::open(storage).await?;
-    let engine = Engine::new(db.clone())?;
+    let mut query = args.query;
+    query.segment_cache_bytes = ByteSize::ZERO;
+    let db = Db::open(args.storage).await?;
+    let engine = Engine::with_config(db.clone(), &query)?;
     let result = async {
         let mut out = std::io::stdout().lock();
-        for stmt in Engine::parse(&args.sql)? {
-            let res = engine.execute_statement(stmt).await?;
+        let stmts = Engine::parse(&args.sql)?;
+        let query = engine.begin(Origin::EMBEDDED, &args.sql).await?;
+        for stmt in stmts {
+            let res = engine.run(&query, stmt, &[]).await?.collect().await?;
             output::print(&mut out, &res, args.format)?;
         }
         Ok::<_, BoxError>(())

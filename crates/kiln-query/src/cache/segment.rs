@@ -2,7 +2,7 @@
 //!
 //! Why: a dashboard asks the same recent days again and again, and a profile
 //! of its queries over Parquet spent most of the scan decompressing and
-//! decoding the same pages each time (docs/benchmarks.md). Segments are
+//! decoding the same pages each time (docs/benchmark-history.md). Segments are
 //! immutable, so their decoded rows can be kept without any invalidation:
 //! a segment's path is never reused.
 //!
@@ -36,7 +36,6 @@ use kiln_storage::{Db, Segment, Store};
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
-use crate::partials::PartialCache;
 use crate::pruning::{Conjuncts, Pruner, Residual};
 
 /// Rows per pruning slice of a cached segment. Small, so that a point
@@ -353,8 +352,6 @@ pub struct SegmentCache {
     /// One decode at a time: loads are background work and must not take
     /// every core from the queries that triggered them.
     decoders: tokio::sync::Semaphore,
-    /// Partial aggregates computed over held segments.
-    partials: PartialCache,
 }
 
 /// Decoded size over file size assumed by [`SegmentCache::prewarm`]:
@@ -402,20 +399,7 @@ impl SegmentCache {
             store,
             loading: DashSet::new(),
             decoders: tokio::sync::Semaphore::new(1),
-            partials: PartialCache::new(0),
         }
-    }
-
-    /// Also keeps partial aggregates of held segments, in at most
-    /// `capacity` bytes ([`crate::partials`]; 0: off).
-    pub fn with_partials(mut self, capacity: usize) -> Self {
-        self.partials = PartialCache::new(capacity);
-        self
-    }
-
-    /// Partial aggregates kept of held segments.
-    pub fn partials(&self) -> &PartialCache {
-        &self.partials
     }
 
     pub fn capacity(&self) -> usize {

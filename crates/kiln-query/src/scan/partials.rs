@@ -16,27 +16,28 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use datafusion::common::Result;
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::execution_plan::ReplaceChildrenOptions;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-    common::collect, displayable, replace_children_if_necessary,
+    ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    PlanProperties, common::collect, displayable, replace_children_if_necessary,
 };
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
 use super::lazy::LazyScan;
 use super::slices::{Filtered, SliceScan};
-use crate::partials::{PartialCache, aggregate_key, bound};
+use crate::cache::PartialCache;
+use crate::cache::segment::DecodedSegment;
 use crate::pruning::Residual;
-use crate::segment_cache::DecodedSegment;
 
 /// The node replacing `agg` (a `Partial` aggregate over `dedup`, if any,
 /// over `scan`), or None if `scan` is neither a kept plan's scan of a Kiln
@@ -59,8 +60,8 @@ pub(crate) fn partials_over(
     let Some(lazy) = scan.downcast_ref::<LazyScan>() else {
         return Ok(None);
     };
-    let cache = &lazy.table.cache;
-    if cache.capacity() == 0 || !cache.partials().enabled() || lazy.spec.limit.is_some() {
+    let caches = &lazy.table.caches;
+    if caches.segments.capacity() == 0 || !caches.partials.enabled() || lazy.spec.limit.is_some() {
         return Ok(None);
     }
     Ok(Some(Arc::new(PartialsExec {
@@ -133,7 +134,7 @@ impl PartialsExec {
         }
         let lazy = self.lazy();
         let (table, spec) = (&lazy.table, &lazy.spec);
-        let cache: &PartialCache = table.cache.partials();
+        let cache: &PartialCache = &table.caches.partials;
         let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), true, true)?;
         let agg = self
             .agg
@@ -224,10 +225,10 @@ impl PartialsExec {
             lazy.spec.predicate.clone(),
         ));
         let plan = self.over(input)?;
-        let cache = lazy.table.cache.clone();
+        let caches = lazy.table.caches.clone();
         let rows = async move {
             let rows: Arc<[RecordBatch]> = collect(plan.execute(0, context)?).await?.into();
-            cache.partials().insert(&segment, &key, rows.clone());
+            caches.partials.insert(&segment, &key, rows.clone());
             Ok::<_, datafusion::error::DataFusionError>(futures::stream::iter(
                 rows.iter().cloned().map(Ok).collect::<Vec<_>>(),
             ))
@@ -345,4 +346,59 @@ impl ExecutionPlan for PartialsExec {
             futures::stream::iter(streams).flatten(),
         ))))
     }
+}
+
+/// What identifies the partial rows of `agg` apart from its input: its
+/// groups, functions, arguments, orders and filters, with each parameter
+/// replaced by the value bound for this run.
+pub(crate) fn aggregate_key(agg: &AggregateExec) -> Result<String> {
+    let group = agg.group_expr();
+    let mut key = format!("groups={:?};", group.groups());
+    for e in group.input_exprs() {
+        key += &format!("{:?};", bound(&e)?);
+    }
+    for (f, filter) in agg.aggr_expr().iter().zip(agg.filter_expr()) {
+        key += &format!(
+            "{}(distinct={},ignore_nulls={},reversed={}) -> {:?}",
+            f.fun().name(),
+            f.is_distinct(),
+            f.ignore_nulls(),
+            f.is_reversed(),
+            f.field()
+        );
+        for e in f.expressions() {
+            key += &format!(" arg {:?}", bound(&e)?);
+        }
+        for o in f.order_bys() {
+            key += &format!(" order {:?} {:?}", bound(&o.expr)?, o.options);
+        }
+        if let Some(filter) = filter {
+            key += &format!(" filter {:?}", bound(filter)?);
+        }
+        key += ";";
+    }
+    Ok(key)
+}
+
+/// `expr` with each call of a function of no arguments replaced by its
+/// value now. In a kept plan such calls are its parameters (the plan has
+/// no volatile functions, and DataFusion folds the immutable ones), which
+/// read the value bound for the run.
+pub(crate) fn bound(expr: &Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+    let one_row = RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
+    Ok(Arc::clone(expr)
+        .transform_up(|e| {
+            let nullary = e
+                .downcast_ref::<ScalarFunctionExpr>()
+                .is_some_and(|f| f.args().is_empty());
+            if !nullary {
+                return Ok(Transformed::no(e));
+            }
+            let value = match e.evaluate(&one_row)? {
+                ColumnarValue::Scalar(v) => v,
+                ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
+            };
+            Ok(Transformed::yes(Arc::new(Literal::new(value)) as _))
+        })?
+        .data)
 }

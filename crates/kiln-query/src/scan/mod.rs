@@ -9,7 +9,7 @@
 //! [`slices`]). No lock is held while planning or executing. `insert_into`
 //! writes an INSERT's rows as one atomic write through the WAL.
 //!
-//! A plan kept for reuse ([`crate::reuse`]) gets a [`LazyScan`] instead,
+//! A plan kept for reuse ([`crate::plan_cache`]) gets a [`LazyScan`] instead,
 //! which does the same when it executes, with the parameters bound then.
 
 use std::collections::HashMap;
@@ -45,10 +45,10 @@ use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, STORE_URL, Table};
 use object_store::ObjectStore;
 
+use crate::cache::Caches;
+use crate::cache::segment::{DecodedSegment, kept_slice_ids};
 use crate::error::to_df;
 use crate::pruning::{Conjuncts, ContainerStats, Pruner, Residual, keep, pruner};
-use crate::reuse::KeptPlan;
-use crate::segment_cache::{DecodedSegment, SegmentCache, kept_slice_ids};
 
 mod lazy;
 mod partials;
@@ -57,6 +57,11 @@ mod slices;
 use lazy::LazyScan;
 pub(crate) use partials::partials_over;
 use slices::{Filtered, SliceScan};
+
+/// Session-config marker: the plan being built will be kept, so scans must
+/// take their snapshot at execution ([`crate::scan`]).
+#[derive(Debug)]
+pub(crate) struct KeptPlan;
 
 /// A Kiln table as a DataFusion `TableProvider`.
 ///
@@ -69,17 +74,17 @@ pub struct KilnTable {
     db: Db,
     table: Arc<Table>,
     schema: SchemaRef,
-    cache: Arc<SegmentCache>,
+    caches: Arc<Caches>,
 }
 
 impl KilnTable {
-    pub fn new(db: Db, table: Arc<Table>, cache: Arc<SegmentCache>) -> Self {
+    pub fn new(db: Db, table: Arc<Table>, caches: Arc<Caches>) -> Self {
         let schema = view_schema(&table.schema);
         Self {
             db,
             table,
             schema,
-            cache,
+            caches,
         }
     }
 
@@ -199,7 +204,7 @@ impl KilnTable {
         let scan = self.scan_snapshot(spec, pruning, false, false)?;
         // All in memory, held segments included: a group-by over it may
         // keep its partials per segment.
-        let partials = self.cache.capacity() > 0 && self.cache.partials().enabled();
+        let partials = self.caches.segments.capacity() > 0 && self.caches.partials.enabled();
         if scan.from_held && scan.files.is_none() && partials {
             let slices = self.slice_scan(spec, scan.in_memory)?;
             return Ok(Arc::new(slices.with_origin(self.clone(), spec.clone())));
@@ -265,7 +270,7 @@ impl KilnTable {
         let mut decoded = vec![];
         let mut on_disk = vec![];
         for s in &snapshot.version.manifest.segments {
-            match self.cache.peek(&s.meta.path) {
+            match self.caches.segments.peek(&s.meta.path) {
                 Some(d) => decoded.push((s, d)),
                 None => on_disk.push(s),
             }
@@ -278,8 +283,8 @@ impl KilnTable {
         let mut files = vec![];
         for (s, _) in on_disk.into_iter().zip(kept).filter(|(_, k)| *k) {
             // Counts the miss (or the hit, if it was just decoded).
-            let _ = self.cache.get(&s.meta.path);
-            self.cache.load_later(s.clone(), schema.clone());
+            let _ = self.caches.segments.get(&s.meta.path);
+            self.caches.segments.load_later(s.clone(), schema.clone());
             files.push(s.clone());
         }
         let held: Vec<&DecodedSegment> = decoded.iter().map(|(_, d)| d.as_ref()).collect();
@@ -304,7 +309,7 @@ impl KilnTable {
                 continue;
             }
             // Counts the hit and refreshes the segment's LRU place.
-            let _ = self.cache.get(&s.meta.path);
+            let _ = self.caches.segments.get(&s.meta.path);
             from_held = true;
             match by_segment {
                 true => held_kept.push(Held {

@@ -16,7 +16,6 @@ fn registry(
         max_queued,
         timeout,
         history: 4,
-        plan_cache_mode: Default::default(),
     })
 }
 

@@ -1,9 +1,8 @@
 use arrow::util::pretty::pretty_format_batches;
-use futures::TryStreamExt;
 use kiln_storage::StorageConfig;
 
 use super::*;
-use crate::Engine;
+use crate::{Engine, Origin, Output};
 
 const LOOKUP: &str = "SELECT v FROM kv WHERE id = $1 ORDER BY v";
 
@@ -39,11 +38,20 @@ async fn lookup(engine: &Engine, sql: &str, id: i64) -> Vec<String> {
         .create_logical_plan(sql)
         .await
         .unwrap();
-    let stream = engine
-        .execute_prepared(sql, &logical, &[DataType::Int64], &[ScalarValue::from(id)])
+    let query = engine.begin(Origin::EMBEDDED, sql).await.unwrap();
+    let streamed = engine
+        .run_prepared(
+            &query,
+            sql,
+            &logical,
+            &[DataType::Int64],
+            &[ScalarValue::from(id)],
+        )
         .await
         .unwrap();
-    let batches: Vec<_> = stream.try_collect().await.unwrap();
+    let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
+        panic!("rows expected")
+    };
     let text = pretty_format_batches(&batches).unwrap().to_string();
     text.lines()
         .skip(3)
@@ -196,12 +204,12 @@ fn a_value_that_does_not_fit_names_its_parameter() {
 #[tokio::test]
 async fn a_plan_that_cannot_be_generic_is_planned_per_execution() {
     let tmp = tempfile::tempdir().unwrap();
-    let limits = crate::QueryLimits {
+    let config = crate::QueryConfig {
         plan_cache_mode: PlanCacheMode::ForceGeneric,
         ..Default::default()
     };
     let db = Db::open(StorageConfig::for_dir(tmp.path())).await.unwrap();
-    let engine = Engine::with_limits(db, limits).unwrap();
+    let engine = Engine::with_config(db, &config).unwrap();
     create(&engine, "(1, 'a'), (2, 'b'), (3, 'c')").await;
 
     // Forced generic: the lookup runs one, and its instance is pooled.

@@ -4,7 +4,7 @@
 //! CTE with an aggregate of itself (retention's `user_days`, joined with
 //! the cohort computed from it) scans and groups the same rows twice; in
 //! the dashboard workload that was a third of each retention query
-//! (docs/benchmarks.md). [`SharedSubplans`], an analyzer rule, wraps each
+//! (docs/benchmark-history.md). [`SharedSubplans`], an analyzer rule, wraps each
 //! reference of an expensive CTE (one with a grouping, join, window or
 //! DISTINCT) that appears more than once in a [`Shared`] node. The node
 //! keeps the optimizer from pushing filters, columns or limits into it, so

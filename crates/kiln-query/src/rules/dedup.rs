@@ -10,7 +10,7 @@
 //! most rows are such repeats. Comparing each row with the one before is a
 //! tight loop per key column ([`changes`]), a nanosecond or two a row; a
 //! hash-table probe with multi-column keys costs tens (the dashboard
-//! profile, ninth session).
+//! profile of 2026-11-23, docs/benchmark-history.md).
 //!
 //! [`DropRepeats`] puts a [`DedupExec`] under each such aggregation that
 //! reads raw rows. On rows in no such order it drops almost nothing, so each

@@ -3,7 +3,7 @@
 //! Why not arrow's `distinct` kernel on two offset slices: it compares
 //! through a generic per-element closure, string views included; with the
 //! dashboard's keys (`arm`, `user_id`, a day) it took 14% of a daily
-//! active users query's CPU (docs/benchmarks.md). Here a fixed-width column
+//! active users query's CPU (docs/benchmark-history.md). Here a fixed-width column
 //! compares its raw values as integers, and a string view compares its
 //! 16-byte view first: views of strings up to 12 bytes hold the whole
 //! string, so equal views are equal strings and unequal views unequal

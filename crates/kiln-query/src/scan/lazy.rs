@@ -1,6 +1,6 @@
 //! [`LazyScan`]: a scan that pins its snapshot when it executes.
 //!
-//! Why: a kept plan ([`crate::reuse`]) runs many times, and each run must
+//! Why: a kept plan ([`crate::plan_cache`]) runs many times, and each run must
 //! see the rows acknowledged before it, and prune with the parameters bound
 //! for it. So this node holds what the planner decided (projection, filters,
 //! limit, partitions) and plans the snapshot scan at its first `execute`.

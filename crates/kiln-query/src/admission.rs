@@ -12,7 +12,7 @@
 //! them share the cores. Throughput stays the same, and a long query is
 //! stretched by the whole crowd, which sets the tail latency. Queued
 //! first-come first-served, the same load ran at the same rate with half
-//! the p99 (docs/benchmarks.md). The slot time bounds how long one heavy
+//! the p99 (docs/benchmark-history.md). The slot time bounds how long one heavy
 //! query can keep others waiting: past it, the query runs on outside the
 //! count and the next one starts.
 //!
@@ -35,7 +35,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::reuse::PlanCacheMode;
 
 /// Shards of the running-query map.
 const SHARDS: usize = 16;
@@ -56,8 +55,6 @@ pub struct QueryLimits {
     pub timeout: Option<Duration>,
     /// Finished queries remembered for `system.queries`.
     pub history: usize,
-    /// How prepared statements are planned ([`crate::reuse`]).
-    pub plan_cache_mode: PlanCacheMode,
 }
 
 impl Default for QueryLimits {
@@ -68,7 +65,6 @@ impl Default for QueryLimits {
             max_queued: 4096,
             timeout: None,
             history: 1000,
-            plan_cache_mode: PlanCacheMode::Auto,
         }
     }
 }

@@ -24,13 +24,12 @@
 //! the cores, or a table it reads (dropped and created again) change.
 //! Nothing here is durable: the cache is rebuilt by use after a restart.
 //!
-//! [`LazyScan`]: crate::provider
+//! [`LazyScan`]: crate::scan
 
 mod params;
 #[cfg(test)]
 mod tests;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
@@ -54,9 +53,10 @@ use parking_lot::Mutex;
 pub(crate) use params::cast_param;
 use params::{ParamSlots, parameterize};
 
-use crate::engine::partitions_for;
-use crate::provider::KilnTable;
-use crate::queries::QueryRegistry;
+use crate::admission::QueryRegistry;
+use crate::config::PlanCacheMode;
+use crate::scan::{KeptPlan, KilnTable};
+use crate::session::partitions_for;
 
 /// Executions of each kind of plan before the faster is chosen.
 pub const TRIALS: u64 = 5;
@@ -70,38 +70,6 @@ const MAX_STATEMENTS: usize = 1024;
 const SERIAL_BELOW_NANOS: u64 = 1_000_000;
 /// At most this many idle instances of one statement's generic plan.
 const MAX_INSTANCES: usize = 64;
-
-/// Session-config marker: the plan being built will be kept, so scans must
-/// take their snapshot at execution ([`crate::provider`]).
-#[derive(Debug)]
-pub(crate) struct KeptPlan;
-
-/// How prepared statements are planned; PostgreSQL's `plan_cache_mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PlanCacheMode {
-    /// Custom plans for the first trials, then whichever kind was faster.
-    #[default]
-    Auto,
-    /// Every execution planned with its values.
-    ForceCustom,
-    /// A generic plan whenever the statement's plan can be kept.
-    ForceGeneric,
-}
-
-impl FromStr for PlanCacheMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "force-custom" => Ok(Self::ForceCustom),
-            "force-generic" => Ok(Self::ForceGeneric),
-            _ => Err(format!(
-                "unknown plan cache mode {s:?}: use auto, force-custom or force-generic"
-            )),
-        }
-    }
-}
 
 /// Kept plans by statement text; see the module docs.
 pub struct PlanCache {

@@ -1,0 +1,18 @@
+//! Kiln's planner rules, each an extension DataFusion's session calls:
+//! - [`shared`]: CTEs referenced more than once computed once (an analyzer
+//!   rule and a query planner);
+//! - [`time_predicates`]: time predicates on the bare time column (a
+//!   logical optimizer rule);
+//! - [`dedup`]: repeats dropped before a group-by that ignores them (a
+//!   physical optimizer rule);
+//! - [`partials`]: partial aggregates kept per held segment (a physical
+//!   optimizer rule over [`crate::scan`]'s nodes).
+//!
+//! Each can be read, tested and removed on its own: the session lists them
+//! ([`crate::session::build_session`]); none imports another but
+//! [`partials`], which sees through [`dedup`]'s node.
+
+pub mod dedup;
+pub mod partials;
+pub mod shared;
+pub mod time_predicates;

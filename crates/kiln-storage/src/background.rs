@@ -14,6 +14,9 @@ use object_store::path::Path;
 
 use crate::db::Inner;
 use crate::error::Result;
+use crate::failpoints::{
+    COMPACTION_AFTER_COMMIT, COMPACTION_AFTER_SEGMENT, FLUSH_AFTER_SEGMENTS, failpoint,
+};
 use crate::manifest::Segment;
 use crate::segment;
 use crate::table::Table;
@@ -105,6 +108,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
             let meta = inner.write_segment(table, day, batches).await?;
             written.push(Segment::new(meta, &inner.reaper));
         }
+        failpoint!(FLUSH_AFTER_SEGMENTS, error);
         let current = table.mem.manifest();
         let next = current.next(written.clone(), &[], set.through_seq);
         next.persist(&inner.store, table.def.id).await?;
@@ -163,11 +167,17 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     let meta = inner.write_segment(table, day, batches).await?;
     let merged = Segment::new(meta, &inner.reaper);
     let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
-    if let Err(e) = next.persist(&inner.store, table.def.id).await {
+    let committed: Result<()> = async {
+        failpoint!(COMPACTION_AFTER_SEGMENT, error);
+        next.persist(&inner.store, table.def.id).await
+    }
+    .await;
+    if let Err(e) = committed {
         merged.retire();
         return Err(e);
     }
     table.mem.publish(next, None);
+    failpoint!(COMPACTION_AFTER_COMMIT);
     for s in &picked {
         s.retire();
     }

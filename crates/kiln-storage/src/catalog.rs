@@ -2,7 +2,6 @@
 //! queries read without locking (an `ArcSwap` replaced on DDL only).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,6 +9,7 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fs_util::write_atomic;
 use crate::schema::TableDef;
 use crate::table::Table;
 
@@ -43,18 +43,9 @@ impl CatalogFile {
     /// Replaces the catalog atomically and durably (temp file, fsync, rename, fsync dir).
     pub fn save(&self, dir: &Path) -> Result<()> {
         let path = Self::path(dir);
-        let tmp = dir.join("catalog.json.tmp");
-        let ctx = |e| Error::io(format!("writing {}", path.display()), e);
         let bytes = serde_json::to_vec_pretty(self).expect("catalog serializes");
-        let mut f = std::fs::File::create(&tmp).map_err(ctx)?;
-        f.write_all(&bytes)
-            .and_then(|_| f.sync_all())
-            .map_err(ctx)?;
-        std::fs::rename(&tmp, &path).map_err(ctx)?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(ctx)?;
-        Ok(())
+        write_atomic(&path, &bytes)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e.source))
     }
 }
 

@@ -43,6 +43,7 @@ use crate::clock::Clock;
 use crate::codec::KeyRecord;
 use crate::db::Ack;
 use crate::error::{Error, Result};
+use crate::fs_util::write_atomic;
 
 /// Longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -294,20 +295,9 @@ impl Keys {
                 })
                 .collect()
         };
-        let path = dir.join(KEYS_FILE);
-        let tmp = dir.join(format!("{KEYS_FILE}.tmp"));
         let json = serde_json::to_vec(&SavedFile { keys }).expect("keys serialize");
-        let io = |what: &str, e| Error::io(format!("{what} {}", tmp.display()), e);
-        {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&tmp).map_err(|e| io("creating", e))?;
-            f.write_all(&json).map_err(|e| io("writing", e))?;
-            f.sync_all().map_err(|e| io("fsyncing", e))?;
-        }
-        std::fs::rename(&tmp, &path).map_err(|e| io("renaming", e))?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(format!("fsyncing {}", dir.display()), e))
+        write_atomic(&dir.join(KEYS_FILE), &json)
+            .map_err(|e| Error::io(format!("{} {}", e.verb(), e.path.display()), e.source))
     }
 
     /// Loads the keys saved by [`Keys::persist`], if any. A damaged file is

@@ -26,6 +26,8 @@ mod codec;
 mod config;
 mod db;
 mod error;
+pub mod failpoints;
+mod fs_util;
 mod idempotency;
 pub mod manifest;
 pub mod memstore;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::error::{Error, Result};
+use crate::failpoints::{MANIFEST_AFTER_WRITE, failpoint};
 use crate::store::Store;
 
 /// A min or max value of a column in a segment.
@@ -168,6 +169,7 @@ impl Manifest {
         store
             .put_durable(&manifest_path(table_id, self.version), bytes.into())
             .await?;
+        failpoint!(MANIFEST_AFTER_WRITE, error);
         // Older versions are no longer needed for recovery.
         for old in store.list(&manifest_dir(table_id)).await? {
             if parse_version(&old).is_some_and(|v| v < self.version) {
@@ -209,3 +211,6 @@ impl Manifest {
 fn parse_version(p: &Path) -> Option<u64> {
     p.filename()?.strip_suffix(".json")?.parse().ok()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+//! Replacing a small file atomically and durably on local disk.
+//!
+//! The catalog and the saved idempotency keys are rewritten whole. A reader
+//! (recovery after a crash) must find either the old file or the new one,
+//! never a torn mix, and once the write returns the new one must survive
+//! power loss. Hence the one sequence both use: write a temporary file
+//! beside the target, fsync it, rename it over the target, fsync the
+//! directory (which makes the rename durable).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A step of [`write_atomic`], for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    CreateTemp,
+    WriteTemp,
+    SyncTemp,
+    Rename,
+    SyncDir,
+}
+
+/// Which step of [`write_atomic`] failed, on which path, and why.
+#[derive(Debug)]
+pub(crate) struct AtomicWriteError {
+    pub step: Step,
+    /// The temporary file, or the directory for [`Step::SyncDir`].
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+impl AtomicWriteError {
+    /// What was being done, as a verb: "creating", "writing", "fsyncing" or "renaming".
+    pub fn verb(&self) -> &'static str {
+        match self.step {
+            Step::CreateTemp => "creating",
+            Step::WriteTemp => "writing",
+            Step::SyncTemp | Step::SyncDir => "fsyncing",
+            Step::Rename => "renaming",
+        }
+    }
+}
+
+/// The temporary file [`write_atomic`] uses for `path`: `{path}.tmp`.
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
+/// Replaces `path` with `bytes`: temporary file `{path}.tmp`, fsync, rename
+/// over `path`, fsync of the directory. When this returns `Ok` the new
+/// contents are durable; on error `path` holds the old contents or the new
+/// ones, never a part.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
+    let tmp = temp_path(path);
+    let fail = |step, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AtomicWriteError { step, path, source }
+    };
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(fail(Step::CreateTemp, &tmp))?;
+        f.write_all(bytes).map_err(fail(Step::WriteTemp, &tmp))?;
+        f.sync_all().map_err(fail(Step::SyncTemp, &tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(fail(Step::Rename, &tmp))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail(Step::SyncDir, dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_the_file_and_leaves_no_temporary() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f.json");
+        write_atomic(&path, b"one").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"one");
+        write_atomic(&path, b"two, longer").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two, longer");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.json"], "the temporary file was renamed away");
+    }
+
+    #[test]
+    fn errors_name_the_failed_step_and_keep_the_old_contents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = write_atomic(&tmp.path().join("missing/f.json"), b"x").unwrap_err();
+        assert_eq!(err.step, Step::CreateTemp);
+        assert_eq!(err.verb(), "creating");
+        assert_eq!(err.path, tmp.path().join("missing/f.json.tmp"));
+
+        // Renaming a file over a non-empty directory fails: the target is untouched.
+        let target = tmp.path().join("d");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("inside"), b"old").unwrap();
+        let err = write_atomic(&target, b"new").unwrap_err();
+        assert_eq!((err.step, err.verb()), (Step::Rename, "renaming"));
+        assert_eq!(err.path, temp_path(&target));
+        assert_eq!(std::fs::read(target.join("inside")).unwrap(), b"old");
+    }
+}

@@ -1,0 +1,329 @@
+//! A flush or compaction stopped at each of its commit boundaries (the
+//! points in `kiln_storage::failpoints`), then the directory reopened: every
+//! acknowledged row must be there exactly once (count and sum, read back
+//! from the segment files), no segment file may be left on disk that the
+//! manifest does not name (nor the reverse), and the manifest version loaded
+//! must be the newest one written.
+//!
+//! A crash is a point set to `panic`: the flush or compaction runs on its own
+//! task, stops there with nothing after it run (no error handling, no
+//! cleanup), and the database is closed without flushing, which leaves the
+//! files as a killed process would and releases the directory lock. A point
+//! set to `return` checks the error path instead, in the same process.
+//!
+//! Built only with `--features failpoints`. The `fail` registry is
+//! process-wide, so each test holds a `FailScenario`, which runs them one at
+//! a time and clears every point when the test ends.
+
+mod support;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+use fail::FailScenario;
+use kiln_storage::Db;
+use kiln_storage::failpoints::{
+    COMPACTION_AFTER_COMMIT, COMPACTION_AFTER_SEGMENT, FLUSH_AFTER_SEGMENTS, MANIFEST_AFTER_WRITE,
+};
+use support::*;
+
+/// Runs one test alone (as far as fail points go) on a fresh directory.
+fn run<F, Fut>(test: F)
+where
+    F: FnOnce(PathBuf) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let scenario = FailScenario::setup();
+    let tmp = tempfile::tempdir().unwrap();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test(tmp.path().to_path_buf()));
+    scenario.teardown();
+}
+
+/// Runs `step` on its own task, where it must stop at a point set to
+/// `panic`; then closes `db` without flushing (a crash, as far as files go).
+async fn crash_during<F, Fut>(db: &Db, step: F)
+where
+    F: FnOnce(Db) -> Fut,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+{
+    let stopped = tokio::spawn(step(db.clone())).await;
+    assert!(
+        stopped.is_err_and(|e| e.is_panic()),
+        "the step did not stop at its failpoint"
+    );
+    db.close().await.unwrap();
+}
+
+/// A table with `n` flushed segments of 10 rows each in one partition.
+async fn flushed_segments(dir: &Path, n: i64) -> (Db, Totals) {
+    let db = open(dir).await;
+    create(&db).await;
+    let mut want = Totals::default();
+    for i in 0..n {
+        want = want + write(&db, 0, i * 10..i * 10 + 10).await;
+        db.flush_all().await.unwrap();
+    }
+    assert_eq!(version(&db), n as u64);
+    (db, want)
+}
+
+#[test]
+fn crash_after_a_flush_wrote_its_segments() {
+    run(|dir| async move {
+        let db = open(&dir).await;
+        create(&db).await;
+        let want = write(&db, 0, 0..100).await + write(&db, 1, 100..120).await;
+        fail::cfg(FLUSH_AFTER_SEGMENTS, "panic").unwrap();
+        crash_during(&db, |db| async move { db.flush_all().await }).await;
+        fail::remove(FLUSH_AFTER_SEGMENTS);
+        assert_eq!(
+            parquet_files(&db).await.len(),
+            2,
+            "one segment per day written"
+        );
+        assert!(
+            manifest_files(&db).await.is_empty(),
+            "no manifest names them"
+        );
+        drop(db);
+
+        let db = open(&dir).await;
+        assert_eq!(version(&db), 0);
+        assert_eq!(in_memory(&db), want, "every row replayed from the WAL");
+        assert_consistent(&db, want).await;
+        db.flush_all().await.unwrap();
+        assert_eq!((version(&db), in_segments(&db).await), (1, want));
+        db.close().await.unwrap();
+
+        let db = open(&dir).await;
+        assert_eq!(in_memory(&db), Totals::default());
+        assert_consistent(&db, want).await;
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_flush_failing_after_its_segments_keeps_the_rows_in_memory() {
+    run(|dir| async move {
+        let db = open(&dir).await;
+        create(&db).await;
+        let want = write(&db, 0, 0..100).await + write(&db, 1, 100..120).await;
+        fail::cfg(FLUSH_AFTER_SEGMENTS, "return").unwrap();
+        let err = db.flush_all().await.unwrap_err();
+        assert!(err.to_string().contains(FLUSH_AFTER_SEGMENTS), "{err}");
+        assert_eq!((version(&db), in_memory(&db)), (0, want));
+        wait_until("the uncommitted segments are deleted", || async {
+            parquet_files(&db).await.is_empty()
+        })
+        .await;
+
+        fail::remove(FLUSH_AFTER_SEGMENTS);
+        db.flush_all().await.unwrap();
+        assert_eq!(version(&db), 1);
+        assert_eq!(
+            (in_memory(&db), in_segments(&db).await),
+            (Totals::default(), want)
+        );
+        db.close().await.unwrap();
+
+        let db = open(&dir).await;
+        assert_eq!(in_memory(&db), Totals::default());
+        assert_consistent(&db, want).await;
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn crash_after_a_flush_wrote_its_manifest_version() {
+    run(|dir| async move {
+        let (db, a) = flushed_segments(&dir, 1).await;
+        let b = write(&db, 0, 10..30).await + write(&db, 1, 30..40).await;
+        fail::cfg(MANIFEST_AFTER_WRITE, "panic").unwrap();
+        crash_during(&db, |db| async move { db.flush_all().await }).await;
+        fail::remove(MANIFEST_AFTER_WRITE);
+        assert_eq!(version(&db), 1, "not swapped in memory");
+        assert_eq!(
+            manifest_files(&db).await,
+            [1, 2],
+            "version 2 written, version 1 not yet deleted"
+        );
+        drop(db);
+
+        let db = open(&dir).await;
+        assert_eq!(version(&db), 2, "the newest version is loaded");
+        assert_eq!(
+            in_memory(&db),
+            Totals::default(),
+            "records version 2 covers are not replayed"
+        );
+        assert_consistent(&db, a + b).await;
+        // The next commit deletes the older version left behind.
+        let c = write(&db, 0, 40..45).await;
+        db.flush_all().await.unwrap();
+        assert_eq!(manifest_files(&db).await, [3]);
+        db.close().await.unwrap();
+
+        let db = open(&dir).await;
+        assert_consistent(&db, a + b + c).await;
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_flush_failing_after_its_manifest_write_is_redone_in_process() {
+    run(|dir| async move {
+        let (db, a) = flushed_segments(&dir, 1).await;
+        let b = write(&db, 0, 10..30).await;
+        fail::cfg(MANIFEST_AFTER_WRITE, "return").unwrap();
+        let err = db.flush_all().await.unwrap_err();
+        assert!(err.to_string().contains(MANIFEST_AFTER_WRITE), "{err}");
+        assert_eq!((version(&db), in_memory(&db)), (1, b));
+        assert_eq!(stored(&db).await, a + b);
+
+        fail::remove(MANIFEST_AFTER_WRITE);
+        db.flush_all().await.unwrap();
+        assert_eq!((version(&db), in_memory(&db)), (2, Totals::default()));
+        assert_eq!(manifest_files(&db).await, [2]);
+        db.close().await.unwrap();
+
+        let db = open(&dir).await;
+        assert_consistent(&db, a + b).await;
+        db.close().await.unwrap();
+    });
+}
+
+/// Known bug, kept as a failing test (run it with `--ignored`).
+///
+/// `Manifest::persist` returns an error when pruning older version files
+/// fails (or the put's fsync fails) after the new version file is already
+/// in place. `flush_table` then takes the whole commit as failed: it keeps
+/// the rows in memory and retires the segments it wrote, which the reaper
+/// deletes, although the version file on disk names them. In the running
+/// process that is harmless (the next flush writes that version again with
+/// new segments), but a restart before the next successful commit loads the
+/// version naming deleted files and skips the WAL records it covers, so
+/// those rows are lost. `compact_table` has the same flaw: the merged
+/// segment is retired while the version on disk names it, and at restart
+/// the segments it replaced are deleted as orphans.
+#[test]
+#[ignore = "known bug: a manifest commit failing after its version file is written retires segments that version names"]
+fn restart_after_a_flush_failed_past_its_manifest_write_keeps_every_row() {
+    run(|dir| async move {
+        let (db, a) = flushed_segments(&dir, 1).await;
+        let v1_files = referenced(&db);
+        let b = write(&db, 0, 10..30).await;
+        fail::cfg(MANIFEST_AFTER_WRITE, "return").unwrap();
+        db.flush_all().await.unwrap_err();
+        fail::remove(MANIFEST_AFTER_WRITE);
+        wait_until("the failed flush's segments are deleted", || async {
+            parquet_files(&db).await == v1_files
+        })
+        .await;
+        db.close().await.unwrap();
+
+        let db = open(&dir).await;
+        assert_consistent(&db, a + b).await;
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn crash_after_a_compaction_wrote_the_merged_segment() {
+    run(|dir| async move {
+        let (db, want) = flushed_segments(&dir, 3).await;
+        let small = referenced(&db);
+        fail::cfg(COMPACTION_AFTER_SEGMENT, "panic").unwrap();
+        crash_during(&db, |db| async move { db.compact_all().await }).await;
+        fail::remove(COMPACTION_AFTER_SEGMENT);
+        assert_eq!(
+            parquet_files(&db).await.len(),
+            4,
+            "the merged one is written"
+        );
+        drop(db);
+
+        let db = open(&dir).await;
+        assert_eq!(version(&db), 3);
+        assert_eq!(referenced(&db), small);
+        assert_consistent(&db, want).await;
+        assert_eq!(db.compact_all().await.unwrap(), 1, "can be done again");
+        assert_eq!(in_segments(&db).await, want);
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn a_compaction_failing_before_its_commit_deletes_the_merged_segment() {
+    run(|dir| async move {
+        let (db, want) = flushed_segments(&dir, 3).await;
+        let small = referenced(&db);
+        fail::cfg(COMPACTION_AFTER_SEGMENT, "return").unwrap();
+        let err = db.compact_all().await.unwrap_err();
+        assert!(err.to_string().contains(COMPACTION_AFTER_SEGMENT), "{err}");
+        assert_eq!((version(&db), referenced(&db)), (3, small.clone()));
+        wait_until("the merged segment is deleted", || async {
+            parquet_files(&db).await == small
+        })
+        .await;
+        assert_eq!(stored(&db).await, want);
+
+        fail::remove(COMPACTION_AFTER_SEGMENT);
+        assert_eq!(db.compact_all().await.unwrap(), 1);
+        db.close().await.unwrap();
+        let db = open(&dir).await;
+        assert_eq!(version(&db), 4);
+        assert_consistent(&db, want).await;
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn crash_after_a_compaction_wrote_its_manifest_version() {
+    run(|dir| async move {
+        let (db, want) = flushed_segments(&dir, 3).await;
+        let small = referenced(&db);
+        fail::cfg(MANIFEST_AFTER_WRITE, "panic").unwrap();
+        crash_during(&db, |db| async move { db.compact_all().await }).await;
+        fail::remove(MANIFEST_AFTER_WRITE);
+        assert_eq!(manifest_files(&db).await, [3, 4]);
+        drop(db);
+
+        let db = open(&dir).await;
+        assert_eq!(version(&db), 4);
+        assert_eq!(referenced(&db).len(), 1);
+        assert!(referenced(&db).is_disjoint(&small));
+        assert_consistent(&db, want).await;
+        db.close().await.unwrap();
+    });
+}
+
+#[test]
+fn crash_between_a_compaction_commit_and_releasing_what_it_replaced() {
+    run(|dir| async move {
+        let (db, want) = flushed_segments(&dir, 3).await;
+        let small = referenced(&db);
+        fail::cfg(COMPACTION_AFTER_COMMIT, "panic").unwrap();
+        crash_during(&db, |db| async move { db.compact_all().await }).await;
+        fail::remove(COMPACTION_AFTER_COMMIT);
+        assert_eq!(version(&db), 4, "swapped in memory");
+        assert_eq!(manifest_files(&db).await, [4]);
+        let on_disk = parquet_files(&db).await;
+        assert!(
+            small.is_subset(&on_disk) && on_disk.len() == 4,
+            "{on_disk:?}"
+        );
+        drop(db);
+
+        let db = open(&dir).await;
+        assert_eq!(version(&db), 4);
+        assert!(referenced(&db).is_disjoint(&small));
+        assert_consistent(&db, want).await;
+        db.close().await.unwrap();
+    });
+}

@@ -1,0 +1,295 @@
+//! The life of rows after a write, through the public `Db` API: flushed from
+//! the memstore into segments, small segments compacted, each change
+//! committed as a new manifest version while older snapshots keep reading
+//! their files, and a restart rebuilding the same table from the manifest,
+//! the WAL and the segment files. Every check reads segment files back from
+//! disk, so a row lost or kept twice by any step changes a count or a sum.
+//! (What a crash in the middle of a flush or compaction leaves behind is
+//! covered by `crash_points.rs`, built with `--features failpoints`.)
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flush_moves_rows_from_memory_into_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let want = write(&db, 0, 0..100).await + write(&db, 1, 100..150).await;
+    assert_eq!(in_memory(&db), want);
+    assert_eq!(
+        (version(&db), in_segments(&db).await),
+        (0, Totals::default())
+    );
+    let before_flush = db.table(TABLE).unwrap().snapshot();
+
+    db.flush_all().await.unwrap();
+    assert_eq!(
+        in_memory(&db),
+        Totals::default(),
+        "flushed rows left memory"
+    );
+    assert_eq!(in_segments(&db).await, want, "and are all in segments");
+    let m = db.table(TABLE).unwrap().mem.manifest();
+    assert_eq!(m.version, 1);
+    assert_eq!(m.flushed_seq, 2, "both WAL records are covered");
+    let days: BTreeSet<i32> = m.segments.iter().map(|s| s.meta.day).collect();
+    assert_eq!(
+        (m.segments.len(), days.len()),
+        (2, 2),
+        "one segment per day"
+    );
+    assert_eq!(parquet_files(&db).await, referenced(&db));
+    assert_eq!(manifest_files(&db).await, [1]);
+    assert_eq!(db.metrics().flushes.load(Ordering::Relaxed), 1);
+    // A snapshot taken before still sees each row once (in its memory).
+    assert_eq!(totals_of(&db, &before_flush).await, want);
+
+    // Nothing left to flush: no new version.
+    db.flush_all().await.unwrap();
+    assert_eq!(version(&db), 1);
+    let more = write(&db, 0, 150..160).await;
+    db.flush_all().await.unwrap();
+    assert_eq!(version(&db), 2);
+    assert_eq!(db.table(TABLE).unwrap().segments().len(), 3);
+    assert_eq!(stored(&db).await, want + more);
+    assert_eq!(manifest_files(&db).await, [2], "older versions are pruned");
+    db.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_merges_small_segments_and_deletes_them_once_released() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let mut want = Totals::default();
+    for i in 0..4 {
+        want = want + write(&db, 0, i * 10..i * 10 + 10).await;
+        db.flush_all().await.unwrap();
+    }
+    let replaced = referenced(&db);
+    assert_eq!((replaced.len(), version(&db)), (4, 4));
+    let pinned = db.table(TABLE).unwrap().snapshot();
+
+    assert_eq!(db.compact_all().await.unwrap(), 1);
+    let m = db.table(TABLE).unwrap().mem.manifest();
+    assert_eq!((m.version, m.segments.len()), (5, 1));
+    assert_eq!(m.segments[0].meta.rows, 40);
+    assert_eq!(
+        in_segments(&db).await,
+        want,
+        "the merged file holds every row"
+    );
+    assert!(replaced.is_disjoint(&referenced(&db)));
+    assert_eq!(db.metrics().compactions.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        db.compact_all().await.unwrap(),
+        0,
+        "one segment: nothing to do"
+    );
+
+    // Deletion is immediate in these tests, yet a pinned snapshot keeps them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(replaced.is_subset(&parquet_files(&db).await));
+    assert_eq!(totals_of(&db, &pinned).await, want);
+    drop(pinned);
+    wait_until("the replaced files are deleted", || async {
+        parquet_files(&db).await == referenced(&db)
+    })
+    .await;
+    db.close().await.unwrap();
+
+    let db = open(tmp.path()).await;
+    assert_eq!(version(&db), 5);
+    assert_consistent(&db, want).await;
+    db.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_keeps_reading_its_manifest_version_after_swaps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let a = write(&db, 0, 0..10).await;
+    db.flush_all().await.unwrap();
+    let v1 = db.table(TABLE).unwrap().snapshot();
+    let v1_files = referenced(&db);
+    let b = write(&db, 0, 10..30).await;
+    db.flush_all().await.unwrap();
+    let b_files: BTreeSet<_> = referenced(&db).difference(&v1_files).cloned().collect();
+    db.compact_all().await.unwrap();
+
+    let now = db.table(TABLE).unwrap().snapshot();
+    assert_eq!(
+        (v1.version.manifest.version, now.version.manifest.version),
+        (1, 3),
+        "each commit is the next version"
+    );
+    assert_eq!(manifest_files(&db).await, [3]);
+    assert_eq!(totals_of(&db, &now).await, a + b);
+    // Version 1 still reads exactly its own rows, from its own file...
+    assert_eq!(totals_of(&db, &v1).await, a);
+    // ...while the file only version 2 named, pinned by nobody, is gone.
+    wait_until("the unpinned replaced file is deleted", || async {
+        parquet_files(&db).await.is_disjoint(&b_files)
+    })
+    .await;
+    assert!(v1_files.is_subset(&parquet_files(&db).await));
+    drop(v1);
+    wait_until("version 1's file is deleted once released", || async {
+        parquet_files(&db).await.is_disjoint(&v1_files)
+    })
+    .await;
+    assert_eq!(totals_of(&db, &now).await, a + b);
+    db.close().await.unwrap();
+}
+
+/// WAL files of `dir` holding at least one byte.
+fn wal_files_with_records(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 0)
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unflushed_rows_are_replayed_from_the_wal_exactly_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let a = write(&db, 0, 0..50).await;
+    db.flush_all().await.unwrap();
+    let b = write(&db, 0, 50..80).await + write(&db, 1, 80..90).await;
+    // One WAL file, still being written: the flushed record is in it too.
+    assert_eq!(wal_files_with_records(tmp.path()).len(), 1);
+    db.close().await.unwrap();
+
+    let db = open(tmp.path()).await;
+    assert_eq!(version(&db), 1);
+    assert_eq!(in_segments(&db).await, a, "flushed rows come from segments");
+    assert_eq!(
+        in_memory(&db),
+        b,
+        "only records past the manifest are replayed"
+    );
+    db.flush_all().await.unwrap();
+    assert_eq!((version(&db), in_memory(&db)), (2, Totals::default()));
+    db.close().await.unwrap();
+
+    let db = open(tmp.path()).await;
+    assert_eq!(in_memory(&db), Totals::default());
+    assert_consistent(&db, a + b).await;
+    db.close().await.unwrap();
+}
+
+/// Byte offsets of the frames of a WAL file (16-byte header whose first
+/// four bytes are the payload length, then the payload).
+fn frame_offsets(file: &Path) -> Vec<u64> {
+    let data = std::fs::read(file).unwrap();
+    let mut offsets = vec![];
+    let mut at = 0;
+    while at + 16 <= data.len() {
+        offsets.push(at as u64);
+        let len = u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        at += 16 + len;
+    }
+    assert_eq!(at, data.len(), "whole frames");
+    offsets
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_wal_tail_is_cut_off_and_the_log_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let a = write(&db, 0, 0..10).await;
+    write(&db, 0, 10..20).await;
+    db.close().await.unwrap();
+    // A crash in the middle of writing the second record.
+    let [file] = &wal_files_with_records(tmp.path())[..] else {
+        panic!("one WAL file")
+    };
+    let offsets = frame_offsets(file);
+    assert_eq!(offsets.len(), 2);
+    let f = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+    f.set_len(offsets[1] + 20).unwrap();
+    drop(f);
+
+    let db = open(tmp.path()).await;
+    assert_eq!(
+        stored(&db).await,
+        a,
+        "the torn record is dropped, the rest kept"
+    );
+    assert_eq!(
+        std::fs::metadata(file).unwrap().len(),
+        offsets[1],
+        "the tail is truncated"
+    );
+    let c = write(&db, 0, 20..25).await;
+    db.close().await.unwrap();
+
+    let db = open(tmp.path()).await;
+    assert_eq!(stored(&db).await, a + c, "records after the cut are kept");
+    db.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_numbers_go_on_after_the_wal_was_trimmed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path());
+    cfg.wal_segment_bytes = 1; // a new WAL file per group: flushed ones can be deleted
+    let db = open_with(cfg.clone()).await;
+    create(&db).await;
+    let a = write(&db, 0, 0..10).await + write(&db, 0, 10..20).await;
+    db.flush_all().await.unwrap();
+    assert!(wal_files_with_records(tmp.path()).is_empty(), "WAL trimmed");
+    db.close().await.unwrap();
+
+    // The WAL holds no record now: new ones must still be numbered past the
+    // manifest's flushed sequence, or the next recovery would skip them.
+    let db = open_with(cfg.clone()).await;
+    let b = write(&db, 0, 20..30).await;
+    db.close().await.unwrap();
+    let db = open_with(cfg).await;
+    assert_eq!(in_memory(&db), b);
+    assert_consistent(&db, a + b).await;
+    db.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_deletes_segment_files_no_manifest_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let a = write(&db, 0, 0..10).await;
+    db.flush_all().await.unwrap();
+    let kept = referenced(&db);
+    db.close().await.unwrap();
+    // Valid Parquet files no manifest names: one in the table's partition
+    // (as a crash mid-flush leaves), one of a table the catalog lacks.
+    let real = tmp.path().join(kept.first().unwrap());
+    let strays = [
+        tmp.path().join("tables/1/2026-05-02/stray.parquet"),
+        tmp.path().join("tables/77/2026-05-02/dropped.parquet"),
+    ];
+    for s in &strays {
+        std::fs::create_dir_all(s.parent().unwrap()).unwrap();
+        std::fs::copy(&real, s).unwrap();
+    }
+
+    let db = open(tmp.path()).await;
+    assert!(strays.iter().all(|s| !s.exists()), "strays deleted");
+    assert_eq!(parquet_files(&db).await, kept);
+    assert_consistent(&db, a).await;
+    db.close().await.unwrap();
+}

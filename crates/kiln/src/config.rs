@@ -143,6 +143,8 @@ pub enum BenchCommand {
 pub enum BenchProtocol {
     /// PostgreSQL wire with prepared statements.
     Pg,
+    /// PostgreSQL wire, simple query protocol, values written into the SQL.
+    PgSimple,
     /// `POST /v1/sql` with JSON parameters.
     Http,
 }

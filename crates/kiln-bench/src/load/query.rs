@@ -24,6 +24,9 @@ use crate::{Error, Result};
 pub enum Protocol {
     /// PostgreSQL wire, prepared statements.
     Pg,
+    /// PostgreSQL wire, simple query protocol with the values written into
+    /// the SQL text, as BI tools send it.
+    PgSimple,
     /// `POST /v1/sql` with `{"sql", "params"}`.
     Http,
 }
@@ -159,6 +162,9 @@ enum Conn {
         client: Client,
         statements: Vec<Statement>,
     },
+    PgSimple {
+        client: Client,
+    },
     Http {
         client: reqwest::Client,
         url: String,
@@ -183,6 +189,9 @@ impl Conn {
                 }
                 Ok(Conn::Pg { client, statements })
             }
+            Protocol::PgSimple => Ok(Conn::PgSimple {
+                client: pg_connect(&load.url).await?,
+            }),
             Protocol::Http => Ok(Conn::Http {
                 client: reqwest::Client::builder().build()?,
                 url: format!("{}/v1/sql?format=ndjson", load.url.trim_end_matches('/')),
@@ -197,6 +206,14 @@ impl Conn {
                 let (from, to) = (call.from_time(), call.to_time());
                 client
                     .query(&statements[call.query], &[&call.experiment, &from, &to])
+                    .await
+                    .map_err(|e| Error::Config(pg_message(&e)))?;
+                Ok(())
+            }
+            Conn::PgSimple { client } => {
+                let sql = call.inline(statement(&queries[call.query]));
+                client
+                    .simple_query(&sql)
                     .await
                     .map_err(|e| Error::Config(pg_message(&e)))?;
                 Ok(())

@@ -92,6 +92,14 @@ impl Call {
     pub fn to_text(&self) -> String {
         text(self.to_ns)
     }
+
+    /// `sql` with `$1`, `$2`, `$3` replaced by this call's values as
+    /// literals: the text a BI tool sends over the simple protocol.
+    pub fn inline(&self, sql: &str) -> String {
+        sql.replace("$3", &format!("'{}'", self.to_text()))
+            .replace("$2", &format!("'{}'", self.from_text()))
+            .replace("$1", &self.experiment.to_string())
+    }
 }
 
 fn at(ns: i64) -> SystemTime {
@@ -212,6 +220,20 @@ mod tests {
         assert_eq!(c.experiment as u64, 1 + b % 20);
         assert_eq!(c.from_ns, DEFAULT_START_NS + (d % 8) as i64 * DAY_NS);
         assert_eq!(a, 0x5a00_52b9_13b2_1d24, "SplitMix64 from state 1_000_003");
+    }
+
+    #[test]
+    fn values_written_into_the_sql() {
+        let c = Call {
+            query: 0,
+            experiment: 17,
+            from_ns: DEFAULT_START_NS,
+            to_ns: DEFAULT_START_NS + DAY_NS,
+        };
+        assert_eq!(
+            c.inline("WHERE e = $1 AND ts >= $2 AND ts < CAST($3 AS TIMESTAMP)"),
+            "WHERE e = 17 AND ts >= '2026-11-01 00:00:00' AND ts < CAST('2026-11-02 00:00:00' AS TIMESTAMP)"
+        );
     }
 
     #[test]

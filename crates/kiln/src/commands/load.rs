@@ -20,6 +20,7 @@ pub async fn query(args: BenchQueryArgs) -> Result<(), BoxError> {
         url: args.url.clone(),
         protocol: match args.protocol {
             BenchProtocol::Pg => Protocol::Pg,
+            BenchProtocol::PgSimple => Protocol::PgSimple,
             BenchProtocol::Http => Protocol::Http,
         },
         clients: args.clients.clone(),

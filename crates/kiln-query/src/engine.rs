@@ -315,6 +315,14 @@ impl Engine {
         self.start_plan(plan).await
     }
 
+    /// The error of planning `stmt`, typed: a statement that names a table
+    /// that does not exist fails with that table ([`kiln_storage::Error::TableNotFound`]),
+    /// whatever DataFusion's message.
+    pub fn planning_error(&self, stmt: &DfStatement, e: DataFusionError) -> Error {
+        self.unknown_table(&self.ctx.state(), stmt)
+            .unwrap_or_else(|| e.into())
+    }
+
     /// A statement that failed to plan because it names a table that does
     /// not exist: that table, as a typed error.
     fn unknown_table(&self, state: &SessionState, stmt: &DfStatement) -> Option<Error> {

@@ -11,7 +11,7 @@
 //! Modules, in layer order (each uses only those below it):
 //! - [`engine`]: the door: parse, DDL or plan, admission, guarded rows;
 //! - [`plan_cache`] (custom and generic plans of prepared statements),
-//!   [`ddl`] (Kiln's DDL), [`import`] (files and bodies into rows);
+//!   [`ddl`] (Kiln's DDL), [`ingest`] (bodies, COPY data and files into rows);
 //! - [`session`]: the DataFusion session, its rules and catalog, and each
 //!   query's share of the cores;
 //! - [`rules`] (optimizer rules) and [`system`] (`system.*` tables);
@@ -28,7 +28,7 @@ pub mod ddl;
 pub mod engine;
 pub mod error;
 pub mod functions;
-pub mod import;
+pub mod ingest;
 pub mod plan_cache;
 pub mod pruning;
 pub mod rules;

@@ -10,7 +10,6 @@
 //! requests `--shutdown-grace`, then close the database (WAL synced).
 
 mod conn;
-pub mod decode;
 pub mod error;
 pub mod http;
 pub mod metrics;

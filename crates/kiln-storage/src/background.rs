@@ -103,6 +103,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
         by_day.entry(c.day).or_default().push(c.batch.batch.clone());
     }
     let mut written = vec![];
+    let mut committing = false;
     let result: Result<()> = async {
         for (day, batches) in by_day {
             let meta = inner.write_segment(table, day, batches).await?;
@@ -111,6 +112,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
         failpoint!(FLUSH_AFTER_SEGMENTS, error);
         let current = table.mem.manifest();
         let next = current.next(written.clone(), &[], set.through_seq);
+        committing = true;
         next.persist(&inner.store, table.def.id).await?;
         table.mem.publish(next, Some(&set));
         Ok(())
@@ -118,9 +120,12 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     .await;
     if let Err(e) = result {
         table.mem.abort_flush();
-        for s in &written {
-            s.retire();
+        if !committing {
+            written.iter().for_each(|s| s.retire());
         }
+        // Else a failed commit may have left its version on disk (an fsync
+        // that failed after the write), naming these files: they stay, and
+        // the next open deletes them if no manifest names them.
         return Err(e);
     }
     let rows: u64 = written.iter().map(|s| s.meta.rows).sum();
@@ -167,13 +172,19 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     let meta = inner.write_segment(table, day, batches).await?;
     let merged = Segment::new(meta, &inner.reaper);
     let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
+    let mut committing = false;
     let committed: Result<()> = async {
         failpoint!(COMPACTION_AFTER_SEGMENT, error);
+        committing = true;
         next.persist(&inner.store, table.def.id).await
     }
     .await;
     if let Err(e) = committed {
-        merged.retire();
+        // The merged file stays if its version may be on disk (see
+        // `flush_table`); the next open deletes it if no manifest names it.
+        if !committing {
+            merged.retire();
+        }
         return Err(e);
     }
     table.mem.publish(next, None);

@@ -517,6 +517,7 @@ impl Db {
         }
         let _guard = t.manifest_lock.lock().await;
         let mut written = vec![];
+        let mut committing = false;
         let result: Result<()> = async {
             // Partitions are sorted and encoded in parallel, one per core.
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -529,13 +530,19 @@ impl Db {
             drop(writes);
             let current = t.mem.manifest();
             let next = current.next(written.clone(), &[], current.flushed_seq);
+            committing = true;
             next.persist(&self.inner.store, t.def.id).await?;
             t.mem.publish(next, None);
             Ok(())
         }
         .await;
         if let Err(e) = result {
-            written.iter().for_each(|s| s.retire());
+            // Files a failed commit's version may name stay (see
+            // `background::flush_table`); the next open deletes them if no
+            // manifest names them.
+            if !committing {
+                written.iter().for_each(|s| s.retire());
+            }
             return Err(e);
         }
         self.inner

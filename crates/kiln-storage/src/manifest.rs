@@ -170,11 +170,25 @@ impl Manifest {
             .put_durable(&manifest_path(table_id, self.version), bytes.into())
             .await?;
         failpoint!(MANIFEST_AFTER_WRITE, error);
-        // Older versions are no longer needed for recovery.
-        for old in store.list(&manifest_dir(table_id)).await? {
-            if parse_version(&old).is_some_and(|v| v < self.version) {
-                store.delete(&old).await?;
+        // Older versions are no longer needed for recovery. The commit is
+        // done: failing to delete them only leaves files the next commit
+        // deletes, so it is logged, not returned.
+        let dir = manifest_dir(table_id);
+        let cleanup: Result<()> = async {
+            for old in store.list(&dir).await? {
+                if parse_version(&old).is_some_and(|v| v < self.version) {
+                    store.delete(&old).await?;
+                }
             }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = cleanup {
+            tracing::warn!(
+                table_id,
+                version = self.version,
+                "deleting older manifest versions: {e}"
+            );
         }
         Ok(())
     }

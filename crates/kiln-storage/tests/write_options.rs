@@ -119,7 +119,7 @@ async fn memory_ack_validates_first_and_survives_close() {
     )
     .unwrap();
     let err = db.write_with("t", &[bad], mem.clone()).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidRow { row: 1, .. }), "{err}");
+    assert!(matches!(err, Error::NotNull { row: 1, .. }), "{err}");
     let err = db
         .write_with("nope", &[rows(&db, &[1])], mem.clone())
         .await

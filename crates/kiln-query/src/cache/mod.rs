@@ -8,10 +8,12 @@
 
 use std::sync::Arc;
 
+pub mod lru;
 pub mod partials;
 pub mod segment;
 
-pub use partials::PartialCache;
+pub use lru::ByteLru;
+pub use partials::{AggregateKey, FunctionKey, PartialCache, PartialKey};
 pub use segment::{DecodedSegment, SegmentCache};
 
 /// The caches the scans of one engine read through.

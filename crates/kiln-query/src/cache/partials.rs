@@ -7,37 +7,65 @@
 //! segments no longer held go first, then the least recently used, within
 //! `--partial-cache-bytes`.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use arrow::array::RecordBatch;
-use dashmap::DashMap;
+use arrow::compute::SortOptions;
+use arrow::datatypes::FieldRef;
+use datafusion::physical_expr::PhysicalExpr;
 
+use crate::cache::lru::ByteLru;
 use crate::cache::segment::DecodedSegment;
 
 /// An entry holds at most this share of the cache (1/8).
 pub const MAX_ENTRY_SHARE: usize = 8;
 
-/// Partial aggregate rows of held segments, bounded by bytes, least
-/// recently used evicted. Lookups take no global lock.
+/// What identifies one segment's partial rows apart from the segment: the
+/// aggregate, and each slice read with the conjuncts left on it (their
+/// parameters bound to this run's values).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PartialKey {
+    pub aggregate: Arc<AggregateKey>,
+    pub slices: Vec<(usize, Option<Arc<dyn PhysicalExpr>>)>,
+}
+
+/// An aggregate's identity: its grouping sets and group expressions, its
+/// functions, and the columns its scan reads. Expressions compare as
+/// DataFusion's physical expressions do (columns by name and index,
+/// literals by value).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct AggregateKey {
+    pub groups: Vec<Vec<bool>>,
+    pub group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    pub functions: Vec<FunctionKey>,
+    pub projection: Option<Vec<usize>>,
+}
+
+/// One aggregate function call of an [`AggregateKey`].
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct FunctionKey {
+    pub name: String,
+    pub distinct: bool,
+    pub ignore_nulls: bool,
+    pub reversed: bool,
+    pub field: FieldRef,
+    pub args: Vec<Arc<dyn PhysicalExpr>>,
+    pub order: Vec<(Arc<dyn PhysicalExpr>, SortOptions)>,
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
+}
+
+/// Partial aggregate rows of held segments, bounded by bytes
+/// ([`ByteLru`]: least recently used evicted, entries of segments no
+/// longer held first). Lookups take no global lock.
 #[derive(Debug)]
 pub struct PartialCache {
-    capacity: usize,
     /// By the decoded segment's address and the run's key.
-    map: DashMap<(usize, String), Entry>,
-    usage: AtomicUsize,
-    tick: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    /// Serializes inserts and evictions (never a lookup).
-    admit: parking_lot::Mutex<()>,
+    lru: ByteLru<(usize, PartialKey), Arc<Entry>>,
 }
 
 #[derive(Debug)]
 struct Entry {
     batches: Arc<[RecordBatch]>,
-    bytes: usize,
-    last_used: AtomicU64,
     /// The segment the rows are of. It also keeps the address in the key
     /// from being reused while the entry lives.
     segment: Weak<DecodedSegment>,
@@ -47,113 +75,65 @@ impl PartialCache {
     /// A cache of at most `capacity` bytes (0: off).
     pub fn new(capacity: usize) -> Self {
         Self {
-            capacity,
-            map: DashMap::new(),
-            usage: AtomicUsize::new(0),
-            tick: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            admit: parking_lot::Mutex::new(()),
+            lru: ByteLru::new(capacity, capacity / MAX_ENTRY_SHARE),
         }
     }
 
     pub fn enabled(&self) -> bool {
-        self.capacity > 0
+        self.lru.capacity() > 0
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.lru.capacity()
     }
 
     /// Bytes of partial rows held now.
     pub fn usage(&self) -> usize {
-        self.usage.load(Ordering::Relaxed)
+        self.lru.usage()
     }
 
     pub fn entries(&self) -> usize {
-        self.map.len()
+        self.lru.entries()
     }
 
     /// Lookups so far: (hits, misses).
     pub fn lookups(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
-    }
-
-    fn key(segment: &Arc<DecodedSegment>, key: &str) -> (usize, String) {
-        (Arc::as_ptr(segment) as usize, key.to_string())
+        self.lru.lookups()
     }
 
     /// The rows kept for `segment` under `key`, if any.
-    pub fn get(&self, segment: &Arc<DecodedSegment>, key: &str) -> Option<Arc<[RecordBatch]>> {
+    pub fn get(
+        &self,
+        segment: &Arc<DecodedSegment>,
+        key: PartialKey,
+    ) -> Option<Arc<[RecordBatch]>> {
         // The key's address is the segment's: an entry's weak reference
         // keeps the address from being reused while the entry lives.
-        let Some(e) = self.map.get(&Self::key(segment, key)) else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        self.hits.fetch_add(1, Ordering::Relaxed);
-        e.last_used
-            .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        Some(e.batches.clone())
+        let key = (Arc::as_ptr(segment) as usize, key);
+        self.lru.get(&key).map(|e| e.batches.clone())
     }
 
-    /// Keeps `batches` for `segment` under `key`, evicting the least
-    /// recently used entries (and those of segments no longer held) to make
-    /// room. Rows larger than a [`MAX_ENTRY_SHARE`]th of the cache are not
-    /// kept: one wide group-by would evict every dashboard's rows.
-    pub fn insert(&self, segment: &Arc<DecodedSegment>, key: &str, batches: Arc<[RecordBatch]>) {
-        let bytes: usize = batches
+    /// Keeps `batches` for `segment` under `key`. Rows larger than a
+    /// [`MAX_ENTRY_SHARE`]th of the cache are not kept: one wide group-by
+    /// would evict every dashboard's rows.
+    pub fn insert(
+        &self,
+        segment: &Arc<DecodedSegment>,
+        key: PartialKey,
+        batches: Arc<[RecordBatch]>,
+    ) {
+        let bytes = batches
             .iter()
             .map(RecordBatch::get_array_memory_size)
             .sum::<usize>()
-            + key.len();
-        if bytes > self.capacity / MAX_ENTRY_SHARE {
-            return;
-        }
-        let _g = self.admit.lock();
-        let key = Self::key(segment, key);
-        self.remove(&key);
-        if self.usage() + bytes > self.capacity {
-            // Entries of segments no longer held first, then the least
-            // recently used, down to 7/8 of the capacity in one walk: a
-            // walk per insert would cost every miss of a working set
-            // larger than the cache.
-            let mut by_age: Vec<_> = self
-                .map
-                .iter()
-                .map(|e| {
-                    let alive = e.segment.strong_count() > 0;
-                    (
-                        (alive, e.last_used.load(Ordering::Relaxed)),
-                        e.key().clone(),
-                    )
-                })
-                .collect();
-            by_age.sort_unstable_by_key(|(order, _)| *order);
-            let room = self.capacity - self.capacity / 8;
-            for (_, k) in by_age {
-                if self.usage() + bytes <= room {
-                    break;
-                }
-                self.remove(&k);
-            }
-        }
-        self.usage.fetch_add(bytes, Ordering::Relaxed);
-        let entry = Entry {
+            + std::mem::size_of::<PartialKey>()
+            + key.slices.len() * std::mem::size_of::<(usize, Option<Arc<dyn PhysicalExpr>>)>();
+        let entry = Arc::new(Entry {
             batches,
-            bytes,
-            last_used: AtomicU64::new(self.tick.fetch_add(1, Ordering::Relaxed)),
             segment: Arc::downgrade(segment),
-        };
-        self.map.insert(key, entry);
-    }
-
-    fn remove(&self, key: &(usize, String)) {
-        if let Some((_, old)) = self.map.remove(key) {
-            self.usage.fetch_sub(old.bytes, Ordering::Relaxed);
-        }
+        });
+        let key = (Arc::as_ptr(segment) as usize, key);
+        self.lru
+            .insert(key, entry, bytes, |e| e.segment.strong_count() == 0);
     }
 }

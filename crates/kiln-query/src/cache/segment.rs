@@ -13,19 +13,18 @@
 //! before and asks for the segment to be decoded in the background, so no
 //! query waits for a load. The cache is bounded by bytes
 //! (`--segment-cache-bytes`) with least-recently-used eviction; lookups
-//! take no global lock. Entries of segments that compaction replaced are
-//! dropped at the next insert, once no query pins the segment.
+//! take no global lock. Entries of segments that compaction replaced, once
+//! no query pins the segment, are the first evicted when room is needed.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use arrow::compute::concat;
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
-use dashmap::{DashMap, DashSet};
+use dashmap::DashSet;
 use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::error::Result as DfResult;
@@ -36,6 +35,7 @@ use kiln_storage::{Db, Segment, Store};
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
+use crate::cache::lru::ByteLru;
 use crate::pruning::{Conjuncts, Pruner, Residual};
 
 /// Rows per pruning slice of a cached segment. Small, so that a point
@@ -327,24 +327,11 @@ impl PruningStatistics for AllSlices<'_> {
     }
 }
 
-/// Decoded hot segments, by path; shared by every query of the process.
-///
-/// A sharded map (no global lock on lookups) with least-recently-used
-/// eviction by bytes. Not foyer's in-memory cache: it splits its capacity
-/// evenly over shards, and a whole decoded segment (~100 MiB for a day of
-/// the benchmark table) is a large share of one shard, so a dashboard's
-/// working set kept evicting itself while the total was half used.
+/// Decoded hot segments, by path; shared by every query of the process,
+/// in a [`ByteLru`] (no global lock on lookups; least recently used
+/// evicted, segments compaction replaced first).
 pub struct SegmentCache {
-    capacity: usize,
-    map: DashMap<String, Arc<Entry>>,
-    /// Bytes held; changed only under `admit`.
-    usage: AtomicUsize,
-    /// Logical clock of lookups, for LRU.
-    tick: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    /// Serializes inserts and evictions (background loads only, never a lookup).
-    admit: parking_lot::Mutex<()>,
+    lru: ByteLru<String, Arc<Entry>>,
     store: Store,
     /// Paths being decoded, so concurrent misses start one load (sharded:
     /// a miss is on the query path).
@@ -362,10 +349,9 @@ pub const PREWARM_EXPANSION: u64 = 8;
 
 struct Entry {
     segment: Arc<DecodedSegment>,
-    last_used: AtomicU64,
     /// The storage segment it was decoded from, if known. Once nothing holds
     /// that segment (compaction replaced it and the last query pinning it is
-    /// done), no scan can ask for it again and the entry is dropped.
+    /// done), no scan can ask for it again: the entry is dead.
     source: Option<Weak<Segment>>,
 }
 
@@ -378,8 +364,7 @@ impl Entry {
 impl std::fmt::Debug for SegmentCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SegmentCache")
-            .field("capacity", &self.capacity)
-            .field("usage", &self.usage())
+            .field("lru", &self.lru)
             .finish()
     }
 }
@@ -389,13 +374,7 @@ impl SegmentCache {
     /// from `store` (0: disabled).
     pub fn new(store: Store, capacity: usize) -> Self {
         Self {
-            capacity,
-            map: DashMap::new(),
-            usage: AtomicUsize::new(0),
-            tick: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            admit: parking_lot::Mutex::new(()),
+            lru: ByteLru::new(capacity, capacity),
             store,
             loading: DashSet::new(),
             decoders: tokio::sync::Semaphore::new(1),
@@ -403,44 +382,34 @@ impl SegmentCache {
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.lru.capacity()
     }
 
     /// Bytes of decoded segments held now.
     pub fn usage(&self) -> usize {
-        self.usage.load(Ordering::Relaxed)
+        self.lru.usage()
     }
 
     /// Segments held now.
     pub fn entries(&self) -> usize {
-        self.map.len()
+        self.lru.entries()
     }
 
     /// Lookups so far: (hits, misses).
     pub fn lookups(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
+        self.lru.lookups()
     }
 
     /// The decoded segment at `path`, if held.
     pub fn get(&self, path: &str) -> Option<Arc<DecodedSegment>> {
-        let Some(e) = self.map.get(path) else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        self.hits.fetch_add(1, Ordering::Relaxed);
-        e.last_used
-            .store(self.tick.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        Some(e.segment.clone())
+        self.lru.get(path).map(|e| e.segment.clone())
     }
 
     /// The decoded segment held for `path`, without counting a lookup or
     /// refreshing its place in the LRU order: for deciding what to read
     /// before [`Self::get`] records the reads.
     pub fn peek(&self, path: &str) -> Option<Arc<DecodedSegment>> {
-        self.map.get(path).map(|e| e.segment.clone())
+        self.lru.peek(path).map(|e| e.segment.clone())
     }
 
     /// Bytes held for `path` (0 if none), for observability: unlike
@@ -449,49 +418,19 @@ impl SegmentCache {
         self.peek(path).map_or(0, |d| d.bytes())
     }
 
-    /// Holds `segment` under `path`, evicting the least recently used
-    /// segments to make room. A segment larger than the cache is not held.
+    /// Holds `segment` under `path`, evicting to make room. A segment
+    /// larger than the cache is not held.
     pub fn insert(&self, path: String, segment: DecodedSegment) {
         self.admit(path, segment, None);
     }
 
-    /// [`Self::insert`], first dropping the entries whose storage segment
-    /// is gone.
     fn admit(&self, path: String, segment: DecodedSegment, source: Option<Weak<Segment>>) {
         let bytes = segment.bytes();
-        if bytes > self.capacity {
-            return;
-        }
-        let _g = self.admit.lock();
-        let dead: Vec<String> = self
-            .map
-            .iter()
-            .filter(|e| e.is_dead())
-            .map(|e| e.key().clone())
-            .collect();
-        for key in dead.iter().chain(std::iter::once(&path)) {
-            if let Some((_, old)) = self.map.remove(key) {
-                self.usage.fetch_sub(old.segment.bytes(), Ordering::Relaxed);
-            }
-        }
-        while self.usage() + bytes > self.capacity {
-            let oldest = self
-                .map
-                .iter()
-                .min_by_key(|e| e.last_used.load(Ordering::Relaxed))
-                .map(|e| e.key().clone());
-            let Some((_, e)) = oldest.and_then(|k| self.map.remove(&k)) else {
-                break;
-            };
-            self.usage.fetch_sub(e.segment.bytes(), Ordering::Relaxed);
-        }
         let entry = Arc::new(Entry {
             segment: Arc::new(segment),
-            last_used: AtomicU64::new(self.tick.fetch_add(1, Ordering::Relaxed)),
             source,
         });
-        self.map.insert(path, entry);
-        self.usage.fetch_add(bytes, Ordering::Relaxed);
+        self.lru.insert(path, entry, bytes, |e| e.is_dead());
     }
 
     /// Queues the newest segments of every table for decoding in the
@@ -510,7 +449,7 @@ impl SegmentCache {
             })
             .collect();
         all.sort_by_key(|(s, _)| std::cmp::Reverse(s.meta.day));
-        let budget = self.capacity as u64 / PREWARM_EXPANSION;
+        let budget = self.capacity() as u64 / PREWARM_EXPANSION;
         let (mut queued, mut bytes) = (0, 0);
         for (segment, schema) in all {
             bytes += segment.meta.bytes;
@@ -527,14 +466,14 @@ impl SegmentCache {
     /// being loaded, or larger than the whole cache. Needs a tokio runtime;
     /// without one (or disabled) it does nothing.
     pub fn load_later(self: &Arc<Self>, segment: Arc<Segment>, schema: SchemaRef) {
-        if self.capacity == 0 {
+        if self.capacity() == 0 {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let path = segment.meta.path.clone();
-        if self.map.contains_key(&path) || !self.loading.insert(path.clone()) {
+        if self.lru.contains(&path) || !self.loading.insert(path.clone()) {
             return;
         }
         let this = self.clone();

@@ -35,8 +35,8 @@ use parking_lot::Mutex;
 
 use super::lazy::LazyScan;
 use super::slices::{Filtered, SliceScan};
-use crate::cache::PartialCache;
 use crate::cache::segment::DecodedSegment;
+use crate::cache::{AggregateKey, FunctionKey, PartialCache, PartialKey};
 use crate::pruning::Residual;
 
 /// The node replacing `agg` (a `Partial` aggregate over `dedup`, if any,
@@ -105,7 +105,7 @@ enum Unit {
     /// A held segment's rows to compute (and keep, under `key`).
     Compute {
         segment: Arc<DecodedSegment>,
-        key: String,
+        key: PartialKey,
         batches: Vec<Filtered>,
     },
 }
@@ -140,31 +140,28 @@ impl PartialsExec {
             .agg
             .downcast_ref::<AggregateExec>()
             .expect("made over an AggregateExec");
-        let mut template = aggregate_key(agg)?;
-        template += &format!("projection={:?};", spec.projection);
+        let aggregate = Arc::new(aggregate_key(agg, spec.projection.clone())?);
         let conjuncts = spec.conjuncts.as_deref();
-        // Each conjunct's text with its values, and each set's filter, made once.
-        let mut texts: HashMap<Residual, String> = HashMap::new();
+        // Each set of conjuncts' filter, and the same with its values bound
+        // (for the key), made once.
         let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
+        let mut bound_filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
         let mut units = vec![];
         for held in std::mem::take(&mut scan.held) {
-            let mut key = template.clone();
+            let mut slices = Vec::with_capacity(held.kept.len());
             for (i, left) in &held.kept {
-                let text = match texts.get(left) {
-                    Some(t) => t,
-                    None => {
-                        let f = conjuncts.and_then(|c| c.filter(*left));
-                        let t = match &f {
-                            Some(f) => format!("{:?}", bound(f)?),
-                            None => String::new(),
-                        };
-                        filters.insert(*left, f);
-                        texts.entry(*left).or_insert(t)
-                    }
-                };
-                key += &format!("{i}:{text};");
+                if !bound_filters.contains_key(left) {
+                    let f = conjuncts.and_then(|c| c.filter(*left));
+                    bound_filters.insert(*left, f.as_ref().map(bound).transpose()?);
+                    filters.insert(*left, f);
+                }
+                slices.push((*i, bound_filters[left].clone()));
             }
-            units.push(match cache.get(&held.segment, &key) {
+            let key = PartialKey {
+                aggregate: aggregate.clone(),
+                slices,
+            };
+            units.push(match cache.get(&held.segment, key.clone()) {
                 Some(rows) => Unit::Kept(rows),
                 None => {
                     // Every set of conjuncts left here has its filter made above.
@@ -228,7 +225,7 @@ impl PartialsExec {
         let caches = lazy.table.caches.clone();
         let rows = async move {
             let rows: Arc<[RecordBatch]> = collect(plan.execute(0, context)?).await?.into();
-            caches.partials.insert(&segment, &key, rows.clone());
+            caches.partials.insert(&segment, key, rows.clone());
             Ok::<_, datafusion::error::DataFusionError>(futures::stream::iter(
                 rows.iter().cloned().map(Ok).collect::<Vec<_>>(),
             ))
@@ -348,36 +345,40 @@ impl ExecutionPlan for PartialsExec {
     }
 }
 
-/// What identifies the partial rows of `agg` apart from its input: its
-/// groups, functions, arguments, orders and filters, with each parameter
-/// replaced by the value bound for this run.
-pub(crate) fn aggregate_key(agg: &AggregateExec) -> Result<String> {
+/// What identifies the partial rows of `agg` over the columns
+/// `projection` apart from its input: its groups, functions, arguments,
+/// orders and filters, with each parameter replaced by the value bound for
+/// this run.
+pub(crate) fn aggregate_key(
+    agg: &AggregateExec,
+    projection: Option<Vec<usize>>,
+) -> Result<AggregateKey> {
     let group = agg.group_expr();
-    let mut key = format!("groups={:?};", group.groups());
-    for e in group.input_exprs() {
-        key += &format!("{:?};", bound(&e)?);
-    }
+    let bound_all =
+        |es: Vec<Arc<dyn PhysicalExpr>>| es.iter().map(bound).collect::<Result<Vec<_>>>();
+    let mut functions = Vec::with_capacity(agg.aggr_expr().len());
     for (f, filter) in agg.aggr_expr().iter().zip(agg.filter_expr()) {
-        key += &format!(
-            "{}(distinct={},ignore_nulls={},reversed={}) -> {:?}",
-            f.fun().name(),
-            f.is_distinct(),
-            f.ignore_nulls(),
-            f.is_reversed(),
-            f.field()
-        );
-        for e in f.expressions() {
-            key += &format!(" arg {:?}", bound(&e)?);
-        }
-        for o in f.order_bys() {
-            key += &format!(" order {:?} {:?}", bound(&o.expr)?, o.options);
-        }
-        if let Some(filter) = filter {
-            key += &format!(" filter {:?}", bound(filter)?);
-        }
-        key += ";";
+        functions.push(FunctionKey {
+            name: f.fun().name().to_string(),
+            distinct: f.is_distinct(),
+            ignore_nulls: f.ignore_nulls(),
+            reversed: f.is_reversed(),
+            field: f.field(),
+            args: bound_all(f.expressions())?,
+            order: f
+                .order_bys()
+                .iter()
+                .map(|o| Ok((bound(&o.expr)?, o.options)))
+                .collect::<Result<_>>()?,
+            filter: filter.as_ref().map(bound).transpose()?,
+        });
     }
-    Ok(key)
+    Ok(AggregateKey {
+        groups: group.groups().to_vec(),
+        group_exprs: bound_all(group.input_exprs())?,
+        functions,
+        projection,
+    })
 }
 
 /// `expr` with each call of a function of no arguments replaced by its

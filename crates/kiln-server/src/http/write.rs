@@ -22,8 +22,8 @@ use serde_json::json;
 
 use super::{header_str, read_body};
 use crate::AppState;
-use crate::decode::{self, BodyFormat, Encoding};
 use crate::error::ApiError;
+use kiln_query::ingest::{self, Decompress, Encoding, Format};
 
 /// The `Idempotency-Key` request header.
 pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -51,7 +51,7 @@ pub(crate) async fn write(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let format = BodyFormat::from_content_type(header_str(&headers, header::CONTENT_TYPE));
+    let format = body_format(header_str(&headers, header::CONTENT_TYPE));
     let label = format.as_ref().map_or("unknown", |f| f.label());
     let res = match (format, parse_ack(params.ack.as_deref())) {
         (Ok(f), Ok(ack)) => do_write(&st, &table, f, ack, &headers, body).await,
@@ -77,15 +77,48 @@ pub(crate) async fn write(
     }
 }
 
+const FORMATS: &str = "application/x-ndjson, text/csv, application/vnd.apache.arrow.stream, \
+                       application/vnd.apache.parquet";
+
+/// The body's format, from its `Content-Type`.
+fn body_format(ct: Option<&str>) -> Result<Format, ApiError> {
+    let Some(ct) = ct else {
+        return Err(ApiError::unsupported_media_type(format!(
+            "missing Content-Type ({FORMATS})"
+        )));
+    };
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    Format::from_mime(&mime).ok_or_else(|| {
+        ApiError::unsupported_media_type(format!("unsupported Content-Type '{mime}' ({FORMATS})"))
+    })
+}
+
+/// The body's `Content-Encoding`.
+fn encoding(h: Option<&str>) -> Result<Encoding, ApiError> {
+    match h.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") | Some("identity") => Ok(Encoding::Identity),
+        Some("gzip") | Some("x-gzip") => Ok(Encoding::Gzip),
+        Some("zstd") => Ok(Encoding::Zstd),
+        Some(other) => Err(ApiError::unsupported_media_type(format!(
+            "unsupported Content-Encoding '{other}' (gzip, zstd)"
+        ))),
+    }
+}
+
 async fn do_write(
     st: &AppState,
     table: &str,
-    format: BodyFormat,
+    format: Format,
     ack: Ack,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Written, ApiError> {
-    let enc = Encoding::from_header(header_str(headers, header::CONTENT_ENCODING))?;
+    let enc = encoding(header_str(headers, header::CONTENT_ENCODING))?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => Some(
@@ -119,8 +152,11 @@ async fn do_write(
     };
     let schema = t.schema.clone();
     let decoded = tokio::task::spawn_blocking(move || {
-        let body = decode::decompress(raw, enc, limit)?;
-        decode::decode(body, format, &schema)
+        let body = ingest::decompress(raw, enc, limit).map_err(|e| match e {
+            Decompress::TooLarge => ApiError::too_large(limit),
+            Decompress::Invalid(msg) => ApiError::bad_input(msg),
+        })?;
+        ingest::decode(body, format, &schema).map_err(ApiError::bad_input)
     })
     .await
     .map_err(|e| ApiError::internal(format!("decoding task: {e}")))??;

@@ -12,8 +12,6 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, StringBuilder};
-use arrow::datatypes::{DataType, Field, Schema};
 use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::{
     CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Ident, Statement,
@@ -25,28 +23,17 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use futures::{Sink, SinkExt};
+use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
 use kiln_query::{Engine, Origin, Query};
 
 use crate::error::ApiError;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Format {
-    /// PostgreSQL's text format: tab-separated, `\N` for NULL, backslash escapes.
-    Text,
-    /// CSV with optional quoting; an empty unquoted field is NULL.
-    Csv,
-}
 
 /// A COPY FROM STDIN between its statement and CopyDone.
 pub(crate) struct CopyIn {
     /// The registered query; `None` in unit tests of the decoder.
     query: Option<Query>,
     table: String,
-    columns: Vec<String>,
-    format: Format,
-    delimiter: u8,
-    null: String,
-    header: bool,
+    layout: CopyLayout,
     data: Vec<u8>,
     limit: usize,
     too_large: bool,
@@ -83,7 +70,7 @@ pub(crate) async fn start(
                 Ok(q) => copy.query = Some(q),
                 Err(e) => return Some(Err(ApiError::from(e).to_pg())),
             }
-            let columns = copy.columns.len();
+            let columns = copy.layout.columns.len();
             let pending = client
                 .session_extensions()
                 .get_or_insert_with(Pending::default);
@@ -155,11 +142,7 @@ fn parse(
     let mut copy = CopyIn {
         query: None,
         table: name,
-        columns,
-        format: Format::Text,
-        delimiter: b'\t',
-        null: "\\N".into(),
-        header: false,
+        layout: CopyLayout::text(columns),
         data: vec![],
         limit,
         too_large: false,
@@ -168,15 +151,15 @@ fn parse(
     for o in options {
         match o {
             CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
-                "text" => copy.format = Format::Text,
-                "csv" => copy.format = Format::Csv,
+                "text" => copy.layout.format = CopyFormat::Text,
+                "csv" => copy.layout.format = CopyFormat::Csv,
                 other => {
                     return Err(ApiError::bad_input(format!(
                         "COPY format '{other}' is not supported (text, csv)"
                     )));
                 }
             },
-            CopyOption::Header(h) => copy.header = *h,
+            CopyOption::Header(h) => copy.layout.header = *h,
             CopyOption::Delimiter(d) => delimiter = Some(*d),
             CopyOption::Null(n) => null = Some(n.clone()),
             CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") => {}
@@ -192,10 +175,10 @@ fn parse(
     for o in legacy {
         match o {
             CopyLegacyOption::Csv(opts) => {
-                copy.format = Format::Csv;
+                copy.layout.format = CopyFormat::Csv;
                 for c in opts {
                     match c {
-                        CopyLegacyCsvOption::Header => copy.header = true,
+                        CopyLegacyCsvOption::Header => copy.layout.header = true,
                         other => {
                             return Err(ApiError::bad_input(format!(
                                 "COPY option {other} is not supported"
@@ -204,7 +187,7 @@ fn parse(
                     }
                 }
             }
-            CopyLegacyOption::Header => copy.header = true,
+            CopyLegacyOption::Header => copy.layout.header = true,
             CopyLegacyOption::Delimiter(d) => delimiter = Some(*d),
             CopyLegacyOption::Null(n) => null = Some(n.clone()),
             other => {
@@ -214,121 +197,20 @@ fn parse(
             }
         }
     }
-    if copy.format == Format::Csv {
-        copy.delimiter = b',';
-        copy.null = String::new();
+    if copy.layout.format == CopyFormat::Csv {
+        copy.layout.delimiter = b',';
+        copy.layout.null = String::new();
     }
     if let Some(d) = delimiter {
         if !d.is_ascii() || d == '\n' || d == '\r' {
             return bad("COPY delimiter must be one ASCII character other than a newline");
         }
-        copy.delimiter = d as u8;
+        copy.layout.delimiter = d as u8;
     }
     if let Some(n) = null {
-        copy.null = n;
+        copy.layout.null = n;
     }
     Ok(copy)
-}
-
-/// Parses the buffered data into one batch of text columns named as the
-/// COPY's columns, plus the line each row started on.
-fn decode(copy: &CopyIn) -> Result<(RecordBatch, Vec<usize>), String> {
-    let n = copy.columns.len();
-    let mut builders: Vec<StringBuilder> = (0..n).map(|_| StringBuilder::new()).collect();
-    let mut lines = vec![];
-    let mut push = |line: usize, fields: &mut dyn Iterator<Item = Option<String>>| {
-        let mut got = 0;
-        for f in fields {
-            if let Some(b) = builders.get_mut(got) {
-                b.append_option(f);
-            }
-            got += 1;
-        }
-        if got != n {
-            return Err(format!("line {line}: expected {n} columns, got {got}"));
-        }
-        lines.push(line);
-        Ok(())
-    };
-    match copy.format {
-        Format::Text => {
-            let text = std::str::from_utf8(&copy.data)
-                .map_err(|e| format!("byte {}: invalid UTF-8", e.valid_up_to()))?;
-            let text = text.strip_suffix('\n').unwrap_or(text);
-            for (i, line) in text.split('\n').enumerate() {
-                let line = line.strip_suffix('\r').unwrap_or(line);
-                if line == "\\." {
-                    break;
-                }
-                if (i == 0 && copy.header) || text.is_empty() {
-                    continue;
-                }
-                let mut fields = line
-                    .split(copy.delimiter as char)
-                    .map(|f| (f != copy.null).then(|| unescape(f)));
-                push(i + 1, &mut fields)?;
-            }
-        }
-        Format::Csv => {
-            let mut reader = csv::ReaderBuilder::new()
-                .delimiter(copy.delimiter)
-                .has_headers(copy.header)
-                .flexible(true)
-                .from_reader(copy.data.as_slice());
-            for record in reader.records() {
-                let record = record.map_err(|e| match e.position() {
-                    Some(p) => format!("line {}: {e}", p.line()),
-                    None => e.to_string(),
-                })?;
-                if record.len() == 1 && record.get(0) == Some("\\.") {
-                    break;
-                }
-                let line = record.position().map_or(0, |p| p.line() as usize);
-                let mut fields = record
-                    .iter()
-                    .map(|f| (f != copy.null).then(|| f.to_string()));
-                push(line, &mut fields)?;
-            }
-        }
-    }
-    let fields: Vec<Field> = copy
-        .columns
-        .iter()
-        .map(|c| Field::new(c, DataType::Utf8, true))
-        .collect();
-    let arrays: Vec<ArrayRef> = builders
-        .into_iter()
-        .map(|mut b| Arc::new(b.finish()) as ArrayRef)
-        .collect();
-    let batch =
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(|e| e.to_string())?;
-    Ok((batch, lines))
-}
-
-/// Undoes the text format's backslash escapes (`\t`, `\n`, `\\`, ...).
-fn unescape(field: &str) -> String {
-    if !field.contains('\\') {
-        return field.to_string();
-    }
-    let mut out = String::with_capacity(field.len());
-    let mut chars = field.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('b') => out.push('\u{8}'),
-            Some('f') => out.push('\u{c}'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('t') => out.push('\t'),
-            Some('v') => out.push('\u{b}'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
 }
 
 /// Receives COPY data for the connections' pending copies.
@@ -420,96 +302,19 @@ impl KilnCopy {
             return Err(ApiError::too_large(copy.limit));
         }
         let table = copy.table.clone();
-        let (batch, lines) = tokio::task::spawn_blocking(move || decode(&copy))
+        let decoded = tokio::task::spawn_blocking(move || copy.layout.decode(&copy.data))
             .await
             .map_err(|e| ApiError::internal(format!("COPY decoding task: {e}")))?
             .map_err(ApiError::bad_input)?;
-        let rows = batch.num_rows();
+        let rows = decoded.rows();
         if rows == 0 {
             return Ok(0);
         }
         self.engine
             .db()
-            .write(&table, &[batch])
+            .write(&table, &decoded.batches)
             .await
-            .map_err(|e| {
-                ApiError::from_write(e, |row| {
-                    let line = lines.get(row.wrapping_sub(1)).copied().unwrap_or(row);
-                    format!("line {line}")
-                })
-            })?;
+            .map_err(|e| ApiError::from_write(e, |row| decoded.locate(row)))?;
         Ok(rows)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn copy(format: Format, header: bool, data: &str) -> CopyIn {
-        CopyIn {
-            query: None,
-            table: "t".into(),
-            columns: vec!["a".into(), "b".into()],
-            format,
-            delimiter: if format == Format::Csv { b',' } else { b'\t' },
-            null: if format == Format::Csv { "" } else { "\\N" }.into(),
-            header,
-            data: data.as_bytes().to_vec(),
-            limit: 1 << 20,
-            too_large: false,
-        }
-    }
-
-    fn column(batch: &RecordBatch, i: usize) -> Vec<Option<String>> {
-        let a = batch
-            .column(i)
-            .as_any()
-            .downcast_ref::<arrow::array::StringArray>()
-            .unwrap();
-        a.iter().map(|v| v.map(str::to_string)).collect()
-    }
-
-    #[test]
-    fn text_format_nulls_escapes_and_end_marker() {
-        let (b, lines) = decode(&copy(
-            Format::Text,
-            false,
-            "1\tx\\ty\n2\t\\N\r\n3\ta\\\\b\n\\.\nignored\n",
-        ))
-        .unwrap();
-        assert_eq!(
-            column(&b, 0),
-            [Some("1"), Some("2"), Some("3")].map(|v| v.map(String::from))
-        );
-        assert_eq!(
-            column(&b, 1),
-            [Some("x\ty"), None, Some("a\\b")].map(|v| v.map(String::from))
-        );
-        assert_eq!(lines, [1, 2, 3]);
-    }
-
-    #[test]
-    fn csv_format_header_quotes_and_lines() {
-        let (b, lines) = decode(&copy(Format::Csv, true, "a,b\n1,\"two\nlines\"\n2,\n")).unwrap();
-        assert_eq!(
-            column(&b, 0),
-            [Some("1"), Some("2")].map(|v| v.map(String::from))
-        );
-        assert_eq!(column(&b, 1), [Some("two\nlines".to_string()), None]);
-        assert_eq!(lines, [2, 4]);
-    }
-
-    #[test]
-    fn a_wrong_column_count_names_the_line() {
-        let err = decode(&copy(Format::Text, false, "1\tx\n2\n")).unwrap_err();
-        assert_eq!(err, "line 2: expected 2 columns, got 1");
-        let err = decode(&copy(Format::Csv, false, "1,x\n2,y,z\n")).unwrap_err();
-        assert_eq!(err, "line 2: expected 2 columns, got 3");
-        let err = decode(&copy(Format::Text, false, "1\t\u{0}\u{ff}")).is_ok();
-        assert!(err, "any valid UTF-8 is a value");
-        let mut bad = copy(Format::Text, false, "");
-        bad.data = vec![b'1', b'\t', 0xff];
-        assert_eq!(decode(&bad).unwrap_err(), "byte 2: invalid UTF-8");
     }
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use datafusion::common::{DFSchema, ParamValues};
+use datafusion::common::{DFSchema, DataFusionError, ParamValues};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -37,13 +37,15 @@ use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::pgwire::api::Type;
 use datafusion_postgres::pgwire::api::auth::StartupHandler;
 use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
 use datafusion_postgres::pgwire::api::copy::CopyHandler;
 use datafusion_postgres::pgwire::api::portal::{Format, Portal};
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use datafusion_postgres::pgwire::api::results::{Response, Tag};
+use datafusion_postgres::pgwire::api::results::{FieldInfo, Response, Tag};
+use datafusion_postgres::pgwire::api::stmt::QueryParser;
 use datafusion_postgres::pgwire::api::store::PortalStore;
 use datafusion_postgres::pgwire::api::{
     ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers,
@@ -193,6 +195,68 @@ fn respond<C: ClientInfo>(
     })
 }
 
+/// datafusion-postgres's Parse (PostgreSQL syntax rewritten, the statement
+/// planned once), its errors typed as the engine types them, so Parse
+/// fails with the SQLSTATE Execute would give.
+pub struct KilnParser {
+    inner: Arc<Parser>,
+    engine: Arc<Engine>,
+    sql: PostgresCompatibilityParser,
+}
+
+impl KilnParser {
+    fn error(&self, sql: &str, e: PgWireError) -> PgWireError {
+        let PgWireError::ApiError(inner) = e else {
+            return e;
+        };
+        match inner.downcast::<DataFusionError>() {
+            Ok(df) => {
+                let stmt = self.sql.parse(sql).ok().and_then(|s| s.into_iter().next());
+                match stmt {
+                    Some(s) => to_pg(
+                        self.engine
+                            .planning_error(&DfStatement::Statement(Box::new(s)), *df),
+                    ),
+                    None => ApiError::from(*df).to_pg(),
+                }
+            }
+            Err(other) => pg_error(PgWireError::ApiError(other)),
+        }
+    }
+}
+
+#[async_trait]
+impl QueryParser for KilnParser {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        self.inner
+            .parse_sql(client, sql, types)
+            .await
+            .map_err(|e| self.error(sql, e))
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        self.inner.get_parameter_types(stmt)
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        self.inner.get_result_schema(stmt, column_format)
+    }
+}
+
 /// The simple query protocol: every statement through the engine's door.
 pub struct PgSimple {
     engine: Arc<Engine>,
@@ -248,7 +312,7 @@ impl SimpleQueryHandler for PgSimple {
 /// The statement's logical plan is built once at Parse; each Execute sends
 /// it through the engine's door with its bound values.
 pub struct PgExtended {
-    inner: Arc<DfSessionService>,
+    parser: Arc<KilnParser>,
     engine: Arc<Engine>,
     hooks: Arc<ProtocolHooks>,
     types: execute::ParamTypes,
@@ -257,10 +321,10 @@ pub struct PgExtended {
 #[async_trait]
 impl ExtendedQueryHandler for PgExtended {
     type Statement = PgStatement;
-    type QueryParser = Parser;
+    type QueryParser = KilnParser;
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
-        self.inner.query_parser()
+        self.parser.clone()
     }
 
     async fn do_query<C>(
@@ -356,7 +420,11 @@ impl Handlers {
                 hooks: hooks.clone(),
             }),
             extended: Arc::new(PgExtended {
-                inner: session,
+                parser: Arc::new(KilnParser {
+                    inner: session.query_parser(),
+                    engine: engine.clone(),
+                    sql: PostgresCompatibilityParser::new(),
+                }),
                 engine: engine.clone(),
                 hooks,
                 types: Default::default(),

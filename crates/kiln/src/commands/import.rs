@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln_query::import::{Format, import_file};
+use kiln_query::ingest::{Format, import_file};
 use kiln_storage::Db;
 
 use super::BoxError;

@@ -1,0 +1,162 @@
+//! One door: the same statements sent through every entry point (HTTP, the
+//! PostgreSQL simple protocol with psql, the extended protocol with
+//! psycopg, COPY, the embedded CLI) are registered in `system.queries` and
+//! answered under the same rules: Kiln's DDL, INSERT checks, unknown tables
+//! and the query timeout give the same error on each door.
+
+mod common;
+
+use std::process::Command;
+
+use common::Server;
+use serde_json::Value;
+
+const DDL: &str = "CREATE TABLE d (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, name VARCHAR)";
+
+/// A statement that runs until the query timeout stops it.
+const LONG: &str = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+
+/// Probes whose outcome must not depend on the door: (statement, HTTP
+/// status, SQLSTATE; "" when it succeeds).
+const PROBES: [(&str, u16, &str); 5] = [
+    ("SELECT count(*) FROM d", 200, ""),
+    ("SELECT count(*) FROM no_such_table", 404, "42P01"),
+    (
+        "INSERT INTO d VALUES ('2026-05-01 00:00:00', NULL, 'x')",
+        400,
+        "23502",
+    ),
+    ("CREATE TABLE c AS SELECT * FROM d", 400, "0A000"),
+    (LONG, 504, "57014"),
+];
+
+/// psql's answer to `sql` over the simple protocol: "" or the SQLSTATE.
+fn simple(s: &Server, sql: &str) -> String {
+    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]);
+    if out.status.success() {
+        return String::new();
+    }
+    // Verbose errors read "ERROR:  42P01: ...".
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.split("ERROR:")
+        .nth(1)
+        .and_then(|rest| rest.trim().split(':').next())
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+        .to_string()
+}
+
+/// psycopg's answers over the extended protocol, one per statement.
+fn extended(s: &Server, statements: &[&str]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(s.pg_port.to_string())
+        .args(statements)
+        .output()
+        .expect("python3 with psycopg (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// (protocol, status) of each recorded query whose text is `sql`.
+fn recorded(s: &Server, sql: &str) -> Vec<(String, String)> {
+    let q = format!(
+        "SELECT protocol, status FROM system.queries WHERE query = '{}' ORDER BY protocol",
+        sql.replace('\'', "''")
+    );
+    s.rows(&q)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().into(), r[1].as_str().unwrap().into()))
+        .collect()
+}
+
+#[test]
+fn every_door_registers_its_queries_and_applies_the_same_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &["--query-timeout", "2s"]);
+    s.sql(DDL);
+
+    let statements: Vec<&str> = PROBES.iter().map(|p| p.0).collect();
+    let ext = extended(&s, &statements);
+    for ((sql, http_status, sqlstate), ext) in PROBES.iter().zip(&ext) {
+        let (status, body) = s.request(
+            "POST",
+            "/v1/sql",
+            &[("Content-Type", "text/plain")],
+            sql.as_bytes(),
+        );
+        assert_eq!(
+            status,
+            *http_status,
+            "HTTP {sql}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(simple(&s, sql), *sqlstate, "psql (simple protocol): {sql}");
+        let ext_state = ext.get("sqlstate").and_then(Value::as_str).unwrap_or("");
+        assert_eq!(ext_state, *sqlstate, "psycopg (extended protocol): {ext}");
+    }
+
+    // Each door registered each probe: planning errors and timeouts
+    // included, with the same final status.
+    for (sql, _, sqlstate) in PROBES {
+        let seen = recorded(&s, sql);
+        let protocols: Vec<&str> = seen.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(protocols, ["http", "pg", "pg"], "{sql}: {seen:?}");
+        let want = match sqlstate {
+            "" => "ok",
+            "57014" => "timeout",
+            _ => "error",
+        };
+        assert!(seen.iter().all(|(_, st)| st == want), "{sql}: {seen:?}");
+    }
+
+    // COPY FROM STDIN is a query at the same door.
+    let csv = tmp.path().join("rows.csv");
+    std::fs::write(
+        &csv,
+        "ts,id,name\n2026-05-01 00:00:00,1,a\n2026-05-02 00:00:00,2,b\n",
+    )
+    .unwrap();
+    let copy = format!("\\copy d from '{}' csv header", csv.display());
+    assert_eq!(s.psql(&copy).trim(), "COPY 2");
+    let copies =
+        s.rows("SELECT protocol, status, rows FROM system.queries WHERE query LIKE 'COPY d%'");
+    assert_eq!(copies, serde_json::json!([["pg", "ok", 2]]), "{copies}");
+    assert_eq!(s.rows("SELECT count(*) FROM d"), serde_json::json!([[2]]));
+    s.terminate();
+
+    // The embedded CLI goes through the same door, with the same checks.
+    let kiln = |sql: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["sql", "--format", "csv", "--data-dir"])
+            .arg(tmp.path().join("data"))
+            .arg(sql)
+            .output()
+            .unwrap()
+    };
+    let out = kiln("SELECT count(*) FROM d; SELECT protocol, status FROM system.queries");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("embedded,running"), "{text}");
+    let refused = kiln("CREATE TABLE c AS SELECT * FROM d");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("INSERT INTO it ... SELECT"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

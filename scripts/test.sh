@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs every Kiln test: unit tests, sqllogictest files, end-to-end and crash
-# tests against the real binary. Installs what the tests need first.
+# Runs every Kiln test: the lint gate (rustfmt, clippy with warnings as
+# errors), unit tests, sqllogictest files, end-to-end and crash tests against
+# the real binary, and the storage crash-point tests (failpoints). Installs
+# what the tests need first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,5 +26,15 @@ if ! python3 -c 'import pyroaring, psycopg' 2>/dev/null; then
   python3 -m pip install -q pyroaring "psycopg[binary]"
 fi
 
+# Lint gate: formatting first (seconds), then clippy over every target.
+if ! command -v rustfmt >/dev/null || ! cargo clippy --version >/dev/null 2>&1; then
+  rustup component add rustfmt clippy
+fi
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace --no-fail-fast -- --test-threads 2
+# Crash points of flush, compaction and manifest commit (the `failpoints`
+# feature compiles them in; they share a global registry, so one at a time).
+cargo test --locked -p kiln-storage --features failpoints --test crash_points -- --test-threads 1

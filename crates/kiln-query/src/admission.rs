@@ -263,28 +263,9 @@ impl QueryRegistry {
         text: &str,
         session: Option<i32>,
     ) -> Result<QueryHandle> {
-        let info = Arc::new(QueryInfo {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            protocol,
-            text: text.to_string(),
-            session,
-            started_ns: self.clock.now_ns(),
-            started: Instant::now(),
-            status: AtomicU8::new(Status::Queued as u8),
-            rows: AtomicU64::new(0),
-            elapsed_us: AtomicU64::new(0),
-            error: Mutex::new(None),
-            cancel: CancellationToken::new(),
-            stop: AtomicU8::new(STOP_NONE),
-        });
+        let handle = self.handle(protocol, text, session);
+        let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
-        let handle = QueryHandle {
-            info,
-            registry: self.clone(),
-            deadline: self.limits.timeout.map(|t| tokio::time::Instant::now() + t),
-            unfinished: AtomicUsize::new(0),
-            slot: Arc::new(Mutex::new(None)),
-        };
         // Fast path: a free slot, no waiting, no queue accounting.
         if let Ok(p) = self.permits.clone().try_acquire_owned() {
             *handle.slot.lock() = Some(p);
@@ -316,6 +297,49 @@ impl QueryRegistry {
             });
         }
         Ok(handle)
+    }
+
+    /// A new query's handle, not yet admitted or listed as running.
+    fn handle(
+        self: &Arc<Self>,
+        protocol: &'static str,
+        text: &str,
+        session: Option<i32>,
+    ) -> QueryHandle {
+        let info = Arc::new(QueryInfo {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            protocol,
+            text: text.to_string(),
+            session,
+            started_ns: self.clock.now_ns(),
+            started: Instant::now(),
+            status: AtomicU8::new(Status::Queued as u8),
+            rows: AtomicU64::new(0),
+            elapsed_us: AtomicU64::new(0),
+            error: Mutex::new(None),
+            cancel: CancellationToken::new(),
+            stop: AtomicU8::new(STOP_NONE),
+        });
+        QueryHandle {
+            info,
+            registry: self.clone(),
+            deadline: self.limits.timeout.map(|t| tokio::time::Instant::now() + t),
+            unfinished: AtomicUsize::new(0),
+            slot: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Records a query that failed before it was admitted (a statement that
+    /// does not parse or plan at the PostgreSQL Parse step), so
+    /// `system.queries` and the metrics show it as they show any other.
+    pub fn record_failed(
+        self: &Arc<Self>,
+        protocol: &'static str,
+        text: &str,
+        session: Option<i32>,
+        e: &Error,
+    ) {
+        self.handle(protocol, text, session).fail(e);
     }
 
     fn overload_message(&self) -> String {

@@ -192,6 +192,13 @@ impl Engine {
         ))
     }
 
+    /// Records `text` from `origin` as a query that failed with `e` before
+    /// it could begin (see [`QueryRegistry::record_failed`]).
+    pub fn record_failed(&self, origin: Origin, text: &str, e: &Error) {
+        self.queries
+            .record_failed(origin.protocol, text, origin.session, e);
+    }
+
     /// Runs every statement of `sql` in order as one embedded query,
     /// stopping at the first error; rows are collected.
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {

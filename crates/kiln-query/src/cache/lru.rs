@@ -165,6 +165,20 @@ impl<K: Eq + Hash + Clone, V: Clone> ByteLru<K, V> {
         true
     }
 
+    /// Drops every entry `dead` says no lookup can ask for again: for a
+    /// cache of few large entries, whose dead ones should not wait for
+    /// room to be needed.
+    pub fn remove_dead(&self, dead: impl Fn(&V) -> bool) {
+        let _g = self.admit.lock();
+        let keys: Vec<K> = self
+            .map
+            .iter()
+            .filter(|e| dead(&e.value))
+            .map(|e| e.key().clone())
+            .collect();
+        keys.iter().for_each(|k| self.remove_locked(k));
+    }
+
     /// Drops the entry under `key`, if any.
     pub fn remove(&self, key: &K) {
         let _g = self.admit.lock();

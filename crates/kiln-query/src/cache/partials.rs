@@ -7,6 +7,7 @@
 //! segments no longer held go first, then the least recently used, within
 //! `--partial-cache-bytes`.
 
+use std::ops::Range;
 use std::sync::{Arc, Weak};
 
 use arrow::array::RecordBatch;
@@ -21,12 +22,13 @@ use crate::cache::segment::DecodedSegment;
 pub const MAX_ENTRY_SHARE: usize = 8;
 
 /// What identifies one segment's partial rows apart from the segment: the
-/// aggregate, and each slice read with the conjuncts left on it (their
-/// parameters bound to this run's values).
+/// aggregate, and the slices read, as runs of neighbouring slices with the
+/// same conjuncts left on them (their parameters bound to this run's
+/// values).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PartialKey {
     pub aggregate: Arc<AggregateKey>,
-    pub slices: Vec<(usize, Option<Arc<dyn PhysicalExpr>>)>,
+    pub slices: Vec<(Range<usize>, Option<Arc<dyn PhysicalExpr>>)>,
 }
 
 /// An aggregate's identity: its grouping sets and group expressions, its
@@ -127,7 +129,8 @@ impl PartialCache {
             .map(RecordBatch::get_array_memory_size)
             .sum::<usize>()
             + std::mem::size_of::<PartialKey>()
-            + key.slices.len() * std::mem::size_of::<(usize, Option<Arc<dyn PhysicalExpr>>)>();
+            + key.slices.len()
+                * std::mem::size_of::<(Range<usize>, Option<Arc<dyn PhysicalExpr>>)>();
         let entry = Arc::new(Entry {
             batches,
             segment: Arc::downgrade(segment),

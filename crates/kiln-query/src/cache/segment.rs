@@ -13,8 +13,8 @@
 //! before and asks for the segment to be decoded in the background, so no
 //! query waits for a load. The cache is bounded by bytes
 //! (`--segment-cache-bytes`) with least-recently-used eviction; lookups
-//! take no global lock. Entries of segments that compaction replaced, once
-//! no query pins the segment, are the first evicted when room is needed.
+//! take no global lock. Entries of segments that compaction replaced are
+//! dropped at the next insert, once no query pins the segment.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -430,6 +430,9 @@ impl SegmentCache {
             segment: Arc::new(segment),
             source,
         });
+        // Segments are few and large: those compaction replaced are
+        // dropped now, not left holding memory until room is needed.
+        self.lru.remove_dead(|e| e.is_dead());
         self.lru.insert(path, entry, bytes, |e| e.is_dead());
     }
 

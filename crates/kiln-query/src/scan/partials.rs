@@ -148,14 +148,24 @@ impl PartialsExec {
         let mut bound_filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
         let mut units = vec![];
         for held in std::mem::take(&mut scan.held) {
-            let mut slices = Vec::with_capacity(held.kept.len());
+            let mut slices: Vec<(std::ops::Range<usize>, Option<Arc<dyn PhysicalExpr>>)> = vec![];
+            let mut last: Option<(usize, Residual)> = None;
             for (i, left) in &held.kept {
                 if !bound_filters.contains_key(left) {
                     let f = conjuncts.and_then(|c| c.filter(*left));
                     bound_filters.insert(*left, f.as_ref().map(bound).transpose()?);
                     filters.insert(*left, f);
                 }
-                slices.push((*i, bound_filters[left].clone()));
+                // Runs of neighbouring slices with the same conjuncts left.
+                match (&mut slices.last_mut(), last) {
+                    (Some((run, _)), Some((prev, prev_left)))
+                        if *i == prev + 1 && prev_left == *left =>
+                    {
+                        run.end = i + 1;
+                    }
+                    _ => slices.push((*i..i + 1, bound_filters[left].clone())),
+                }
+                last = Some((*i, *left));
             }
             let key = PartialKey {
                 aggregate: aggregate.clone(),

@@ -205,23 +205,31 @@ pub struct KilnParser {
 }
 
 impl KilnParser {
-    fn error(&self, sql: &str, e: PgWireError) -> PgWireError {
-        let PgWireError::ApiError(inner) = e else {
-            return e;
-        };
-        match inner.downcast::<DataFusionError>() {
-            Ok(df) => {
-                let stmt = self.sql.parse(sql).ok().and_then(|s| s.into_iter().next());
-                match stmt {
-                    Some(s) => to_pg(
-                        self.engine
+    /// `e`, raised at Parse, typed; the statement is recorded as a failed
+    /// query of connection `pid`.
+    fn error(&self, sql: &str, pid: i32, e: PgWireError) -> PgWireError {
+        let kiln = match e {
+            PgWireError::ApiError(inner) => match inner.downcast::<DataFusionError>() {
+                Ok(df) => {
+                    let stmt = self.sql.parse(sql).ok().and_then(|s| s.into_iter().next());
+                    match stmt {
+                        Some(s) => self
+                            .engine
                             .planning_error(&DfStatement::Statement(Box::new(s)), *df),
-                    ),
-                    None => ApiError::from(*df).to_pg(),
+                        None => kiln_query::Error::from(*df),
+                    }
                 }
+                Err(other) => return pg_error(PgWireError::ApiError(other)),
+            },
+            PgWireError::UserError(info) => {
+                let e = kiln_query::Error::Sql(info.message.clone());
+                self.engine.record_failed(Origin::pg(pid), sql, &e);
+                return PgWireError::UserError(info);
             }
-            Err(other) => pg_error(PgWireError::ApiError(other)),
-        }
+            other => return other,
+        };
+        self.engine.record_failed(Origin::pg(pid), sql, &kiln);
+        to_pg(kiln)
     }
 }
 
@@ -241,7 +249,7 @@ impl QueryParser for KilnParser {
         self.inner
             .parse_sql(client, sql, types)
             .await
-            .map_err(|e| self.error(sql, e))
+            .map_err(|e| self.error(sql, client.pid_and_secret_key().0, e))
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {

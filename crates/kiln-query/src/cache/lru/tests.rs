@@ -63,6 +63,16 @@ fn dead_entries_go_first() {
 }
 
 #[test]
+fn dead_entries_can_be_dropped_at_once() {
+    let c: ByteLru<u32, Arc<AtomicBool>> = ByteLru::new(100, 100);
+    let dead = Arc::new(AtomicBool::new(true));
+    c.insert(1, dead.clone(), 10, alive);
+    c.insert(2, Arc::new(AtomicBool::new(false)), 10, alive);
+    c.remove_dead(|f| f.load(Ordering::Relaxed));
+    assert_eq!((c.entries(), c.usage(), c.contains(&2)), (1, 10, true));
+}
+
+#[test]
 fn oversized_entries_and_a_zero_capacity_keep_nothing() {
     let c: ByteLru<u32, u32> = ByteLru::new(100, 10);
     assert!(!c.insert(1, 1, 11, |_| false), "over the largest entry");

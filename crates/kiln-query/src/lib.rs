@@ -8,7 +8,8 @@
 //! is Kiln's own; everything else, including `INSERT`, `EXPLAIN` and
 //! information_schema, is DataFusion.
 //!
-//! Modules, in layer order (each uses only those below it):
+//! Modules, in layer order, highest first (each uses only those below it;
+//! `tests/layers.rs` checks it):
 //! - [`engine`]: the door: parse, DDL or plan, admission, guarded rows;
 //! - [`plan_cache`] (custom and generic plans of prepared statements),
 //!   [`ddl`] (Kiln's DDL), [`ingest`] (bodies, COPY data and files into rows);
@@ -16,10 +17,11 @@
 //!   query's share of the cores;
 //! - [`rules`] (optimizer rules) and [`system`] (`system.*` tables);
 //! - [`scan`]: the table provider and its execution nodes;
-//! - [`cache`]: decoded segments and partial aggregates;
-//! - [`pruning`]: min/max statistics against filters;
-//! - leaves: [`admission`] (query registry: slots, deadlines, cancel),
-//!   [`functions`] (Kiln's SQL functions), [`config`], [`error`].
+//! - [`cache`]: decoded segments and partial aggregates, in [`cache::ByteLru`];
+//! - [`config`] ([`QueryConfig`], one clap group for every query setting);
+//! - [`admission`]: the query registry (slots, deadlines, cancel);
+//! - leaves: [`pruning`] (min/max statistics against filters),
+//!   [`functions`] (Kiln's SQL functions), [`error`].
 
 pub mod admission;
 pub mod cache;

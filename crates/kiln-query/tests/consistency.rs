@@ -179,7 +179,7 @@ async fn check(engine: &Engine, rows: &[Row], stage: &str) {
 
 async fn open(dir: &std::path::Path) -> Engine {
     let mut cfg = StorageConfig::for_dir(dir);
-    cfg.memstore_freeze_bytes = 16 * 1024; // many frozen batches
+    cfg.memstore_freeze_bytes = ByteSize::kib(16); // many frozen batches
     cfg.compaction_min_segments = 2;
     cfg.compaction = false; // the test compacts explicitly
     Engine::new(Db::open(cfg).await.unwrap()).unwrap()
@@ -276,7 +276,7 @@ async fn prewarm_decodes_the_newest_segments_that_fit() {
     let cache = &engine.caches().segments;
     assert_eq!(cache.entries(), 0);
     assert_eq!(cache.prewarm(engine.db()), 1);
-    wait_for_entries(&cache, 1).await;
+    wait_for_entries(cache, 1).await;
     assert!(cache.get(&newest.path).is_some(), "newest segment decoded");
 
     // With room for all of them, every segment is queued and decoded.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Args;
 use kiln_query::{Engine, QueryConfig};
-use kiln_storage::{Db, StorageConfig, parse_bytes};
+use kiln_storage::{ByteSize, Db, StorageConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -41,8 +41,8 @@ pub struct ServerConfig {
     pub pg_addr: SocketAddr,
 
     /// Largest HTTP request body, compressed or decompressed (413 beyond it).
-    #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
-    pub max_body_bytes: usize,
+    #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB")]
+    pub max_body_bytes: ByteSize,
 
     /// After SIGTERM/SIGINT, how long in-flight requests and connections may
     /// take before the database is closed anyway.
@@ -146,7 +146,7 @@ async fn serve_db(
     let handlers = Arc::new(pg::Handlers::new(
         engine.clone(),
         metrics.clone(),
-        config.max_body_bytes,
+        config.max_body_bytes.as_usize(),
     ));
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
 

@@ -47,7 +47,7 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
                 .mem
                 .oldest_unflushed()
                 .map_or(0, |(_, at)| now.saturating_sub(at));
-            t.mem.bytes() >= inner.config.flush_bytes
+            t.mem.bytes() >= inner.config.flush_bytes.as_usize()
                 || (age > 0 && age as u128 >= inner.config.flush_age.as_nanos())
         })
         .cloned()
@@ -139,7 +139,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
 pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> {
     let _guard = table.manifest_lock.lock().await;
     let current = table.mem.manifest();
-    let target = inner.config.compaction_target_bytes as u64;
+    let target = inner.config.compaction_target_bytes.bytes();
     let mut by_day: BTreeMap<i32, Vec<Arc<Segment>>> = BTreeMap::new();
     for s in current
         .segments

@@ -1,10 +1,11 @@
 //! Storage settings. Each is a flag with a `KILN_*` environment variable and
 //! a default; the binary flattens this group into its one config struct.
 
-use crate::size::ByteSize;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+
+use crate::size::ByteSize;
 
 /// When the WAL fsyncs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -47,29 +48,29 @@ pub struct StorageConfig {
     pub wal_linger: Duration,
 
     /// Largest group commit, in payload bytes.
-    #[arg(long, env = "KILN_WAL_MAX_BATCH_BYTES", default_value = "8MiB", value_parser = parse_bytes)]
-    pub wal_max_batch_bytes: usize,
+    #[arg(long, env = "KILN_WAL_MAX_BATCH_BYTES", default_value = "8MiB")]
+    pub wal_max_batch_bytes: ByteSize,
 
     /// Size at which the WAL starts a new segment file.
-    #[arg(long, env = "KILN_WAL_SEGMENT_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
-    pub wal_segment_bytes: usize,
+    #[arg(long, env = "KILN_WAL_SEGMENT_BYTES", default_value = "64MiB")]
+    pub wal_segment_bytes: ByteSize,
 
     /// Payload bytes the WAL's commit queue may hold before `?ack=memory`
     /// writes wait for room (bounds memory when writers outpace the disk).
-    #[arg(long, env = "KILN_WAL_MAX_QUEUED_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
-    pub wal_max_queued_bytes: usize,
+    #[arg(long, env = "KILN_WAL_MAX_QUEUED_BYTES", default_value = "64MiB")]
+    pub wal_max_queued_bytes: ByteSize,
 
     /// Skip WAL records that fail their CRC during recovery instead of refusing to start.
     #[arg(long, env = "KILN_WAL_SKIP_CORRUPT", default_value_t = false)]
     pub wal_skip_corrupt: bool,
 
     /// Size at which a partition's active buffer is frozen into an immutable batch.
-    #[arg(long, env = "KILN_MEMSTORE_FREEZE_BYTES", default_value = "4MiB", value_parser = parse_bytes)]
-    pub memstore_freeze_bytes: usize,
+    #[arg(long, env = "KILN_MEMSTORE_FREEZE_BYTES", default_value = "4MiB")]
+    pub memstore_freeze_bytes: ByteSize,
 
     /// A table's memstore is flushed to Parquet once it holds this much.
-    #[arg(long, env = "KILN_FLUSH_BYTES", default_value = "64MiB", value_parser = parse_bytes)]
-    pub flush_bytes: usize,
+    #[arg(long, env = "KILN_FLUSH_BYTES", default_value = "64MiB")]
+    pub flush_bytes: ByteSize,
 
     /// A table's memstore is flushed once its oldest row is this old.
     #[arg(long, env = "KILN_FLUSH_AGE", default_value = "60s", value_parser = humantime::parse_duration)]
@@ -103,8 +104,8 @@ pub struct StorageConfig {
     pub segment_compression: SegmentCompression,
 
     /// Target size of a compacted segment.
-    #[arg(long, env = "KILN_COMPACTION_TARGET_BYTES", default_value = "128MiB", value_parser = parse_bytes)]
-    pub compaction_target_bytes: usize,
+    #[arg(long, env = "KILN_COMPACTION_TARGET_BYTES", default_value = "128MiB")]
+    pub compaction_target_bytes: ByteSize,
 
     /// A partition is compacted once it has this many segments below half the target size.
     #[arg(long, env = "KILN_COMPACTION_MIN_SEGMENTS", default_value_t = 4)]
@@ -128,8 +129,8 @@ pub struct StorageConfig {
     pub idempotency_max_keys: usize,
 
     /// Largest row accepted, in bytes of string data.
-    #[arg(long, env = "KILN_MAX_ROW_BYTES", default_value = "1MiB", value_parser = parse_bytes)]
-    pub max_row_bytes: usize,
+    #[arg(long, env = "KILN_MAX_ROW_BYTES", default_value = "1MiB")]
+    pub max_row_bytes: ByteSize,
 }
 
 impl StorageConfig {
@@ -145,9 +146,4 @@ impl StorageConfig {
         s.data_dir = dir.into();
         s
     }
-}
-
-/// Parses a size as [`ByteSize`] does (`64MiB`, `2GiB`, `25%`) into bytes.
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
-    s.parse::<ByteSize>().map(ByteSize::as_usize)
 }

@@ -192,7 +192,7 @@ impl Db {
             registry = registry.with(Table::new(
                 def.clone(),
                 manifest,
-                config.memstore_freeze_bytes,
+                config.memstore_freeze_bytes.as_usize(),
             ));
         }
         let registry: SharedRegistry = Arc::new(ArcSwap::from_pointee(registry));
@@ -322,7 +322,7 @@ impl Db {
         let table = Table::new(
             def,
             Manifest::default(),
-            self.inner.config.memstore_freeze_bytes,
+            self.inner.config.memstore_freeze_bytes.as_usize(),
         );
         self.inner.registry.rcu(|r| r.with(table.clone()));
         Ok(table)
@@ -475,7 +475,7 @@ impl Db {
                 &t.schema,
                 b,
                 offset,
-                self.inner.config.max_row_bytes,
+                self.inner.config.max_row_bytes.as_usize(),
             )?);
             offset += b.num_rows();
         }
@@ -505,7 +505,7 @@ impl Db {
                 &t.schema,
                 b,
                 offset,
-                self.inner.config.max_row_bytes,
+                self.inner.config.max_row_bytes.as_usize(),
             )?;
             offset += b.num_rows();
             for (day, part) in split_by_day(&b, t.def.time_column)? {
@@ -595,9 +595,9 @@ fn wal_options(c: &StorageConfig) -> WalOptions {
             WalSync::Interval => SyncPolicy::Interval(c.wal_sync_interval),
         },
         linger: c.wal_linger,
-        max_batch_bytes: c.wal_max_batch_bytes,
-        segment_bytes: c.wal_segment_bytes as u64,
-        max_queued_bytes: c.wal_max_queued_bytes,
+        max_batch_bytes: c.wal_max_batch_bytes.as_usize(),
+        segment_bytes: c.wal_segment_bytes.bytes(),
+        max_queued_bytes: c.wal_max_queued_bytes.as_usize(),
         skip_corrupt: c.wal_skip_corrupt,
         ..WalOptions::default()
     }

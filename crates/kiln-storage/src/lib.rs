@@ -38,7 +38,7 @@ mod store;
 mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{SegmentCompression, StorageConfig, WalSync, parse_bytes};
+pub use config::{SegmentCompression, StorageConfig, WalSync};
 pub use db::{Ack, CreateTable, Db, StorageMetrics, WriteOptions, Written};
 pub use error::{Error, ErrorKind, Result};
 pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};

@@ -120,7 +120,10 @@ impl fmt::Display for ByteSize {
             ("MiB", 1 << 20),
             ("KiB", 1 << 10),
         ];
-        match binary.iter().find(|(_, m)| self.0 != 0 && self.0 % m == 0) {
+        match binary
+            .iter()
+            .find(|(_, m)| self.0 != 0 && self.0.is_multiple_of(*m))
+        {
             Some((name, m)) => write!(f, "{}{name}", self.0 / m),
             None => write!(f, "{}", self.0),
         }

@@ -247,7 +247,7 @@ async fn a_torn_wal_tail_is_cut_off_and_the_log_goes_on() {
 async fn sequence_numbers_go_on_after_the_wal_was_trimmed() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = config(tmp.path());
-    cfg.wal_segment_bytes = 1; // a new WAL file per group: flushed ones can be deleted
+    cfg.wal_segment_bytes = kiln_storage::ByteSize::b(1); // a new WAL file per group: flushed ones can be deleted
     let db = open_with(cfg.clone()).await;
     create(&db).await;
     let a = write(&db, 0, 0..10).await + write(&db, 0, 10..20).await;

@@ -185,7 +185,7 @@ async fn a_key_writes_once_across_reopen_flush_and_wal_trim() {
 
     // Reopen: the keys come back from the WAL.
     let mut cfg = config(tmp.path());
-    cfg.wal_segment_bytes = 1; // a new WAL file per group: flushed ones can be deleted
+    cfg.wal_segment_bytes = kiln_storage::ByteSize::b(1); // a new WAL file per group: flushed ones can be deleted
     let db = Db::open_with_clock(cfg.clone(), clock.clone())
         .await
         .unwrap();

@@ -28,8 +28,12 @@ pub const MAX_ENTRY_SHARE: usize = 8;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PartialKey {
     pub aggregate: Arc<AggregateKey>,
-    pub slices: Vec<(Range<usize>, Option<Arc<dyn PhysicalExpr>>)>,
+    pub slices: Vec<SliceRun>,
 }
+
+/// Neighbouring slices of a segment read with the same conjuncts left on
+/// them (none: every row of the slices qualifies).
+pub type SliceRun = (Range<usize>, Option<Arc<dyn PhysicalExpr>>);
 
 /// An aggregate's identity: its grouping sets and group expressions, its
 /// functions, and the columns its scan reads. Expressions compare as
@@ -129,8 +133,7 @@ impl PartialCache {
             .map(RecordBatch::get_array_memory_size)
             .sum::<usize>()
             + std::mem::size_of::<PartialKey>()
-            + key.slices.len()
-                * std::mem::size_of::<(Range<usize>, Option<Arc<dyn PhysicalExpr>>)>();
+            + key.slices.len() * std::mem::size_of::<SliceRun>();
         let entry = Arc::new(Entry {
             batches,
             segment: Arc::downgrade(segment),

@@ -35,6 +35,7 @@ use parking_lot::Mutex;
 
 use super::lazy::LazyScan;
 use super::slices::{Filtered, SliceScan};
+use crate::cache::partials::SliceRun;
 use crate::cache::segment::DecodedSegment;
 use crate::cache::{AggregateKey, FunctionKey, PartialCache, PartialKey};
 use crate::pruning::Residual;
@@ -148,7 +149,7 @@ impl PartialsExec {
         let mut bound_filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
         let mut units = vec![];
         for held in std::mem::take(&mut scan.held) {
-            let mut slices: Vec<(std::ops::Range<usize>, Option<Arc<dyn PhysicalExpr>>)> = vec![];
+            let mut slices: Vec<SliceRun> = vec![];
             let mut last: Option<(usize, Residual)> = None;
             for (i, left) in &held.kept {
                 if !bound_filters.contains_key(left) {

@@ -103,7 +103,7 @@ async fn run_sql(
     started: Instant,
 ) -> Result<Response, ApiError> {
     let format = ResultFormat::parse(params.format.as_deref())?;
-    let raw = read_body(headers, body, st.config.max_body_bytes).await?;
+    let raw = read_body(headers, body, st.config.max_body_bytes.as_usize()).await?;
     let (text, params) = parse_body(headers, &raw)?;
     let stmts = Engine::parse(&text)?;
     if stmts.is_empty() {

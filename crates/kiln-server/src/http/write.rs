@@ -132,7 +132,7 @@ async fn do_write(
     let t = db
         .table(table)
         .ok_or_else(|| kiln_storage::Error::TableNotFound(table.into()))?;
-    let limit = st.config.max_body_bytes;
+    let limit = st.config.max_body_bytes.as_usize();
     let raw = read_body(headers, body, limit).await?;
     let idempotency_key = match key {
         None => None,

@@ -28,6 +28,7 @@ use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
 use super::slices::{Filtered, filtered_stream};
+use super::snapshot::ParquetFilter;
 use super::{KilnTable, ScanSpec};
 use crate::pruning::{Pruner, pruner};
 
@@ -81,9 +82,10 @@ impl LazyScan {
         if let Some(p) = &*planned {
             return Ok(p.clone());
         }
-        let scan = self
-            .table
-            .scan_snapshot(&self.spec, self.pruning.as_deref(), true, false)?;
+        let mut scan =
+            self.table
+                .scan_snapshot(&self.spec, self.pruning.as_deref(), ParquetFilter::Own)?;
+        scan.held_into_batches(self.spec.conjuncts.as_deref());
         let plan = match scan.files {
             None => Planned::Memory(Arc::new(scan.in_memory)),
             Some(_) => Planned::Plan(self.table.plan_scan(&self.spec, scan)?),

@@ -4,7 +4,8 @@
 //! rows not in it), prunes segments and memory partitions with the query's
 //! filters, and plans a Parquet scan of the remaining segments (with the
 //! session's footer/page-index cache) next to an in-memory scan of the
-//! memstore rows and of the segments held decoded in the [`SegmentCache`].
+//! memstore rows and of the segments held decoded in the [`SegmentCache`]
+//! ([`snapshot`]: each of those steps is a function of its own).
 //! The filters are applied here, not by a `FilterExec` above (see
 //! [`slices`]). No lock is held while planning or executing. `insert_into`
 //! writes an INSERT's rows as one atomic write through the WAL.
@@ -12,7 +13,6 @@
 //! A plan kept for reuse ([`crate::plan_cache`]) gets a [`LazyScan`] instead,
 //! which does the same when it executes, with the parameters bound then.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -22,11 +22,7 @@ use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, not_impl_err};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::TableType;
-use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -35,9 +31,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::filter::FilterExecBuilder;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
@@ -46,17 +40,18 @@ use kiln_storage::{Db, STORE_URL, Table};
 use object_store::ObjectStore;
 
 use crate::cache::Caches;
-use crate::cache::segment::{DecodedSegment, kept_slice_ids};
 use crate::error::to_df;
-use crate::pruning::{Conjuncts, ContainerStats, Pruner, Residual, keep, pruner};
+use crate::pruning::{Conjuncts, Pruner, pruner};
 
 mod lazy;
 mod partials;
 mod slices;
+mod snapshot;
 
 use lazy::LazyScan;
 pub(crate) use partials::partials_over;
 use slices::{Filtered, SliceScan};
+use snapshot::{ParquetFilter, SnapshotScan};
 
 /// Session-config marker: the plan being built will be kept, so scans must
 /// take their snapshot at execution ([`crate::scan`]).
@@ -201,11 +196,13 @@ impl KilnTable {
         spec: &ScanSpec,
         pruning: Option<&Pruner>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let scan = self.scan_snapshot(spec, pruning, false, false)?;
+        let mut scan = self.scan_snapshot(spec, pruning, ParquetFilter::Pushdown)?;
+        let from_held = scan.from_held();
+        scan.held_into_batches(spec.conjuncts.as_deref());
         // All in memory, held segments included: a group-by over it may
         // keep its partials per segment.
         let partials = self.caches.segments.capacity() > 0 && self.caches.partials.enabled();
-        if scan.from_held && scan.files.is_none() && partials {
+        if from_held && scan.files.is_none() && partials {
             let slices = self.slice_scan(spec, scan.in_memory)?;
             return Ok(Arc::new(slices.with_origin(self.clone(), spec.clone())));
         }
@@ -243,209 +240,6 @@ impl KilnTable {
             None => self.schema.clone(),
         })
     }
-
-    /// Pins one snapshot and prunes it: what is left to read, as a plan
-    /// over Parquet files and batches held in memory (memstore rows and
-    /// cached segments). `parquet_predicate` also hands the predicate to
-    /// the Parquet reader (needed by a plan built at execution, which
-    /// DataFusion's physical filter pushdown never sees). With `by_segment`
-    /// the kept slices of each held segment are returned apart
-    /// (`SnapshotScan::held`), not as batches.
-    fn scan_snapshot(
-        &self,
-        spec: &ScanSpec,
-        pruning: Option<&Pruner>,
-        parquet_predicate: bool,
-        by_segment: bool,
-    ) -> DfResult<SnapshotScan> {
-        let schema = self.schema.clone();
-        let snapshot = self.table.snapshot();
-        let (target, projection, limit) = (spec.target, spec.projection.as_ref(), spec.limit);
-        let mut files_plan = None;
-
-        // Persisted segments. Those held decoded in the segment cache are
-        // pruned by slice (finer than the segment's statistics, so they skip
-        // that pass), all in one pass. The others are pruned by their
-        // manifest statistics, read from Parquet and queued for decoding.
-        let mut decoded = vec![];
-        let mut on_disk = vec![];
-        for s in &snapshot.version.manifest.segments {
-            match self.caches.segments.peek(&s.meta.path) {
-                Some(d) => decoded.push((s, d)),
-                None => on_disk.push(s),
-            }
-        }
-        let stats: Vec<_> = on_disk
-            .iter()
-            .map(|s| ContainerStats::segment(&s.meta))
-            .collect();
-        let kept = keep(pruning, &schema, &stats);
-        let mut files = vec![];
-        for (s, _) in on_disk.into_iter().zip(kept).filter(|(_, k)| *k) {
-            // Counts the miss (or the hit, if it was just decoded).
-            let _ = self.caches.segments.get(&s.meta.path);
-            self.caches.segments.load_later(s.clone(), schema.clone());
-            files.push(s.clone());
-        }
-        let held: Vec<&DecodedSegment> = decoded.iter().map(|(_, d)| d.as_ref()).collect();
-        let conjuncts = spec.conjuncts.as_deref();
-        // The filter of each set of conjuncts left, made once.
-        let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
-        let mut filter = |left: Residual| {
-            let c = conjuncts?;
-            filters
-                .entry(left)
-                .or_insert_with(|| c.filter(left))
-                .clone()
-        };
-        let mut in_memory = vec![];
-        let mut held_kept = vec![];
-        let mut from_held = false;
-        for ((s, d), kept) in decoded
-            .iter()
-            .zip(kept_slice_ids(&held, pruning, conjuncts))
-        {
-            if kept.is_empty() {
-                continue;
-            }
-            // Counts the hit and refreshes the segment's LRU place.
-            let _ = self.caches.segments.get(&s.meta.path);
-            from_held = true;
-            match by_segment {
-                true => held_kept.push(Held {
-                    segment: d.clone(),
-                    kept,
-                }),
-                false => in_memory.extend(
-                    d.merged(kept)
-                        .into_iter()
-                        .map(|(b, left)| (b, filter(left))),
-                ),
-            }
-        }
-        if !files.is_empty() {
-            files.sort_by_key(|s| std::cmp::Reverse(s.meta.bytes));
-            // Balance groups by bytes: biggest file to the lightest group.
-            let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
-                vec![(0, vec![]); target.min(files.len())];
-            for s in files {
-                let g = groups
-                    .iter_mut()
-                    .min_by_key(|g| g.0)
-                    .expect("at least one group");
-                g.0 += s.meta.bytes;
-                // The segment rides along so its file outlives this plan.
-                g.1.push(
-                    PartitionedFile::new(s.meta.path.clone(), s.meta.bytes)
-                        .with_extension(s.clone()),
-                );
-            }
-            // The filters reach the Parquet reader (row group and page
-            // pruning) through DataFusion's physical filter pushdown, or here.
-            let mut source = ParquetSource::new(schema.clone())
-                .with_table_parquet_options(spec.parquet.clone())
-                .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
-                    spec.store.clone(),
-                    spec.metadata.clone(),
-                )))
-                .with_enable_page_index(true);
-            if parquet_predicate && let Some(p) = &spec.predicate {
-                source = source.with_predicate(p.clone());
-            }
-            // With a filter: its columns are read too, and the filter and
-            // then the limit applied over the files.
-            let (read, keep) = match (&spec.predicate, projection) {
-                (None, _) => (projection.cloned(), None),
-                (Some(_), None) => (None, None),
-                (Some(p), Some(wanted)) => {
-                    let mut read = wanted.clone();
-                    for c in collect_columns(p) {
-                        if !read.contains(&c.index()) {
-                            read.push(c.index());
-                        }
-                    }
-                    (Some(read), Some((0..wanted.len()).collect::<Vec<_>>()))
-                }
-            };
-            let conf = FileScanConfigBuilder::new(spec.store_url.clone(), Arc::new(source))
-                .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
-                .with_projection_indices(read.clone())?
-                .with_limit(if spec.predicate.is_some() {
-                    None
-                } else {
-                    limit
-                })
-                .build();
-            let mut plan = DataSourceExec::from_data_source(conf) as Arc<dyn ExecutionPlan>;
-            if let Some(p) = &spec.predicate {
-                let read_schema = match &read {
-                    Some(r) => schema.project(r)?,
-                    None => schema.as_ref().clone(),
-                };
-                let p = reassign_expr_columns(p.clone(), &read_schema)?;
-                plan = Arc::new(
-                    FilterExecBuilder::new(p, plan)
-                        .apply_projection(keep)?
-                        .with_fetch(limit)
-                        .build()?,
-                );
-            }
-            files_plan = Some(plan);
-        }
-
-        // Rows still in memory, pruned by day partition.
-        let days: Vec<i32> = snapshot
-            .version
-            .frozen
-            .iter()
-            .map(|c| c.day)
-            .chain(snapshot.active.iter().map(|(d, _)| *d))
-            .collect();
-        let ncols = schema.fields().len();
-        let day_stats: Vec<_> = days
-            .iter()
-            .map(|d| ContainerStats::day(ncols, self.table.def.time_column, *d))
-            .collect();
-        let kept_days: Vec<i32> = days
-            .iter()
-            .zip(keep(pruning, &schema, &day_stats))
-            .filter(|(_, k)| *k)
-            .map(|(d, _)| *d)
-            .collect();
-        let everything = spec.predicate.clone();
-        in_memory.extend(
-            snapshot
-                .mem_viewed_batches(|d| kept_days.contains(&d))
-                .into_iter()
-                .map(|b| (b, everything.clone())),
-        );
-        Ok(SnapshotScan {
-            files: files_plan,
-            in_memory,
-            held: held_kept,
-            from_held,
-        })
-    }
-}
-
-/// What a pinned, pruned snapshot leaves to read.
-struct SnapshotScan {
-    /// The Parquet scan of the segments not held decoded, if any.
-    files: Option<Arc<dyn ExecutionPlan>>,
-    /// Batches of the table's full (view) schema: memstore rows and kept
-    /// slices of cached segments, each with the filter its rows still need.
-    in_memory: Vec<Filtered>,
-    /// With `by_segment`: the held segments with slices to read.
-    held: Vec<Held>,
-    /// Whether any held segment has slices to read.
-    from_held: bool,
-}
-
-/// A held segment's slices a scan reads: each slice's index and the
-/// conjuncts left on it.
-struct Held {
-    segment: Arc<DecodedSegment>,
-    kept: Vec<(usize, Residual)>,
 }
 
 /// Collects an INSERT's rows and writes them as one atomic WAL record.

@@ -35,6 +35,7 @@ use parking_lot::Mutex;
 
 use super::lazy::LazyScan;
 use super::slices::{Filtered, SliceScan};
+use super::snapshot::ParquetFilter;
 use crate::cache::partials::SliceRun;
 use crate::cache::segment::DecodedSegment;
 use crate::cache::{AggregateKey, FunctionKey, PartialCache, PartialKey};
@@ -136,7 +137,7 @@ impl PartialsExec {
         let lazy = self.lazy();
         let (table, spec) = (&lazy.table, &lazy.spec);
         let cache: &PartialCache = &table.caches.partials;
-        let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), true, true)?;
+        let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), ParquetFilter::Own)?;
         let agg = self
             .agg
             .downcast_ref::<AggregateExec>()

@@ -4,7 +4,8 @@
 //! rows not in it), prunes segments and memory partitions with the query's
 //! filters, and plans a Parquet scan of the remaining segments (with the
 //! session's footer/page-index cache) next to an in-memory scan of the
-//! memstore rows and of the segments held decoded in the [`SegmentCache`]
+//! memstore rows and of the segments held decoded in the
+//! [`SegmentCache`](crate::cache::SegmentCache)
 //! ([`snapshot`]: each of those steps is a function of its own).
 //! The filters are applied here, not by a `FilterExec` above (see
 //! [`slices`]). No lock is held while planning or executing. `insert_into`
@@ -197,7 +198,7 @@ impl KilnTable {
         pruning: Option<&Pruner>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mut scan = self.scan_snapshot(spec, pruning, ParquetFilter::Pushdown)?;
-        let from_held = scan.from_held();
+        let from_held = scan.reads_held();
         scan.held_into_batches(spec.conjuncts.as_deref());
         // All in memory, held segments included: a group-by over it may
         // keep its partials per segment.

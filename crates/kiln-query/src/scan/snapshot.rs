@@ -24,6 +24,9 @@ use super::{KilnTable, ScanSpec};
 use crate::cache::segment::{DecodedSegment, kept_slice_ids};
 use crate::pruning::{Conjuncts, ContainerStats, Pruner, Residual, keep};
 
+/// A segment of the snapshot and its decoded form held in the cache.
+type Decoded = (Arc<Segment>, Arc<DecodedSegment>);
+
 /// Who hands the scan's filter to the Parquet reader (row group and page
 /// pruning).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,7 +59,7 @@ pub(super) struct Held {
 
 impl SnapshotScan {
     /// Whether any held segment has slices to read.
-    pub fn from_held(&self) -> bool {
+    pub fn reads_held(&self) -> bool {
         !self.held.is_empty()
     }
 
@@ -112,7 +115,7 @@ impl KilnTable {
         &self,
         snapshot: &TableSnapshot,
         pruning: Option<&Pruner>,
-    ) -> (Vec<(Arc<Segment>, Arc<DecodedSegment>)>, Vec<Arc<Segment>>) {
+    ) -> (Vec<Decoded>, Vec<Arc<Segment>>) {
         let mut decoded = vec![];
         let mut on_disk = vec![];
         for s in &snapshot.version.manifest.segments {
@@ -143,7 +146,7 @@ impl KilnTable {
     /// that pass); segments with none are left out.
     fn held_slices(
         &self,
-        decoded: Vec<(Arc<Segment>, Arc<DecodedSegment>)>,
+        decoded: Vec<Decoded>,
         pruning: Option<&Pruner>,
         conjuncts: Option<&Conjuncts>,
     ) -> Vec<Held> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
-use datafusion::common::{DataFusionError, ParamValues, ScalarValue};
+use datafusion::common::{DataFusionError, ParamValues, ScalarValue, TableReference};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
@@ -312,9 +312,12 @@ impl Engine {
             ddl::check_insert_values(s, &self.db)?;
         }
         let state = self.ctx.state();
-        let mut plan = match state.statement_to_plan(stmt.clone()).await {
+        // The names it reads, for a typed error should planning fail: a
+        // walk of the statement, cheaper than keeping a copy of it.
+        let names = state.resolve_table_references(&stmt).unwrap_or_default();
+        let mut plan = match state.statement_to_plan(stmt).await {
             Ok(plan) => plan,
-            Err(e) => return Err(self.unknown_table(&state, &stmt).unwrap_or(e.into())),
+            Err(e) => return Err(self.planning_error(&names, e)),
         };
         if !params.is_empty() {
             plan = bind_params(plan, params)?;
@@ -322,28 +325,35 @@ impl Engine {
         self.start_plan(plan).await
     }
 
-    /// The error of planning `stmt`, typed: a statement that names a table
-    /// that does not exist fails with that table ([`kiln_storage::Error::TableNotFound`]),
-    /// whatever DataFusion's message.
-    pub fn planning_error(&self, stmt: &DfStatement, e: DataFusionError) -> Error {
-        self.unknown_table(&self.ctx.state(), stmt)
-            .unwrap_or_else(|| e.into())
-    }
-
-    /// A statement that failed to plan because it names a table that does
-    /// not exist: that table, as a typed error.
-    fn unknown_table(&self, state: &SessionState, stmt: &DfStatement) -> Option<Error> {
-        let refs = state.resolve_table_references(stmt).ok()?;
-        let missing = refs.into_iter().find(|r| {
-            let r = r
+    /// The error of planning a statement that reads `names`, typed: one
+    /// that names a table that does not exist (not a table function) fails
+    /// with that table ([`kiln_storage::Error::TableNotFound`]), whatever
+    /// DataFusion's message.
+    pub fn planning_error(&self, names: &[TableReference], e: DataFusionError) -> Error {
+        let state = self.ctx.state();
+        let missing = names.iter().find(|r| {
+            let r = (*r)
                 .clone()
                 .resolve(crate::session::CATALOG, crate::session::SCHEMA);
-            self.ctx
-                .catalog(&r.catalog)
-                .and_then(|c| c.schema(&r.schema))
-                .is_none_or(|s| !s.table_exist(&r.table))
-        })?;
-        Some(kiln_storage::Error::TableNotFound(missing.to_string()).into())
+            !state.table_functions().contains_key(r.table.as_ref())
+                && self
+                    .ctx
+                    .catalog(&r.catalog)
+                    .and_then(|c| c.schema(&r.schema))
+                    .is_none_or(|s| !s.table_exist(&r.table))
+        });
+        match missing {
+            Some(name) => kiln_storage::Error::TableNotFound(name.to_string()).into(),
+            None => e.into(),
+        }
+    }
+
+    /// The table names `stmt` reads (table functions and CTEs included).
+    pub fn table_references(&self, stmt: &DfStatement) -> Vec<TableReference> {
+        self.ctx
+            .state()
+            .resolve_table_references(stmt)
+            .unwrap_or_default()
     }
 
     /// Executes a logical plan: INSERTs run to completion, queries stream.
@@ -425,3 +435,6 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
         bound.into_iter().map(Into::into).collect(),
     ))?)
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,8 +14,11 @@
 //! clock for recency). Inserts are serialized among themselves, never with
 //! lookups. An entry larger than `max_entry` bytes is not kept. When an
 //! insert needs room, entries whose value says it is dead go first, then
-//! the least recently used, down to 7/8 of the capacity in one walk, so a
-//! working set larger than the cache does not pay a walk at every insert.
+//! the least recently used, in one walk, until the new entry fits with
+//! `headroom` bytes to spare: a cache of many small entries frees a share
+//! of itself at once, so a working set larger than the cache does not pay
+//! a walk at every insert; a cache of few large ones frees just enough,
+//! keeping its capacity in use.
 
 use std::borrow::Borrow;
 use std::hash::Hash;
@@ -27,6 +30,7 @@ use dashmap::DashMap;
 pub struct ByteLru<K, V> {
     capacity: usize,
     max_entry: usize,
+    headroom: usize,
     map: DashMap<K, Slot<V>>,
     usage: AtomicUsize,
     /// Logical clock of lookups, for recency.
@@ -54,11 +58,14 @@ impl<K: Eq + std::hash::Hash, V> std::fmt::Debug for ByteLru<K, V> {
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> ByteLru<K, V> {
-    /// At most `capacity` bytes (0: keeps nothing), no entry over `max_entry`.
-    pub fn new(capacity: usize, max_entry: usize) -> Self {
+    /// At most `capacity` bytes (0: keeps nothing), no entry over
+    /// `max_entry`, `headroom` bytes freed beyond the need when an insert
+    /// needs room.
+    pub fn new(capacity: usize, max_entry: usize, headroom: usize) -> Self {
         Self {
             capacity,
             max_entry: max_entry.min(capacity),
+            headroom: headroom.min(capacity),
             map: DashMap::new(),
             usage: AtomicUsize::new(0),
             tick: AtomicU64::new(0),
@@ -147,7 +154,7 @@ impl<K: Eq + Hash + Clone, V: Clone> ByteLru<K, V> {
                 })
                 .collect();
             by_age.sort_unstable_by_key(|(order, _)| *order);
-            let room = self.capacity - self.capacity / 8;
+            let room = self.capacity - self.headroom;
             for (_, k) in by_age {
                 if self.usage() + bytes <= room.max(bytes) {
                     break;

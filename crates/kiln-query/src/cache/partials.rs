@@ -62,7 +62,8 @@ pub struct FunctionKey {
 
 /// Partial aggregate rows of held segments, bounded by bytes
 /// ([`ByteLru`]: least recently used evicted, entries of segments no
-/// longer held first). Lookups take no global lock.
+/// longer held first, 1/8 of the capacity freed at once: entries are
+/// small and many). Lookups take no global lock.
 #[derive(Debug)]
 pub struct PartialCache {
     /// By the decoded segment's address and the run's key.
@@ -81,7 +82,7 @@ impl PartialCache {
     /// A cache of at most `capacity` bytes (0: off).
     pub fn new(capacity: usize) -> Self {
         Self {
-            lru: ByteLru::new(capacity, capacity / MAX_ENTRY_SHARE),
+            lru: ByteLru::new(capacity, capacity / MAX_ENTRY_SHARE, capacity / 8),
         }
     }
 

@@ -374,7 +374,7 @@ impl SegmentCache {
     /// from `store` (0: disabled).
     pub fn new(store: Store, capacity: usize) -> Self {
         Self {
-            lru: ByteLru::new(capacity, capacity),
+            lru: ByteLru::new(capacity, capacity, 0),
             store,
             loading: DashSet::new(),
             decoders: tokio::sync::Semaphore::new(1),

@@ -286,7 +286,7 @@ async fn custom(
 ) -> Result<SendableRecordBatchStream> {
     let values = ParamValues::List(params.iter().map(|v| v.clone().into()).collect());
     let bound = logical.clone().replace_params_with_values(&values)?;
-    let state = crate::query_state(ctx, queries);
+    let state = crate::session::query_state(ctx, queries);
     let optimized = state.optimize(&bound)?;
     let physical = state
         .query_planner()

@@ -197,7 +197,7 @@ fn respond<C: ClientInfo>(
 
 /// datafusion-postgres's Parse (PostgreSQL syntax rewritten, the statement
 /// planned once), its errors typed as the engine types them, so Parse
-/// fails with the SQLSTATE Execute would give.
+/// fails with the SQLSTATE Execute would give, and recorded as queries.
 pub struct KilnParser {
     inner: Arc<Parser>,
     engine: Arc<Engine>,
@@ -211,13 +211,15 @@ impl KilnParser {
         let kiln = match e {
             PgWireError::ApiError(inner) => match inner.downcast::<DataFusionError>() {
                 Ok(df) => {
+                    // Parsed again on this error path only, for its names.
                     let stmt = self.sql.parse(sql).ok().and_then(|s| s.into_iter().next());
-                    match stmt {
+                    let names = match stmt {
                         Some(s) => self
                             .engine
-                            .planning_error(&DfStatement::Statement(Box::new(s)), *df),
-                        None => kiln_query::Error::from(*df),
-                    }
+                            .table_references(&DfStatement::Statement(Box::new(s))),
+                        None => vec![],
+                    };
+                    self.engine.planning_error(&names, *df)
                 }
                 Err(other) => return pg_error(PgWireError::ApiError(other)),
             },

@@ -9,7 +9,7 @@ fn alive(_: &Arc<AtomicBool>) -> bool {
 
 #[test]
 fn counts_lookups_and_bytes() {
-    let c: ByteLru<String, u32> = ByteLru::new(100, 100);
+    let c: ByteLru<String, u32> = ByteLru::new(100, 100, 100 / 8);
     assert!(c.insert("a".into(), 1, 30, |_| false));
     assert!(c.insert("b".into(), 2, 30, |_| false));
     assert_eq!((c.usage(), c.entries()), (60, 2));
@@ -28,7 +28,7 @@ fn counts_lookups_and_bytes() {
 
 #[test]
 fn evicts_least_recently_used_down_to_seven_eighths() {
-    let c: ByteLru<u32, u32> = ByteLru::new(80, 80);
+    let c: ByteLru<u32, u32> = ByteLru::new(80, 80, 80 / 8);
     for k in 0..8 {
         assert!(c.insert(k, k, 10, |_| false));
     }
@@ -47,8 +47,20 @@ fn evicts_least_recently_used_down_to_seven_eighths() {
 }
 
 #[test]
+fn without_headroom_evicts_just_enough() {
+    let c: ByteLru<u32, u32> = ByteLru::new(80, 80, 0);
+    for k in 0..8 {
+        c.insert(k, k, 10, |_| false);
+    }
+    c.insert(8, 8, 10, |_| false);
+    // One entry (the least recently used) made room: the cache stays full.
+    assert_eq!((c.usage(), c.entries()), (80, 8));
+    assert!(!c.contains(&0));
+}
+
+#[test]
 fn dead_entries_go_first() {
-    let c: ByteLru<u32, Arc<AtomicBool>> = ByteLru::new(40, 40);
+    let c: ByteLru<u32, Arc<AtomicBool>> = ByteLru::new(40, 40, 40 / 8);
     let flags: Vec<_> = (0..4).map(|_| Arc::new(AtomicBool::new(false))).collect();
     for (k, f) in flags.iter().enumerate() {
         c.insert(k as u32, f.clone(), 10, alive);
@@ -64,7 +76,7 @@ fn dead_entries_go_first() {
 
 #[test]
 fn dead_entries_can_be_dropped_at_once() {
-    let c: ByteLru<u32, Arc<AtomicBool>> = ByteLru::new(100, 100);
+    let c: ByteLru<u32, Arc<AtomicBool>> = ByteLru::new(100, 100, 100 / 8);
     let dead = Arc::new(AtomicBool::new(true));
     c.insert(1, dead.clone(), 10, alive);
     c.insert(2, Arc::new(AtomicBool::new(false)), 10, alive);
@@ -74,17 +86,17 @@ fn dead_entries_can_be_dropped_at_once() {
 
 #[test]
 fn oversized_entries_and_a_zero_capacity_keep_nothing() {
-    let c: ByteLru<u32, u32> = ByteLru::new(100, 10);
+    let c: ByteLru<u32, u32> = ByteLru::new(100, 10, 100 / 8);
     assert!(!c.insert(1, 1, 11, |_| false), "over the largest entry");
     assert!(c.insert(2, 2, 10, |_| false));
-    let off: ByteLru<u32, u32> = ByteLru::new(0, 0);
+    let off: ByteLru<u32, u32> = ByteLru::new(0, 0, 0);
     assert!(!off.insert(1, 1, 0, |_| false));
     assert_eq!(off.entries(), 0);
 }
 
 #[test]
 fn concurrent_inserts_stay_within_capacity() {
-    let c = Arc::new(ByteLru::<u32, u32>::new(1000, 100));
+    let c = Arc::new(ByteLru::<u32, u32>::new(1000, 100, 125));
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let c = c.clone();

@@ -1,0 +1,83 @@
+use kiln_storage::{Db, StorageConfig};
+
+use super::*;
+use crate::ErrorKind;
+
+async fn engine(dir: &std::path::Path) -> Engine {
+    let engine = Engine::new(Db::open(StorageConfig::for_dir(dir)).await.unwrap()).unwrap();
+    engine
+        .execute("CREATE TABLE t (ts TIMESTAMP NOT NULL, v BIGINT)")
+        .await
+        .unwrap();
+    engine
+}
+
+fn kind(r: Result<Vec<Output>>) -> ErrorKind {
+    r.expect_err("fails").kind()
+}
+
+#[tokio::test]
+async fn an_unknown_table_is_typed_and_a_table_function_is_not_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let not_found = ErrorKind::Storage(kiln_storage::ErrorKind::TableNotFound);
+    assert_eq!(kind(e.execute("SELECT * FROM nope").await), not_found);
+    assert_eq!(
+        kind(e.execute("INSERT INTO nope VALUES (1)").await),
+        not_found
+    );
+    assert_eq!(
+        kind(e.execute("SELECT * FROM t JOIN nope ON true").await),
+        not_found
+    );
+    // A planning error over a table function or a CTE is not "no table".
+    assert_eq!(
+        kind(e.execute("SELECT no_col FROM generate_series(1, 3)").await),
+        ErrorKind::Syntax
+    );
+    assert_eq!(
+        kind(e.execute("WITH c AS (SELECT 1 AS a) SELECT b FROM c").await),
+        ErrorKind::Syntax
+    );
+    assert_eq!(
+        kind(e.execute("SELECT no_col FROM t").await),
+        ErrorKind::Syntax
+    );
+}
+
+#[tokio::test]
+async fn every_statement_is_a_registered_query() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    e.execute("SELECT count(*) FROM t; SELECT 1").await.unwrap();
+    let _ = e.execute("SELECT * FROM nope").await;
+    let seen: Vec<(String, &str, &str)> = e
+        .queries()
+        .snapshot()
+        .iter()
+        .map(|q| (q.text.clone(), q.protocol, q.status().as_str()))
+        .collect();
+    assert!(
+        seen.contains(&("SELECT count(*) FROM t; SELECT 1".into(), "embedded", "ok")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&("SELECT * FROM nope".into(), "embedded", "error")),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn create_table_as_select_is_refused_as_unsupported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let err = e
+        .execute("CREATE TABLE c AS SELECT * FROM t")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported);
+    assert!(
+        err.to_string().contains("INSERT INTO it ... SELECT"),
+        "{err}"
+    );
+}

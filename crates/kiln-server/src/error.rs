@@ -62,19 +62,6 @@ impl ApiError {
         )
     }
 
-    pub fn table_not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "table_not_found", "42P01", message)
-    }
-
-    pub fn shutting_down() -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "57P01",
-            "kiln is shutting down",
-        )
-    }
-
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -131,7 +118,8 @@ fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
             "idempotency_conflict",
             "22000",
         ),
-        K::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "57P01"),
+        K::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "57P01"),
+        K::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "58030"),
         K::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io_error", "58030"),
         K::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, "data_corrupted", "XX001"),
         K::Locked | K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
@@ -245,7 +233,11 @@ mod tests {
         )));
         assert_eq!((e.code, e.sqlstate), ("cancelled", "57014"));
         let e = ApiError::from(kiln_storage::Error::ShuttingDown);
-        assert_eq!(e.status.as_u16(), 503);
+        assert_eq!((e.status.as_u16(), e.code), (503, "shutting_down"));
+        let e = ApiError::from(kiln_storage::Error::Wal(kiln_wal::Error::Poisoned(
+            "disk full".into(),
+        )));
+        assert_eq!((e.status.as_u16(), e.code), (503, "unavailable"));
         let e = ApiError::from(kiln_query::Error::Overloaded("busy".into()));
         assert_eq!(
             (e.status.as_u16(), e.sqlstate, e.code),

@@ -86,7 +86,10 @@ pub enum ErrorKind {
     Corrupt,
     /// The disk or the object store failed (full, permissions, network).
     Io,
-    /// The database is shutting down, or its WAL no longer accepts writes.
+    /// The database is shutting down.
+    ShuttingDown,
+    /// The WAL no longer accepts writes (closed, or poisoned by an earlier
+    /// failure).
     Unavailable,
     /// A failure inside Kiln or a library it uses (Arrow, Parquet).
     Internal,
@@ -105,7 +108,7 @@ impl Error {
             Error::Locked { .. } => ErrorKind::Locked,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { .. } | Error::ObjectStore(_) => ErrorKind::Io,
-            Error::ShuttingDown => ErrorKind::Unavailable,
+            Error::ShuttingDown => ErrorKind::ShuttingDown,
             Error::Arrow(_) | Error::Parquet(_) => ErrorKind::Internal,
             Error::Wal(w) => match w.kind() {
                 W::Io => ErrorKind::Io,

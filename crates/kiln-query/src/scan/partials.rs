@@ -13,9 +13,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use arrow::array::RecordBatch;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -393,19 +394,34 @@ pub(crate) fn aggregate_key(
     })
 }
 
-/// `expr` with each call of a function of no arguments replaced by its
-/// value now. In a kept plan such calls are its parameters (the plan has
-/// no volatile functions, and DataFusion folds the immutable ones), which
-/// read the value bound for the run.
+/// The settings every function call of a key carries (see [`bound`]).
+static KEY_SETTINGS: LazyLock<Arc<ConfigOptions>> =
+    LazyLock::new(|| Arc::new(ConfigOptions::default()));
+
+/// `expr` as a key: each call of a function of no arguments replaced by its
+/// value now (in a kept plan such calls are its parameters: the plan has no
+/// volatile functions, and DataFusion folds the immutable ones, so they
+/// read the value bound for the run), and every other call carrying the
+/// same settings. DataFusion compares two calls' session settings entry by
+/// entry, which is costly, and plans that differ only in their share of
+/// the cores must share keys; the settings are not part of a call's hash
+/// either.
 pub(crate) fn bound(expr: &Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
     let one_row = RecordBatch::new_empty(Arc::new(arrow::datatypes::Schema::empty()));
     Ok(Arc::clone(expr)
         .transform_up(|e| {
-            let nullary = e
-                .downcast_ref::<ScalarFunctionExpr>()
-                .is_some_and(|f| f.args().is_empty());
-            if !nullary {
+            let Some(f) = e.downcast_ref::<ScalarFunctionExpr>() else {
                 return Ok(Transformed::no(e));
+            };
+            if !f.args().is_empty() {
+                let call = ScalarFunctionExpr::new(
+                    f.name(),
+                    Arc::new(f.fun().clone()),
+                    f.args().to_vec(),
+                    f.return_field(one_row.schema_ref())?,
+                    KEY_SETTINGS.clone(),
+                );
+                return Ok(Transformed::yes(Arc::new(call) as _));
             }
             let value = match e.evaluate(&one_row)? {
                 ColumnarValue::Scalar(v) => v,
@@ -415,3 +431,6 @@ pub(crate) fn bound(expr: &Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr
         })?
         .data)
 }
+
+#[cfg(test)]
+mod tests;

@@ -358,7 +358,11 @@ impl ExtendedQueryHandler for PgExtended {
         let Some((stmt, plan)) = parsed else {
             return Ok(Response::EmptyQuery);
         };
-        if let Some(r) = self.hooks.extended(stmt, plan, client).await {
+        // The hooks answer the connection's own statements (SET, SHOW,
+        // transactions, cursors), never a query: a prepared SELECT skips them.
+        if !matches!(stmt, Statement::Query(_))
+            && let Some(r) = self.hooks.extended(stmt, plan, client).await
+        {
             return r.map_err(pg_error);
         }
         let query = begin(&self.engine, text, client.pid_and_secret_key().0).await?;

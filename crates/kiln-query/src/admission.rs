@@ -55,6 +55,8 @@ pub struct QueryLimits {
     pub timeout: Option<Duration>,
     /// Finished queries remembered for `system.queries`.
     pub history: usize,
+    /// Execution memory one query may hold ([`crate::memory::QueryPool`]).
+    pub query_memory: usize,
 }
 
 impl Default for QueryLimits {
@@ -65,6 +67,7 @@ impl Default for QueryLimits {
             max_queued: 4096,
             timeout: None,
             history: 1000,
+            query_memory: usize::MAX,
         }
     }
 }
@@ -263,7 +266,20 @@ impl QueryRegistry {
         text: &str,
         session: Option<i32>,
     ) -> Result<QueryHandle> {
-        let handle = self.handle(protocol, text, session);
+        self.begin_with(protocol, text, session, None).await
+    }
+
+    /// [`QueryRegistry::begin`] with the client's own timeout (PostgreSQL's
+    /// `statement_timeout`, HTTP's `timeout` parameter): the query stops at
+    /// the sooner of it and `--query-timeout`.
+    pub async fn begin_with(
+        self: &Arc<Self>,
+        protocol: &'static str,
+        text: &str,
+        session: Option<i32>,
+        timeout: Option<Duration>,
+    ) -> Result<QueryHandle> {
+        let handle = self.handle(protocol, text, session, timeout);
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
         // Fast path: a free slot, no waiting, no queue accounting.
@@ -305,7 +321,12 @@ impl QueryRegistry {
         protocol: &'static str,
         text: &str,
         session: Option<i32>,
+        timeout: Option<Duration>,
     ) -> QueryHandle {
+        let timeout = match (timeout, self.limits.timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let info = Arc::new(QueryInfo {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             protocol,
@@ -323,7 +344,8 @@ impl QueryRegistry {
         QueryHandle {
             info,
             registry: self.clone(),
-            deadline: self.limits.timeout.map(|t| tokio::time::Instant::now() + t),
+            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+            timeout,
             unfinished: AtomicUsize::new(0),
             slot: Arc::new(Mutex::new(None)),
         }
@@ -339,7 +361,7 @@ impl QueryRegistry {
         session: Option<i32>,
         e: &Error,
     ) {
-        self.handle(protocol, text, session).fail(e);
+        self.handle(protocol, text, session, None).fail(e);
     }
 
     fn overload_message(&self) -> String {
@@ -415,6 +437,8 @@ pub struct QueryHandle {
     info: Arc<QueryInfo>,
     registry: Arc<QueryRegistry>,
     deadline: Option<tokio::time::Instant>,
+    /// What the deadline was set from.
+    timeout: Option<Duration>,
     /// Runs and guarded streams not yet finished.
     unfinished: AtomicUsize,
     /// The execution slot, until the query ends or its slot time passes
@@ -454,9 +478,7 @@ impl QueryHandle {
     fn stopped(&self) -> Option<Stop> {
         match self.info.stop.load(Ordering::Acquire) {
             STOP_CANCEL => Some(Stop::Cancelled),
-            STOP_TIMEOUT => Some(Stop::Timeout(
-                self.registry.limits.timeout.unwrap_or_default(),
-            )),
+            STOP_TIMEOUT => Some(Stop::Timeout(self.timeout.unwrap_or_default())),
             _ => None,
         }
     }

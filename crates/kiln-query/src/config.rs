@@ -29,7 +29,7 @@ pub struct QueryConfig {
     pub query_slot_time: Duration,
 
     /// Queries waiting for a slot; beyond this a query is refused at once
-    /// (HTTP 503, SQLSTATE 53000) instead of piling up.
+    /// (HTTP 503, SQLSTATE 53300) instead of piling up.
     #[arg(long, env = "KILN_MAX_QUEUED_QUERIES", default_value_t = 1024)]
     pub max_queued_queries: usize,
 
@@ -37,6 +37,31 @@ pub struct QueryConfig {
     /// 57014); 0s: no limit.
     #[arg(long, env = "KILN_QUERY_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub query_timeout: Duration,
+
+    /// Deepest an expression of a statement may nest (`1+1+...` with this
+    /// many terms); deeper statements are refused (HTTP 400, SQLSTATE
+    /// 54001) before they are planned. Long AND/OR chains are rebalanced
+    /// and never reach it.
+    #[arg(long, env = "KILN_MAX_EXPRESSION_DEPTH", default_value_t = 1000)]
+    pub max_expression_depth: usize,
+
+    /// Memory all running queries together may hold for execution (sorts,
+    /// aggregations, joins: what DataFusion accounts), a size such as 8GiB
+    /// or a share of memory such as 50%. Sorts, aggregations and joins
+    /// spill to `--spill-dir` past their share; other queries fail with
+    /// SQLSTATE 53200 (HTTP 503) rather than take more.
+    #[arg(long, env = "KILN_MEMORY_LIMIT", default_value = "50%")]
+    pub memory_limit: ByteSize,
+
+    /// Memory one query may hold of `--memory-limit`, so one query cannot
+    /// take it all from the rest.
+    #[arg(long, env = "KILN_QUERY_MEMORY_LIMIT", default_value = "25%")]
+    pub query_memory_limit: ByteSize,
+
+    /// Directory for the files sorts, aggregations and joins spill to
+    /// (created if missing). Default: the system's temporary directory.
+    #[arg(long, env = "KILN_SPILL_DIR")]
+    pub spill_dir: Option<std::path::PathBuf>,
 
     /// Finished queries kept in `system.queries`.
     #[arg(long, env = "KILN_QUERY_HISTORY", default_value_t = 1000)]
@@ -92,6 +117,7 @@ impl QueryConfig {
             max_queued: self.max_queued_queries,
             timeout: nonzero(self.query_timeout),
             history: self.query_history,
+            query_memory: self.query_memory_limit.as_usize(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! `WITH (time_column = '...', sort_key = 'a,b')`), `DROP TABLE` drops one.
 
 use datafusion::sql::sqlparser::ast::{
-    self, ColumnOption, CreateTableOptions, ObjectName, ObjectType, SqlOption, Statement,
+    self, ColumnOption, CreateTableOptions, KillType, ObjectName, ObjectType, SqlOption, Statement,
 };
 use kiln_storage::{ColumnDef, ColumnType, CreateTable};
 
@@ -12,7 +12,14 @@ use crate::error::{Error, Result};
 /// What a DDL statement asks for.
 pub enum Ddl {
     Create(CreateTable),
-    Drop { names: Vec<String>, if_exists: bool },
+    Drop {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    /// `KILL [QUERY] id`: stop a running query (its id in `system.queries`).
+    Kill {
+        id: u64,
+    },
 }
 
 /// Recognizes the statements Kiln handles itself.
@@ -31,6 +38,12 @@ pub fn parse(stmt: &Statement) -> Result<Option<Ddl>> {
             names: names.iter().map(object_name).collect::<Result<_>>()?,
             if_exists: *if_exists,
         })),
+        Statement::Kill { modifier, id } => match modifier {
+            None | Some(KillType::Query) => Ok(Some(Ddl::Kill { id: *id })),
+            Some(other) => Err(Error::Unsupported(format!(
+                "KILL {other}: only KILL QUERY id is supported"
+            ))),
+        },
         _ => Ok(None),
     }
 }

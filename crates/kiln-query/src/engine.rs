@@ -31,6 +31,7 @@ use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
+use crate::shape;
 
 /// Who sends a query: its protocol and, over the PostgreSQL wire, the
 /// connection's backend pid (which a CancelRequest names).
@@ -109,6 +110,7 @@ pub struct Engine {
     queries: Arc<QueryRegistry>,
     caches: Arc<Caches>,
     plans: PlanCache,
+    max_expression_depth: usize,
 }
 
 impl Engine {
@@ -128,13 +130,14 @@ impl Engine {
             )),
             partials: PartialCache::new(config.partial_cache_bytes.as_usize()),
         });
-        let ctx = build_session(&db, cores, queries.clone(), caches.clone())?;
+        let ctx = build_session(&db, cores, queries.clone(), caches.clone(), config)?;
         Ok(Self {
             plans: PlanCache::new(db.clone(), config.plan_cache_mode),
             db,
             ctx,
             queries,
             caches,
+            max_expression_depth: config.max_expression_depth,
         })
     }
 
@@ -166,11 +169,47 @@ impl Engine {
         query_state(&self.ctx, &self.queries)
     }
 
-    /// Splits SQL text into statements (DataFusion's dialect).
-    pub fn parse(sql: &str) -> Result<Vec<DfStatement>> {
-        let stmts = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
-            .map_err(|e| Error::Sql(format!("SQL error: {e}")))?;
+    /// Splits SQL text into statements (DataFusion's dialect), unchecked:
+    /// for a client that sends them on to a server.
+    pub fn split(sql: &str) -> Result<Vec<DfStatement>> {
+        let stmts =
+            DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| match e {
+                DataFusionError::SQL(e, _) => shape::parse_error(*e),
+                other => Error::Sql(format!("SQL error: {other}")),
+            })?;
         Ok(stmts.into_iter().collect())
+    }
+
+    /// Splits SQL text into statements (DataFusion's dialect), each
+    /// checked by [`Engine::check_shape`].
+    pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
+        let stmts = Self::split(sql)?;
+        let mut out = Vec::with_capacity(stmts.len());
+        for mut stmt in stmts {
+            match &mut stmt {
+                DfStatement::Statement(s) => self.check_shape(s)?,
+                DfStatement::Explain(e) => {
+                    if let DfStatement::Statement(s) = e.statement.as_mut() {
+                        self.check_shape(s)?;
+                    }
+                }
+                _ => {}
+            }
+            out.push(stmt);
+        }
+        Ok(out)
+    }
+
+    /// Rebalances long AND/OR chains of a parsed statement and refuses it
+    /// if an expression nests deeper than `--max-expression-depth`
+    /// ([`crate::shape`]). Every protocol calls it on what it parsed.
+    pub fn check_shape(&self, stmt: &mut Statement) -> Result<()> {
+        shape::check(stmt, self.max_expression_depth)
+    }
+
+    /// `--max-expression-depth`.
+    pub fn max_expression_depth(&self) -> usize {
+        self.max_expression_depth
     }
 
     /// Whether Kiln runs `stmt` itself (its DDL) rather than DataFusion: a
@@ -185,9 +224,21 @@ impl Engine {
     /// ([`Error::Overloaded`]), or with the query's deadline or cancel
     /// while waiting. Every statement of `text` then runs under it.
     pub async fn begin(&self, origin: Origin, text: &str) -> Result<Query> {
+        self.begin_with(origin, text, None).await
+    }
+
+    /// [`Engine::begin`] with the client's own `timeout` (PostgreSQL's
+    /// `statement_timeout`, HTTP's `timeout` parameter); the sooner of it
+    /// and `--query-timeout` applies.
+    pub async fn begin_with(
+        &self,
+        origin: Origin,
+        text: &str,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Query> {
         Ok(Arc::new(
             self.queries
-                .begin(origin.protocol, text, origin.session)
+                .begin_with(origin.protocol, text, origin.session, timeout)
                 .await?,
         ))
     }
@@ -202,7 +253,7 @@ impl Engine {
     /// Runs every statement of `sql` in order as one embedded query,
     /// stopping at the first error; rows are collected.
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {
-        let stmts = Self::parse(sql)?;
+        let stmts = self.parse(sql)?;
         let query = self.begin(Origin::EMBEDDED, sql).await?;
         let mut out = vec![];
         for stmt in stmts {
@@ -401,6 +452,13 @@ impl Engine {
                     self.db.drop_table(&name, if_exists).await?;
                 }
                 "DROP TABLE"
+            }
+            Ddl::Kill { id } => {
+                let rows = u64::from(self.queries.cancel(id));
+                return Ok(Streamed::Command {
+                    tag: "KILL".into(),
+                    rows,
+                });
             }
         };
         Ok(Streamed::Command {

@@ -28,6 +28,10 @@ pub enum Error {
     /// Refused at admission: too many queries running and waiting.
     #[error("{0}")]
     Overloaded(String),
+    /// A statement whose expressions nest deeper than the limit
+    /// ([`crate::shape`]).
+    #[error("{0}")]
+    TooComplex(String),
     /// The query ran past its deadline (`--query-timeout`) and was stopped.
     #[error("canceling statement due to statement timeout ({})", humantime_ms(*.0))]
     Timeout(std::time::Duration),
@@ -57,6 +61,8 @@ pub enum ErrorKind {
     ResourcesExhausted,
     /// Refused at admission.
     Overloaded,
+    /// A statement nested deeper than the limit.
+    TooComplex,
     Timeout,
     Cancelled,
     /// A failure inside Kiln or DataFusion; a bug or the environment.
@@ -72,6 +78,7 @@ impl Error {
             Error::DataFusion(df) => datafusion_kind(df),
             Error::Import { .. } => ErrorKind::InvalidData,
             Error::Overloaded(_) => ErrorKind::Overloaded,
+            Error::TooComplex(_) => ErrorKind::TooComplex,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),

@@ -20,8 +20,11 @@
 //! - [`cache`]: decoded segments and partial aggregates, in [`cache::ByteLru`];
 //! - [`config`] ([`QueryConfig`], one clap group for every query setting);
 //! - [`admission`]: the query registry (slots, deadlines, cancel);
-//! - leaves: [`pruning`] (min/max statistics against filters),
-//!   [`functions`] (Kiln's SQL functions), [`error`].
+//! - [`pruning`] (min/max statistics against filters) and [`functions`]
+//!   (Kiln's SQL functions);
+//! - [`shape`] (how deep a statement may nest; long chains balanced);
+//! - leaves: [`memory`] (the execution memory pool, a share per query) and
+//!   [`error`].
 
 pub mod admission;
 pub mod cache;
@@ -31,11 +34,13 @@ pub mod engine;
 pub mod error;
 pub mod functions;
 pub mod ingest;
+pub mod memory;
 pub mod plan_cache;
 pub mod pruning;
 pub mod rules;
 pub mod scan;
 pub mod session;
+pub mod shape;
 pub mod system;
 
 pub use admission::{

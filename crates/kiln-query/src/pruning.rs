@@ -18,7 +18,7 @@ use datafusion::common::{Column, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column as PhysicalColumn};
-use datafusion::physical_expr::utils::{collect_columns, conjunction_opt, split_conjunction};
+use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 use kiln_storage::{NANOS_PER_DAY, StatValue};
@@ -416,13 +416,19 @@ impl Conjuncts {
 
     /// The filter of the conjuncts in `residual`; None if it has none.
     pub fn filter(&self, residual: Residual) -> Option<Arc<dyn PhysicalExpr>> {
-        conjunction_opt(
-            self.terms
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i >= 64 || residual & (1 << i) != 0)
-                .map(|(_, (e, _))| e.clone()),
-        )
+        let left: Vec<_> = self
+            .terms
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i >= 64 || residual & (1 << i) != 0)
+            .map(|(_, (e, _))| e.clone())
+            .collect();
+        // Balanced: thousands of terms must not nest thousands deep.
+        (!left.is_empty()).then(|| {
+            crate::shape::balanced(left, |l, r| {
+                Arc::new(BinaryExpr::new(l, Operator::And, r)) as Arc<dyn PhysicalExpr>
+            })
+        })
     }
 }
 

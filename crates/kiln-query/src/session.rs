@@ -9,13 +9,15 @@ use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
 use crate::admission::QueryRegistry;
 use crate::cache::Caches;
+use crate::config::QueryConfig;
+use crate::memory::{QueryPool, server_pool};
 use crate::scan::KilnTable;
 
 /// Catalog and schema names of user tables.
@@ -57,7 +59,9 @@ pub fn build_session(
     target_partitions: usize,
     queries: Arc<QueryRegistry>,
     caches: Arc<Caches>,
+    config: &QueryConfig,
 ) -> DfResult<SessionContext> {
+    let query_config = config;
     let mut config = SessionConfig::new()
         .with_information_schema(true)
         .with_default_catalog_and_schema(CATALOG, SCHEMA)
@@ -66,7 +70,13 @@ pub fn build_session(
     let opts = config.options_mut();
     opts.execution.parquet.pushdown_filters = false;
     opts.execution.parquet.enable_page_index = true;
-    let runtime = RuntimeEnvBuilder::new().build_arc()?;
+    let mut runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(server_pool(query_config.memory_limit.as_usize()));
+    if let Some(dir) = &query_config.spill_dir {
+        std::fs::create_dir_all(dir)?;
+        runtime = runtime.with_temp_file_path(dir);
+    }
+    let runtime = runtime.build_arc()?;
     let url = ObjectStoreUrl::parse(STORE_URL)?;
     runtime.register_object_store(url.as_ref(), db.store().object_store());
     let state = SessionStateBuilder::new()
@@ -75,6 +85,7 @@ pub fn build_session(
         .with_default_features()
         .with_analyzer_rule(Arc::new(crate::rules::shared::SharedSubplans))
         .with_optimizer_rule(Arc::new(crate::rules::time_predicates::TimePredicates))
+        .with_optimizer_rule(Arc::new(crate::rules::balance::BalanceChains))
         .with_query_planner(Arc::new(crate::rules::shared::QueryPlanner))
         .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
         .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))
@@ -106,7 +117,7 @@ pub fn build_session(
 }
 
 /// The session state to plan one query with: the session's, with the
-/// query's parallelism (`target_partitions`) divided among the queries
+/// query's own memory pool ([`QueryPool`]) and the query's parallelism (`target_partitions`) divided among the queries
 /// running now.
 ///
 /// Why: a query split into N partitions pays for it with repartitioning and
@@ -116,7 +127,14 @@ pub fn build_session(
 /// 15-37% more queries per second (docs/benchmark-history.md). A query alone still
 /// gets every core.
 pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionState {
-    let mut state = ctx.state();
+    let mut runtime = RuntimeEnv::clone(ctx.runtime_env().as_ref());
+    runtime.memory_pool = Arc::new(QueryPool::new(
+        runtime.memory_pool.clone(),
+        queries.limits().query_memory,
+    ));
+    let mut state = SessionStateBuilder::new_from_existing(ctx.state())
+        .with_runtime_env(Arc::new(runtime))
+        .build();
     let max = state.config().target_partitions();
     let n = partitions_for(max, queries.running());
     if n != max {

@@ -8,7 +8,9 @@ use std::path::Path;
 
 /// Top-level modules, lowest layer first; a module may use those before it.
 const LAYERS: &[&[&str]] = &[
-    &["error", "functions", "pruning"],
+    &["error", "memory"],
+    &["shape"],
+    &["functions", "pruning"],
     &["admission"],
     &["config"],
     &["cache"],

@@ -150,12 +150,9 @@ impl From<kiln_query::Error> for ApiError {
             K::Unsupported => (StatusCode::BAD_REQUEST, "not_supported", "0A000"),
             K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
             K::DivisionByZero => (StatusCode::BAD_REQUEST, "division_by_zero", "22012"),
-            K::ResourcesExhausted => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "resources_exhausted",
-                "53000",
-            ),
-            K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53000"),
+            K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
+            K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
+            K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),
             K::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", "57014"),
             K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
             K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
@@ -241,7 +238,7 @@ mod tests {
         let e = ApiError::from(kiln_query::Error::Overloaded("busy".into()));
         assert_eq!(
             (e.status.as_u16(), e.sqlstate, e.code),
-            (503, "53000", "overloaded")
+            (503, "53300", "overloaded")
         );
         let e = ApiError::from(kiln_query::Error::Timeout(std::time::Duration::from_secs(
             1,

@@ -35,6 +35,7 @@ pub mod schema;
 pub mod segment;
 pub mod size;
 mod store;
+pub mod strict;
 mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -48,4 +49,5 @@ pub use memstore::{MemStore, TableSnapshot};
 pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
 pub use size::ByteSize;
 pub use store::{STORE_URL, Store};
+pub use strict::TimestampUnit;
 pub use table::Table;

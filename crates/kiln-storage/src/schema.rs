@@ -247,6 +247,25 @@ fn cast_column(
     row_offset: usize,
 ) -> Result<ArrayRef> {
     let from = col.data_type().clone();
+    if let Some(text) = col.as_string_opt::<i32>()
+        && crate::strict::reads_as_text(field.data_type())
+    {
+        return crate::strict::convert(text, field.data_type(), None).map_err(|u| {
+            Error::row(
+                row_offset + u.row + 1,
+                format!("column '{}': {}", field.name(), u.msg),
+            )
+        });
+    }
+    if from.is_integer() && matches!(field.data_type(), DataType::Timestamp(..)) {
+        return Err(Error::row(
+            row_offset + 1,
+            format!(
+                "column '{}': an integer column has no timestamp unit; send a timestamp column",
+                field.name()
+            ),
+        ));
+    }
     let castable = arrow::compute::can_cast_types(&from, field.data_type());
     let res = if castable {
         cast_with_options(col, field.data_type(), opts).ok()
@@ -254,6 +273,9 @@ fn cast_column(
         None
     };
     match res {
+        Some(a) if from.is_numeric() && field.data_type().is_numeric() => {
+            exact(col, a, field, row_offset)
+        }
         Some(a) => Ok(a),
         None => {
             // Find the first row that does not convert, to name it.
@@ -268,6 +290,28 @@ fn cast_column(
                 row_offset + row + 1,
                 format!(
                     "column '{}' expects {}, got {from} value '{value}'",
+                    field.name(),
+                    field.data_type()
+                ),
+            ))
+        }
+    }
+}
+
+/// `cast` (`col` cast to a numeric `field`) if it holds the same numbers:
+/// a fraction cast to an integer, or an integer too large for a DOUBLE to
+/// hold exactly, names its row instead of being stored changed.
+fn exact(col: &ArrayRef, cast: ArrayRef, field: &Field, row_offset: usize) -> Result<ArrayRef> {
+    let back = cast_with_options(&cast, col.data_type(), &CastOptions::default())?;
+    let same = arrow::compute::kernels::cmp::not_distinct(col, &back)?;
+    match (0..same.len()).find(|&r| !same.value(r)) {
+        None => Ok(cast),
+        Some(row) => {
+            let value = arrow::util::display::array_value_to_string(col, row).unwrap_or_default();
+            Err(Error::row(
+                row_offset + row + 1,
+                format!(
+                    "column '{}': {value} does not fit {} exactly",
                     field.name(),
                     field.data_type()
                 ),

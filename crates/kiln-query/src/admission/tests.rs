@@ -16,6 +16,7 @@ fn registry(
         max_queued,
         timeout,
         history: 4,
+        ..Default::default()
     })
 }
 

@@ -6,7 +6,9 @@
 //!   64-bit serialization that CRoaring, Java and pyroaring `BitMap64` read;
 //! - funnels (`funnel.rs`): ClickHouse-style `retention` and `window_funnel`;
 //! - tests (`stats.rs`, `distributions.rs`): `welch_t_test` and
-//!   `proportion_z_test`.
+//!   `proportion_z_test`;
+//! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
+//!   `array_repeat`, refusing a result too large before allocating it.
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.
@@ -16,6 +18,7 @@ mod bitmap;
 mod bitmap_scalar;
 mod distributions;
 mod funnel;
+mod sized;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -38,6 +41,10 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udaf(udaf);
     }
     for udf in bitmap_scalar::udfs() {
+        ctx.register_udf(udf);
+    }
+    let state = ctx.state();
+    for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);
     }
 }

@@ -28,8 +28,8 @@ pub fn decode(
         report: progress,
     };
     let res = match format {
-        Format::Csv => decode_csv(reader, table),
-        Format::Ndjson => decode_ndjson(reader, table),
+        Format::Csv => decode_csv(reader, table, None),
+        Format::Ndjson => decode_ndjson(reader, table, None),
         Format::Parquet => File::open(path)
             .map_err(|e| e.to_string())
             .and_then(decode_parquet),
@@ -37,7 +37,9 @@ pub fn decode(
             let mut body = vec![];
             let mut reader = reader;
             match reader.read_to_end(&mut body) {
-                Ok(_) => super::decode(body.into(), Format::ArrowStream, table),
+                Ok(_) => {
+                    super::decode(body.into(), Format::ArrowStream, table, &Default::default())
+                }
                 Err(e) => Err(e.to_string()),
             }
         }

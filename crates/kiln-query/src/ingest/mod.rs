@@ -16,8 +16,10 @@ use std::path::Path;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
+use kiln_storage::TimestampUnit;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
+mod arrow_ipc;
 pub mod copy;
 pub mod file;
 mod text;
@@ -138,20 +140,38 @@ impl Decoded {
 /// Rows per decoded batch.
 pub const BATCH_ROWS: usize = 64 * 1024;
 
+/// How to read a body.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The unit of integer timestamps in text formats; without one they
+    /// are refused.
+    pub timestamp_unit: Option<TimestampUnit>,
+    /// Most bytes a body may declare it decodes to (compressed Arrow IPC
+    /// buffers state their size before they are inflated).
+    pub max_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            timestamp_unit: None,
+            max_bytes: usize::MAX,
+        }
+    }
+}
+
 /// Decodes `body` (already decompressed) in `format` for a table of schema
 /// `table`.
-pub fn decode(body: Bytes, format: Format, table: &SchemaRef) -> Result<Decoded, String> {
+pub fn decode(
+    body: Bytes,
+    format: Format,
+    table: &SchemaRef,
+    opts: &Options,
+) -> Result<Decoded, String> {
     match format {
-        Format::Csv => decode_csv(Cursor::new(body), table),
-        Format::Ndjson => decode_ndjson(Cursor::new(body), table),
-        Format::ArrowStream => {
-            let at = |e| format!("Arrow IPC stream: {e}");
-            let reader =
-                arrow::ipc::reader::StreamReader::try_new(Cursor::new(body), None).map_err(at)?;
-            Ok(Decoded::unlined(
-                reader.collect::<Result<Vec<_>, _>>().map_err(at)?,
-            ))
-        }
+        Format::Csv => decode_csv(Cursor::new(body), table, opts.timestamp_unit),
+        Format::Ndjson => decode_ndjson(Cursor::new(body), table, opts.timestamp_unit),
+        Format::ArrowStream => Ok(Decoded::unlined(arrow_ipc::decode(body, opts.max_bytes)?)),
         Format::Parquet => decode_parquet(body),
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use kiln_storage::TimestampUnit;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema};
@@ -13,8 +14,8 @@ fn schema() -> SchemaRef {
 #[test]
 fn ndjson_error_names_the_line() {
     let body = Bytes::from_static(b"{\"id\":1}\n\n{\"id\":\"x\"}\n");
-    let err = decode(body, Format::Ndjson, &schema()).unwrap_err();
-    assert!(err.starts_with("line 3:"), "{err}");
+    let err = decode(body, Format::Ndjson, &schema(), &Options::default()).unwrap_err();
+    assert!(err.starts_with("line 3, column 'id'"), "{err}");
 }
 
 #[test]
@@ -23,7 +24,7 @@ fn csv_and_gzip_round_trip() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(b"name,id\na,1\nb,2\n").unwrap();
     let body = decompress(gz.finish().unwrap().into(), Encoding::Gzip, 1 << 20).unwrap();
-    let d = decode(body, Format::Csv, &schema()).unwrap();
+    let d = decode(body, Format::Csv, &schema(), &Options::default()).unwrap();
     assert_eq!(d.rows(), 2);
     assert_eq!(d.locate(2), "line 3");
 }
@@ -33,4 +34,111 @@ fn decompression_is_bounded() {
     let big = zstd::encode_all(&vec![b'a'; 10_000][..], 3).unwrap();
     let err = decompress(big.into(), Encoding::Zstd, 1000).unwrap_err();
     assert_eq!(err, Decompress::TooLarge);
+}
+
+fn events() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new(
+            "ts",
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Nanosecond, None),
+            false,
+        ),
+        Field::new("n", DataType::Int32, true),
+        Field::new("x", DataType::Float64, true),
+        Field::new("s", DataType::Utf8, true),
+    ]))
+}
+
+fn decode_with(body: &str, format: Format, unit: Option<TimestampUnit>) -> Result<Decoded, String> {
+    let opts = Options {
+        timestamp_unit: unit,
+        ..Options::default()
+    };
+    decode(Bytes::from(body.to_string()), format, &events(), &opts)
+}
+
+#[test]
+fn nothing_is_silently_changed_on_the_way_in() {
+    let ts = r#""ts":"2026-11-01T10:00:00Z""#;
+    for (line, why) in [
+        (
+            format!(r#"{{{ts},"n":1.5}}"#),
+            "1.5 is not an integer (INT)",
+        ),
+        (
+            format!(r#"{{{ts},"n":3000000000}}"#),
+            "out of range for INT",
+        ),
+        (
+            format!(r#"{{{ts},"x":1e400}}"#),
+            "1e400 is out of range for DOUBLE",
+        ),
+        (r#"{"ts":1700000000}"#.to_string(), "has no unit"),
+        (
+            r#"{"ts":"2400-01-01T00:00:00"}"#.to_string(),
+            "not a timestamp in range",
+        ),
+    ] {
+        let body = format!("{{{ts}}}\n{line}\n");
+        let err = decode_with(&body, Format::Ndjson, None).unwrap_err();
+        assert!(err.starts_with("line 2, column"), "{line}: {err}");
+        assert!(err.contains(why), "{line}: {err}");
+    }
+    // A declared unit reads integer timestamps; exact values pass.
+    let d = decode_with(
+        "{\"ts\":1700000000,\"n\":2.0,\"x\":0.5}\n",
+        Format::Ndjson,
+        Some(TimestampUnit::Seconds),
+    )
+    .unwrap();
+    let b = &d.batches[0];
+    assert_eq!(b.column(0).data_type(), events().field(0).data_type());
+    assert_eq!(
+        arrow::util::display::array_value_to_string(b.column(0), 0).unwrap(),
+        "2023-11-14T22:13:20"
+    );
+    assert_eq!(
+        arrow::util::display::array_value_to_string(b.column(1), 0).unwrap(),
+        "2"
+    );
+
+    let err = decode_with("ts,n\n2026-11-01T00:00:00Z,1.5\n", Format::Csv, None).unwrap_err();
+    assert!(err.starts_with("line 2, column 'n'"), "{err}");
+}
+
+#[test]
+fn csv_quoting_headers_and_byte_order_marks() {
+    let d = decode_with("\u{feff}ts,s\n2026-11-01T00:00:00Z,a\n", Format::Csv, None).unwrap();
+    assert_eq!(d.rows(), 1);
+
+    let err = decode_with("ts,s,s\n2026-11-01T00:00:00Z,a,b\n", Format::Csv, None).unwrap_err();
+    assert!(err.contains("column 's' appears twice"), "{err}");
+
+    // The quote opened on line 3 swallows line 4 unless it is refused.
+    let body = "ts,s\n2026-11-01T00:00:00Z,a\n2026-11-01T00:00:00Z,\"b\n2026-11-01T00:00:00Z,c\n";
+    let err = decode_with(body, Format::Csv, None).unwrap_err();
+    assert!(
+        err.starts_with("line 3: a quoted field is never closed"),
+        "{err}"
+    );
+    // Closed quotes may span lines and hold quotes.
+    let body = "ts,s\n2026-11-01T00:00:00Z,\"b\nc \"\"q\"\"\"\n";
+    let d = decode_with(body, Format::Csv, None).unwrap();
+    assert_eq!(
+        arrow::util::display::array_value_to_string(d.batches[0].column(1), 0).unwrap(),
+        "b\nc \"q\""
+    );
+}
+
+#[test]
+fn deeply_nested_json_is_refused_before_parsing() {
+    let deep = format!("{{\"s\":{}1{}}}\n", "[".repeat(30_000), "]".repeat(30_000));
+    let err = decode_with(&deep, Format::Ndjson, None).unwrap_err();
+    assert!(err.contains("nested deeper than 64"), "{err}");
+    // Brackets inside strings are text, not nesting.
+    let text = format!(
+        "{{\"ts\":\"2026-11-01T00:00:00Z\",\"s\":\"{}\"}}\n",
+        "[".repeat(100)
+    );
+    assert_eq!(decode_with(&text, Format::Ndjson, None).unwrap().rows(), 1);
 }

@@ -1,40 +1,121 @@
 //! CSV and NDJSON: the formats with lines, decoded with each row's line
 //! kept so an error names it.
+//!
+//! Numbers and timestamps are read as text and converted exactly by
+//! [`kiln_storage::strict`] (the Arrow readers round fractions into
+//! integers, overflow into infinity and guess timestamp units). A CSV
+//! starting with a UTF-8 byte-order mark is read without it; a duplicate
+//! header column or a quote never closed is an error, not a dropped column
+//! or a swallowed row.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read};
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use kiln_storage::TimestampUnit;
+use kiln_storage::strict;
 
 use super::{BATCH_ROWS, Decoded};
 
-/// All table columns, nullable: NOT NULL is enforced later with the row named.
+/// Deepest nesting of arrays and objects an NDJSON line may have (Kiln's
+/// columns are scalars; a deeper value is refused before it is parsed).
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// All table columns, nullable: NOT NULL is enforced later with the row
+/// named. Columns [`strict`] converts are read as text.
 fn relaxed(fields: impl IntoIterator<Item = Arc<Field>>) -> SchemaRef {
     Arc::new(Schema::new(
         fields
             .into_iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
+            .map(|f| {
+                let ty = match strict::reads_as_text(f.data_type()) {
+                    true => DataType::Utf8,
+                    false => f.data_type().clone(),
+                };
+                f.as_ref().clone().with_nullable(true).with_data_type(ty)
+            })
             .collect::<Vec<_>>(),
     ))
 }
 
-/// Decodes CSV with a header row naming the table's columns (any order, any subset).
-pub fn decode_csv(reader: impl Read, table: &SchemaRef) -> Result<Decoded, String> {
-    let mut reader = BufReader::with_capacity(1 << 20, reader);
+/// Converts the text columns of `decoded` (read by a [`relaxed`] schema)
+/// to the `table`'s types, naming the line and column of the first value
+/// that does not fit.
+fn typed(
+    mut decoded: Decoded,
+    table: &SchemaRef,
+    unit: Option<TimestampUnit>,
+) -> Result<Decoded, String> {
+    let mut first_row = 0;
+    let mut batches = Vec::with_capacity(decoded.batches.len());
+    for batch in std::mem::take(&mut decoded.batches) {
+        let schema = batch.schema();
+        let mut fields = Vec::with_capacity(schema.fields().len());
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for (field, col) in schema.fields().iter().zip(batch.columns()) {
+            let ty = table
+                .field_with_name(field.name())
+                .map_err(|e| e.to_string())?
+                .data_type();
+            if strict::reads_as_text(ty) && col.data_type() == &DataType::Utf8 {
+                let converted = strict::convert(col.as_string::<i32>(), ty, unit).map_err(|u| {
+                    format!(
+                        "{}, column '{}': {}",
+                        decoded.locate(first_row + u.row + 1),
+                        field.name(),
+                        u.msg
+                    )
+                })?;
+                columns.push(converted);
+                fields.push(field.as_ref().clone().with_data_type(ty.clone()));
+            } else {
+                columns.push(col.clone());
+                fields.push(field.as_ref().clone());
+            }
+        }
+        first_row += batch.num_rows();
+        batches.push(
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    decoded.batches = batches;
+    Ok(decoded)
+}
+
+/// Decodes CSV with a header row naming the table's columns (any order,
+/// any subset); integer timestamps are read in `unit`.
+pub fn decode_csv(
+    reader: impl Read,
+    table: &SchemaRef,
+    unit: Option<TimestampUnit>,
+) -> Result<Decoded, String> {
+    let mut quotes = Quotes::new(reader);
+    let mut reader = BufReader::with_capacity(1 << 20, &mut quotes);
     let mut header = String::new();
     reader
         .read_line(&mut header)
         .map_err(|e| format!("line 1: {e}"))?;
     let header = header.trim_end_matches(['\n', '\r']);
+    let header = header.strip_prefix('\u{feff}').unwrap_or(header);
     if header.is_empty() {
         return Err("line 1: missing header row".into());
     }
     let mut fields = vec![];
+    let mut seen = HashSet::new();
     for (i, name) in header.split(',').enumerate() {
         let name = name.trim().trim_matches('"');
         let field = table
             .field_with_name(name)
             .map_err(|_| format!("line 1, column {}: the table has no column '{name}'", i + 1))?;
+        if !seen.insert(name) {
+            return Err(format!(
+                "line 1, column {}: column '{name}' appears twice in the header",
+                i + 1
+            ));
+        }
         fields.push(Arc::new(field.clone()));
     }
     let schema = relaxed(fields);
@@ -46,12 +127,81 @@ pub fn decode_csv(reader: impl Read, table: &SchemaRef) -> Result<Decoded, Strin
     let batches = csv
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| csv_error(&e.to_string(), &schema))?;
-    Ok(Decoded {
+    if let Some(line) = quotes.unclosed() {
+        return Err(format!(
+            "line {line}: a quoted field is never closed (a missing '\"' would join the lines after it into one value)"
+        ));
+    }
+    let decoded = Decoded {
         batches,
         row_lines: None,
         first_line: 1,
         lines: true,
-    })
+    };
+    typed(decoded, table, unit)
+}
+
+/// Follows CSV quoting over the bytes read through it, to tell whether the
+/// input ended inside a quoted field (which the CSV reader accepts as a
+/// value running to the end of the input).
+struct Quotes<R> {
+    inner: R,
+    state: QuoteState,
+    line: usize,
+    opened: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum QuoteState {
+    FieldStart,
+    Unquoted,
+    Quoted,
+    /// A quote inside a quoted field: the end of it, or the first of `""`.
+    QuoteInQuoted,
+}
+
+impl<R> Quotes<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            state: QuoteState::FieldStart,
+            line: 1,
+            opened: 0,
+        }
+    }
+
+    /// The line of a quote still open at the end of the input.
+    fn unclosed(&self) -> Option<usize> {
+        (self.state == QuoteState::Quoted).then_some(self.opened)
+    }
+
+    fn scan(&mut self, bytes: &[u8]) {
+        use QuoteState::*;
+        for &b in bytes {
+            if b == b'\n' {
+                self.line += 1;
+            }
+            self.state = match (self.state, b) {
+                (Quoted, b'"') => QuoteInQuoted,
+                (Quoted, _) => Quoted,
+                (FieldStart, b'"') => {
+                    self.opened = self.line;
+                    Quoted
+                }
+                (QuoteInQuoted, b'"') => Quoted,
+                (_, b',' | b'\n') => FieldStart,
+                _ => Unquoted,
+            };
+        }
+    }
+}
+
+impl<R: Read> Read for Quotes<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.scan(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// Rewrites arrow-csv's messages with file lines (the header is line 1)
@@ -83,12 +233,18 @@ fn csv_error(msg: &str, schema: &SchemaRef) -> String {
     }
 }
 
-/// Decodes newline-delimited JSON objects, one row per non-blank line.
-pub fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> Result<Decoded, String> {
+/// Decodes newline-delimited JSON objects, one row per non-blank line;
+/// integer timestamps are read in `unit`.
+pub fn decode_ndjson(
+    reader: impl Read,
+    table: &SchemaRef,
+    unit: Option<TimestampUnit>,
+) -> Result<Decoded, String> {
     let schema = relaxed(table.fields().iter().cloned());
     let mut decoder = arrow::json::ReaderBuilder::new(schema)
         .with_batch_size(BATCH_ROWS)
         .with_strict_mode(true)
+        .with_coerce_primitive(true)
         .build_decoder()
         .map_err(|e| e.to_string())?;
     let mut reader = BufReader::with_capacity(1 << 20, reader);
@@ -117,6 +273,11 @@ pub fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> Result<Decoded, St
                 e.valid_up_to() + 1
             )
         })?;
+        if nesting(&line) > MAX_JSON_DEPTH {
+            return Err(format!(
+                "line {lineno}: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            ));
+        }
         let used = decoder.decode(&line).map_err(at)?;
         // A line holding two values, or a value cut short, is an error.
         if used < line.len() && !line[used..].iter().all(|b| b.is_ascii_whitespace()) {
@@ -138,10 +299,42 @@ pub fn decode_ndjson(reader: impl Read, table: &SchemaRef) -> Result<Decoded, St
     if let Some(b) = decoder.flush().map_err(|e| format!("line {lineno}: {e}"))? {
         batches.push(b);
     }
-    Ok(Decoded {
+    let decoded = Decoded {
         batches,
         row_lines: blank.then_some(row_lines),
         first_line: 0,
         lines: true,
-    })
+    };
+    typed(decoded, table, unit)
+}
+
+/// How deeply arrays and objects nest in one JSON line (0 when the line
+/// cannot be deeper than [`MAX_JSON_DEPTH`]: the common case costs one count).
+fn nesting(line: &[u8]) -> usize {
+    let opens = line.iter().filter(|&&b| b == b'[' || b == b'{').count();
+    if opens <= MAX_JSON_DEPTH {
+        return 0;
+    }
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    for &b in line {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }

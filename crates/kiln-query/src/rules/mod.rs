@@ -1,4 +1,6 @@
 //! Kiln's planner rules, each an extension DataFusion's session calls:
+//! - [`balance`]: long AND/OR chains kept balanced (a logical optimizer
+//!   rule, last in each pass);
 //! - [`shared`]: CTEs referenced more than once computed once (an analyzer
 //!   rule and a query planner);
 //! - [`time_predicates`]: time predicates on the bare time column (a
@@ -12,6 +14,7 @@
 //! ([`crate::session::build_session`]); none imports another but
 //! [`partials`], which sees through [`dedup`]'s node.
 
+pub mod balance;
 pub mod dedup;
 pub mod partials;
 pub mod shared;

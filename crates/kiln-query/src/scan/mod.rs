@@ -29,7 +29,6 @@ use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::empty::EmptyExec;
@@ -43,6 +42,7 @@ use object_store::ObjectStore;
 use crate::cache::Caches;
 use crate::error::to_df;
 use crate::pruning::{Conjuncts, Pruner, pruner};
+use crate::shape::balanced;
 
 mod lazy;
 mod partials;
@@ -123,8 +123,13 @@ impl datafusion::datasource::TableProvider for KilnTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let exact = filters.iter().filter(|f| !f.is_volatile()).cloned();
-        let predicate = match conjunction(exact) {
+        let exact: Vec<Expr> = filters
+            .iter()
+            .filter(|f| !f.is_volatile())
+            .cloned()
+            .collect();
+        // Balanced: thousands of pushed-down terms must not nest thousands deep.
+        let predicate = match (!exact.is_empty()).then(|| balanced(exact, Expr::and)) {
             Some(expr) => {
                 let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
                 Some(state.create_physical_expr(expr, &df_schema)?)

@@ -3,7 +3,7 @@
 //!
 //! Every request is a query in the engine's registry: it waits for an
 //! admission slot (503 when the queue is full), is bounded by
-//! `--query-timeout` (504), and shows in `system.queries`. The status code
+//! `--query-timeout` or its `?timeout=` (504), and shows in `system.queries`. The status code
 //! is decided when the first batch is ready, so planning and most execution
 //! errors get their proper status; the rest of the result then streams. An
 //! error after that point can only cut the response short (the client sees
@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use datafusion::common::ScalarValue;
 use futures::{Stream, StreamExt, TryStreamExt};
-use kiln_query::{Engine, Origin, Streamed};
+use kiln_query::{Origin, Streamed};
 use serde_json::{Value, json};
 
 use super::encode::{Encoder, ResultFormat};
@@ -31,6 +31,9 @@ use crate::error::ApiError;
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct SqlParams {
     format: Option<String>,
+    /// This request's own timeout (`250ms`, `5s`); the sooner of it and
+    /// `--query-timeout` applies.
+    timeout: Option<String>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -103,9 +106,17 @@ async fn run_sql(
     started: Instant,
 ) -> Result<Response, ApiError> {
     let format = ResultFormat::parse(params.format.as_deref())?;
+    let timeout = params
+        .timeout
+        .as_deref()
+        .map(|t| {
+            humantime::parse_duration(t)
+                .map_err(|e| ApiError::bad_request(format!("bad timeout '{t}': {e}")))
+        })
+        .transpose()?;
     let raw = read_body(headers, body, st.config.max_body_bytes.as_usize()).await?;
     let (text, params) = parse_body(headers, &raw)?;
-    let stmts = Engine::parse(&text)?;
+    let stmts = st.engine.parse(&text)?;
     if stmts.is_empty() {
         return Err(ApiError::bad_request("no SQL statement in the request"));
     }
@@ -115,7 +126,7 @@ async fn run_sql(
         ));
     }
     let engine = &st.engine;
-    let query = engine.begin(Origin::HTTP, &text).await?;
+    let query = engine.begin_with(Origin::HTTP, &text, timeout).await?;
     let last = stmts.len() - 1;
     let mut result = None;
     for (i, stmt) in stmts.into_iter().enumerate() {

@@ -1,4 +1,4 @@
-//! `POST /v1/write/{table}[?ack=durable|memory]`: decode the body (any
+//! `POST /v1/write/{table}[?ack=durable|memory][&timestamp_unit=s|ms|us|ns]`: decode the body (any
 //! supported format and encoding), then one atomic `Db::write_with`.
 //!
 //! `ack=durable` (default) answers after the WAL fsync; `ack=memory` answers
@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, header};
 use axum::response::{IntoResponse, Response};
-use kiln_storage::{Ack, IdempotencyKey, WriteOptions, Written};
+use kiln_storage::{Ack, IdempotencyKey, TimestampUnit, WriteOptions, Written};
 use serde_json::json;
 
 use super::{header_str, read_body};
@@ -31,6 +31,17 @@ pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempote
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct WriteParams {
     ack: Option<String>,
+    /// The unit of integer timestamps in NDJSON and CSV: s, ms, us or ns.
+    timestamp_unit: Option<String>,
+}
+
+fn parse_unit(v: Option<&str>) -> Result<Option<TimestampUnit>, ApiError> {
+    v.map(|u| {
+        TimestampUnit::parse(u).ok_or_else(|| {
+            ApiError::bad_request(format!("unknown timestamp_unit '{u}' (s, ms, us, ns)"))
+        })
+    })
+    .transpose()
 }
 
 fn parse_ack(v: Option<&str>) -> Result<Ack, ApiError> {
@@ -53,9 +64,10 @@ pub(crate) async fn write(
     let started = Instant::now();
     let format = body_format(header_str(&headers, header::CONTENT_TYPE));
     let label = format.as_ref().map_or("unknown", |f| f.label());
-    let res = match (format, parse_ack(params.ack.as_deref())) {
-        (Ok(f), Ok(ack)) => do_write(&st, &table, f, ack, &headers, body).await,
-        (Err(e), _) | (_, Err(e)) => Err(e),
+    let unit = parse_unit(params.timestamp_unit.as_deref());
+    let res = match (format, parse_ack(params.ack.as_deref()), unit) {
+        (Ok(f), Ok(ack), Ok(unit)) => do_write(&st, &table, f, ack, unit, &headers, body).await,
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
     };
     let elapsed = started.elapsed();
     match res {
@@ -115,6 +127,7 @@ async fn do_write(
     table: &str,
     format: Format,
     ack: Ack,
+    timestamp_unit: Option<TimestampUnit>,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Written, ApiError> {
@@ -144,7 +157,11 @@ async fn do_write(
                     .trim()
                     .to_ascii_lowercase()
             };
-            let ct = norm(header::CONTENT_TYPE);
+            // The unit changes what the body means: part of its identity.
+            let mut ct = norm(header::CONTENT_TYPE);
+            if let Some(unit) = timestamp_unit {
+                ct.push_str(&format!(";timestamp_unit={unit:?}"));
+            }
             let ce = norm(header::CONTENT_ENCODING);
             let parts: [&[u8]; 3] = [ct.as_bytes(), ce.as_bytes(), &raw];
             Some(IdempotencyKey::new(key, &parts)?)
@@ -156,7 +173,11 @@ async fn do_write(
             Decompress::TooLarge => ApiError::too_large(limit),
             Decompress::Invalid(msg) => ApiError::bad_input(msg),
         })?;
-        ingest::decode(body, format, &schema).map_err(ApiError::bad_input)
+        let opts = ingest::Options {
+            timestamp_unit,
+            max_bytes: limit,
+        };
+        ingest::decode(body, format, &schema, &opts).map_err(ApiError::bad_input)
     })
     .await
     .map_err(|e| ApiError::internal(format!("decoding task: {e}")))??;

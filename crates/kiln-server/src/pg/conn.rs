@@ -41,6 +41,11 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Serves one client until it disconnects (pgwire's `process_socket`,
 /// without TLS, over [`Coalesce`]).
 pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
+    // A second handle on the socket, to notice the client leave while a
+    // statement runs (the message loop reads only between statements).
+    let watch = TcpStream::from_std(std::net::TcpStream::from(
+        std::os::fd::AsFd::as_fd(&tcp).try_clone_to_owned()?,
+    ))?;
     let startup_timeout = sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup_timeout);
     let negotiated = tokio::select! {
@@ -86,22 +91,54 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => msg.is_extended_query(),
         };
-        let result = process_message(
-            msg,
-            &mut socket,
-            startup.clone(),
-            simple.clone(),
-            extended.clone(),
-            copy.clone(),
-            cancel.clone(),
-        )
-        .await;
+        let pid = socket.pid_and_secret_key().0;
+        let outcome = {
+            let work = process_message(
+                msg,
+                &mut socket,
+                startup.clone(),
+                simple.clone(),
+                extended.clone(),
+                copy.clone(),
+                cancel.clone(),
+            );
+            tokio::pin!(work);
+            tokio::select! {
+                biased;
+                r = &mut work => Some(r),
+                () = closed(&watch), if !starting => {
+                    // The client is gone: stop its statement (recorded as
+                    // cancelled, its memory and slot freed), then let the
+                    // handler unwind.
+                    let n = handlers.cancel.queries.cancel_session(pid);
+                    tracing::debug!(pid, cancelled = n, "pg client left during a statement");
+                    let _ = work.await;
+                    None
+                }
+            }
+        };
+        let Some(result) = outcome else { break };
         if let Err(mut e) = result {
             errors.on_error(&socket, &mut e);
             process_error(&mut socket, e, extended_query).await?;
         }
     }
     socket.close().await
+}
+
+/// Resolves when the peer has closed `watch` (end of stream or reset).
+/// Bytes waiting to be read mean the client is still there; they are
+/// left for the message loop and looked at again shortly.
+async fn closed(watch: &TcpStream) {
+    let mut byte = [0u8; 1];
+    loop {
+        match watch.peek(&mut byte).await {
+            Ok(0) => return,
+            Ok(_) => sleep(Duration::from_millis(100)).await,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// A socket whose flushes wait for the next read; see the module docs.

@@ -176,9 +176,24 @@ impl ProtocolHooks {
     }
 }
 
-/// Registers `text` as a query of connection `pid` at the engine's door.
-async fn begin(engine: &Engine, text: &str, pid: i32) -> PgWireResult<Query> {
-    engine.begin(Origin::pg(pid), text).await.map_err(to_pg)
+/// The client metadata key under which datafusion-postgres's SET hook
+/// keeps the session's `statement_timeout`, in milliseconds.
+const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
+
+/// Registers `text` as a query of `client`'s connection at the engine's
+/// door, under the session's `statement_timeout`.
+async fn begin<C: ClientInfo>(engine: &Engine, text: &str, client: &C) -> PgWireResult<Query> {
+    let timeout = client
+        .metadata()
+        .get(STATEMENT_TIMEOUT_MS)
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(std::time::Duration::from_millis);
+    let pid = client.pid_and_secret_key().0;
+    engine
+        .begin_with(Origin::pg(pid), text, timeout)
+        .await
+        .map_err(to_pg)
 }
 
 /// A statement's result as a pgwire response; rows in `format`.
@@ -248,10 +263,23 @@ impl QueryParser for KilnParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        let pid = client.pid_and_secret_key().0;
+        // Only text this long can nest past the limit (each level takes a
+        // term and an operator): short statements skip the second parse.
+        if sql.len() > 2 * self.engine.max_expression_depth()
+            && let Ok(stmts) = self.sql.parse(sql)
+        {
+            for mut stmt in stmts {
+                if let Err(e) = self.engine.check_shape(&mut stmt) {
+                    self.engine.record_failed(Origin::pg(pid), sql, &e);
+                    return Err(to_pg(e));
+                }
+            }
+        }
         self.inner
             .parse_sql(client, sql, types)
             .await
-            .map_err(|e| self.error(sql, client.pid_and_secret_key().0, e))
+            .map_err(|e| self.error(sql, pid, e))
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
@@ -291,21 +319,25 @@ impl SimpleQueryHandler for PgSimple {
         let statements = self
             .parser
             .parse(query)
-            .map_err(|e| to_pg(kiln_query::Error::Sql(format!("SQL error: {e}"))))?;
+            .map_err(|e| to_pg(kiln_query::shape::parse_error(e)))?;
         if statements.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
         let mut query_handle = None;
         let mut responses = Vec::with_capacity(statements.len());
-        for stmt in statements {
+        for mut stmt in statements {
+            if let Err(e) = self.engine.check_shape(&mut stmt) {
+                self.engine
+                    .record_failed(Origin::pg(client.pid_and_secret_key().0), query, &e);
+                return Err(to_pg(e));
+            }
             if let Some(r) = self.hooks.simple(&stmt, client).await {
                 responses.push(r.map_err(pg_error)?);
                 continue;
             }
             let q = match &query_handle {
                 Some(q) => q,
-                None => query_handle
-                    .insert(begin(&self.engine, query, client.pid_and_secret_key().0).await?),
+                None => query_handle.insert(begin(&self.engine, query, client).await?),
             };
             let streamed = self
                 .engine
@@ -365,7 +397,7 @@ impl ExtendedQueryHandler for PgExtended {
         {
             return r.map_err(pg_error);
         }
-        let query = begin(&self.engine, text, client.pid_and_secret_key().0).await?;
+        let query = begin(&self.engine, text, client).await?;
         let streamed = execute::execute(&self.engine, &query, &self.types, portal).await?;
         respond(streamed, &portal.result_column_format, client)
     }

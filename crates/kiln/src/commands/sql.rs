@@ -23,7 +23,7 @@ pub async fn run(args: SqlArgs) -> Result<(), BoxError> {
     let engine = Engine::with_config(db.clone(), &query)?;
     let result = async {
         let mut out = std::io::stdout().lock();
-        let stmts = Engine::parse(&args.sql)?;
+        let stmts = engine.parse(&args.sql)?;
         let query = engine.begin(Origin::EMBEDDED, &args.sql).await?;
         for stmt in stmts {
             let res = engine.run(&query, stmt, &[]).await?.collect().await?;
@@ -45,7 +45,7 @@ async fn remote(url: &str, args: &SqlArgs) -> Result<(), BoxError> {
     let client = reqwest::Client::new();
     let mut out = std::io::stdout().lock();
     // Split locally so each statement's result is printed, as embedded.
-    for stmt in Engine::parse(&args.sql)? {
+    for stmt in Engine::split(&args.sql)? {
         let resp = client
             .post(&endpoint)
             .header(reqwest::header::CONTENT_TYPE, "text/plain")

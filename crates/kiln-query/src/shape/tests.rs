@@ -1,0 +1,56 @@
+use super::*;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+fn parse(sql: &str) -> Statement {
+    Parser::parse_sql(&GenericDialect {}, sql)
+        .unwrap()
+        .remove(0)
+}
+
+fn chain(op: &str, n: usize) -> String {
+    let terms: Vec<String> = (0..n).map(|i| format!("x = {i}")).collect();
+    format!("SELECT * FROM t WHERE {}", terms.join(&format!(" {op} ")))
+}
+
+/// Deepest nesting of expressions (measured by the check itself).
+fn depth(stmt: &mut Statement) -> usize {
+    (1..).find(|&d| check(stmt, d).is_ok()).unwrap()
+}
+
+#[test]
+fn long_or_and_chains_are_rebalanced_not_refused() {
+    for op in ["OR", "AND"] {
+        let mut stmt = parse(&chain(op, 10_000));
+        check(&mut stmt, 100).unwrap();
+        // 10,000 terms: 14 levels of the operator, then `x = i`.
+        assert!(depth(&mut stmt) <= 16, "{op}: {}", depth(&mut stmt));
+        // Same terms, same order.
+        let text = stmt.to_string();
+        assert!(
+            text.contains(&format!("x = 0 {op} x = 1 {op} x = 2")),
+            "{op}"
+        );
+        assert!(text.ends_with(&format!("x = 9998 {op} x = 9999")), "{op}");
+    }
+}
+
+#[test]
+fn short_chains_keep_their_shape() {
+    let mut stmt = parse(&chain("OR", 10));
+    let before = format!("{stmt:?}");
+    check(&mut stmt, 100).unwrap();
+    assert_eq!(format!("{stmt:?}"), before);
+}
+
+#[test]
+fn a_deep_arithmetic_chain_is_refused_with_54001() {
+    let terms = vec!["1"; 5_000].join("+");
+    let mut stmt = parse(&format!("SELECT {terms}"));
+    let e = check(&mut stmt, 1_000).unwrap_err();
+    assert!(matches!(e.kind(), crate::ErrorKind::TooComplex), "{e}");
+    assert!(e.to_string().contains("more than 1000 levels"), "{e}");
+    // Within the limit it passes untouched.
+    let mut ok = parse(&format!("SELECT {}", vec!["1"; 500].join("+")));
+    check(&mut ok, 1_000).unwrap();
+}

@@ -14,10 +14,13 @@ use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
+use datafusion::optimizer::{Analyzer, AnalyzerRule};
+
 use crate::admission::QueryRegistry;
 use crate::cache::Caches;
 use crate::config::QueryConfig;
 use crate::memory::{QueryPool, server_pool};
+use crate::rules::balance::BalanceChains;
 use crate::scan::KilnTable;
 
 /// Catalog and schema names of user tables.
@@ -83,9 +86,14 @@ pub fn build_session(
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_analyzer_rules(
+            std::iter::once(Arc::new(BalanceChains) as Arc<dyn AnalyzerRule + Send + Sync>)
+                .chain(Analyzer::new().rules)
+                .collect(),
+        )
         .with_analyzer_rule(Arc::new(crate::rules::shared::SharedSubplans))
         .with_optimizer_rule(Arc::new(crate::rules::time_predicates::TimePredicates))
-        .with_optimizer_rule(Arc::new(crate::rules::balance::BalanceChains))
+        .with_optimizer_rule(Arc::new(BalanceChains))
         .with_query_planner(Arc::new(crate::rules::shared::QueryPlanner))
         .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
         .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))

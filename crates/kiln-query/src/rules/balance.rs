@@ -7,12 +7,16 @@
 //! type, so planning alone is quadratic: 2,000 terms took 4 s, 10,000
 //! about two minutes. Both operators are associative; this rule, last in
 //! each optimizer pass, rebuilds every chain deeper than a few dozen
-//! levels as a balanced tree of the same terms in the same order.
+//! levels as a balanced tree of the same terms in the same order. It runs
+//! first among the analyzer rules too, since type coercion is quadratic
+//! over a left-deep chain as well, and a prepared statement's plan reaches
+//! the analyzer as the SQL planner built it.
 
 use datafusion::common::Result;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
-use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
+use datafusion::optimizer::{AnalyzerRule, ApplyOrder, OptimizerConfig, OptimizerRule};
 
 use crate::shape::{REBALANCE_DEPTH, balanced, flatten};
 
@@ -38,6 +42,19 @@ impl OptimizerRule for BalanceChains {
         _config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
         plan.map_expressions(|e| e.transform_down(|e| Ok(rebalance(e))))
+    }
+}
+
+impl AnalyzerRule for BalanceChains {
+    fn name(&self) -> &str {
+        "kiln_balance_chains"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|p| {
+            p.map_expressions(|e| e.transform_down(|e| Ok(rebalance(e))))
+        })
+        .map(|t| t.data)
     }
 }
 

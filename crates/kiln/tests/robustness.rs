@@ -1,0 +1,379 @@
+//! Robustness at the edges, against the real binary: inputs that used to
+//! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
+//! values that used to be stored changed, memory past the limits, and
+//! queries stopped by a timeout, by KILL QUERY and by their client leaving.
+//! After each, the server must still answer correctly.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Server;
+use serde_json::{Value, json};
+
+const DDL: &str = "CREATE TABLE t (ts TIMESTAMP NOT NULL, x BIGINT, n INT, d DOUBLE, s VARCHAR)";
+
+/// A statement that runs until something stops it.
+const LONG: &str = "SELECT count(*) FROM generate_series(1, 1000000000000)";
+
+fn post_sql(s: &Server, sql: &str) -> (u16, Value) {
+    let (status, body) = s.request(
+        "POST",
+        "/v1/sql",
+        &[("Content-Type", "text/plain")],
+        sql.as_bytes(),
+    );
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// psycopg's answers over the extended protocol: "ok" with the first value,
+/// or the SQLSTATE.
+fn extended(s: &Server, statements: &[&str]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(s.pg_port.to_string())
+        .args(statements)
+        .output()
+        .expect("python3 with psycopg (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// psql's SQLSTATE for `sql` over the simple protocol ("" on success).
+fn simple_sqlstate(s: &Server, sql: &str) -> String {
+    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]);
+    if out.status.success() {
+        return String::new();
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.split("ERROR:")
+        .nth(1)
+        .and_then(|rest| rest.trim().split(':').next())
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+        .to_string()
+}
+
+fn count(s: &Server) -> i64 {
+    s.rows("SELECT count(*) FROM t")[0][0].as_i64().unwrap()
+}
+
+#[test]
+fn deep_and_long_inputs_are_answered_on_every_door() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    s.sql(DDL);
+    s.sql(
+        "INSERT INTO t (ts, x) VALUES ('2026-11-01T00:00:00', 3), ('2026-11-01T00:00:00', 20000)",
+    );
+
+    let plus = format!("SELECT {}", vec!["1"; 1887].join("+"));
+    let parens = format!("SELECT {}1{}", "(".repeat(5000), ")".repeat(5000));
+    let params = format!(
+        "SELECT {}",
+        (1..=10_000)
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join("+")
+    );
+    for deep in [&plus, &parens] {
+        let (status, body) = post_sql(&s, deep);
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (400, &json!("statement_too_complex"))
+        );
+        assert_eq!(simple_sqlstate(&s, deep), "54001");
+    }
+    let got = extended(&s, &[&plus, &params]);
+    assert!(got.iter().all(|v| v["sqlstate"] == "54001"), "{got:?}");
+
+    // Long flat chains work, with the right answer, on every door.
+    let terms = |op: &str, cmp: &str| {
+        (0..10_000)
+            .map(|i| format!("x{cmp}{i}"))
+            .collect::<Vec<_>>()
+            .join(&format!(" {op} "))
+    };
+    let or = format!("SELECT count(*) FROM t WHERE {}", terms("OR", "="));
+    let and = format!("SELECT count(*) FROM t WHERE {}", terms("AND", "<>"));
+    let list: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+    let within = format!("SELECT count(*) FROM t WHERE x IN ({})", list.join(","));
+    for (sql, want) in [(&or, 1), (&and, 1), (&within, 1)] {
+        assert_eq!(s.rows(sql)[0][0], json!(want), "HTTP");
+        // Through a file: one argument may not pass 128 KiB.
+        let file = dir.path().join("long.sql");
+        std::fs::write(&file, sql).unwrap();
+        let out = s.psql_output(&["-f", file.to_str().unwrap()]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            want.to_string(),
+            "psql"
+        );
+        assert_eq!(
+            extended(&s, &[sql])[0]["ok"],
+            json!(want.to_string()),
+            "psycopg"
+        );
+    }
+
+    // Deep JSON in a known column, and an Arrow IPC body that lies about
+    // its size: clear 400s, nothing written.
+    let deep_json = format!(
+        "{{\"ts\":\"2026-11-01T00:00:00Z\",\"s\":{}1{}}}\n",
+        "[".repeat(26_136),
+        "]".repeat(26_136)
+    );
+    let (status, v) = s.write(
+        "t",
+        &[("Content-Type", "application/x-ndjson")],
+        deep_json.as_bytes(),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nested deeper"),
+        "{v}"
+    );
+    let mut lying = vec![0xff; 4];
+    lying.extend_from_slice(&(2u32 << 30).to_le_bytes());
+    lying.extend_from_slice(&[0; 4096]);
+    let (status, v) = s.write(
+        "t",
+        &[("Content-Type", "application/vnd.apache.arrow.stream")],
+        &lying,
+    );
+    assert_eq!(status, 400, "{v}");
+
+    // A result too large for one value is refused before it is built.
+    let (status, v) = post_sql(&s, "SELECT length(repeat('x', 2000000000))");
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(count(&s), 2);
+    assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
+}
+
+#[test]
+fn nothing_is_silently_changed_on_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    s.sql(DDL);
+    let ndjson = [("Content-Type", "application/x-ndjson")];
+    let csv = [("Content-Type", "text/csv")];
+    let ok = r#"{"ts":"2026-11-01T00:00:00Z","x":1}"#;
+    for (body, headers, why) in [
+        (
+            format!("{ok}\n{{\"ts\":\"2026-11-01T00:00:00Z\",\"n\":1.5}}\n"),
+            &ndjson,
+            "line 2, column 'n': 1.5 is not an integer",
+        ),
+        (
+            format!("{ok}\n{{\"ts\":\"2026-11-01T00:00:00Z\",\"d\":1e400}}\n"),
+            &ndjson,
+            "line 2, column 'd': 1e400 is out of range",
+        ),
+        (
+            format!("{ok}\n{{\"ts\":1700000000}}\n"),
+            &ndjson,
+            "line 2, column 'ts': integer timestamp 1700000000 has no unit",
+        ),
+        (
+            format!("{ok}\n{{\"ts\":\"2300-01-01T00:00:00\"}}\n"),
+            &ndjson,
+            "line 2, column 'ts'",
+        ),
+        (
+            "ts,x\n2026-11-01T00:00:00Z,1\n2026-11-01T00:00:00Z,2.5\n".into(),
+            &csv,
+            "line 3, column 'x'",
+        ),
+        (
+            "ts,s,s\n2026-11-01T00:00:00Z,a,b\n".into(),
+            &csv,
+            "column 's' appears twice",
+        ),
+        (
+            "ts,s\n2026-11-01T00:00:00Z,\"a\n2026-11-01T00:00:00Z,b\n".into(),
+            &csv,
+            "line 2: a quoted field is never closed",
+        ),
+    ] {
+        let (status, v) = s.write("t", headers, body.as_bytes());
+        assert_eq!(status, 400, "{body}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(why), "{body}: {msg}");
+    }
+    assert_eq!(count(&s), 0, "a refused body writes nothing");
+
+    // Declared units, exact values and a byte-order mark are accepted.
+    let (status, v) = s.request(
+        "POST",
+        "/v1/write/t?timestamp_unit=ms",
+        &ndjson,
+        b"{\"ts\":1700000000000,\"n\":2.0,\"d\":0.25}\n",
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&v));
+    let (status, v) = s.write(
+        "t",
+        &csv,
+        "\u{feff}ts,x\n2026-11-01T00:00:00Z,7\n".as_bytes(),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        s.rows("SELECT CAST(ts AS VARCHAR), n, d FROM t WHERE n IS NOT NULL"),
+        json!([["2023-11-14T22:13:20", 2, 0.25]])
+    );
+    assert_eq!(s.rows("SELECT x FROM t WHERE x IS NOT NULL"), json!([[7]]));
+}
+
+#[test]
+fn every_query_can_be_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+
+    // statement_timeout (psql) and ?timeout= (HTTP).
+    let started = Instant::now();
+    let out = s.psql_output(&[
+        "-v",
+        "VERBOSITY=verbose",
+        "-c",
+        "SET statement_timeout = 300",
+        "-c",
+        LONG,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("57014"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let (status, body) = s.request(
+        "POST",
+        "/v1/sql?timeout=300ms",
+        &[("Content-Type", "text/plain")],
+        LONG.as_bytes(),
+    );
+    assert_eq!(status, 504, "{}", String::from_utf8_lossy(&body));
+
+    // A PostgreSQL client that dies mid-query: its query is cancelled.
+    let marker = "SELECT count(*) FROM generate_series(1, 1000000000007)";
+    let mut client = Command::new("python3")
+        .args([
+            "-c",
+            &format!(
+                "import psycopg; c = psycopg.connect(host='127.0.0.1', port={}, user='kiln', autocommit=True); c.execute('{marker}')",
+                s.pg_port
+            ),
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let status_of = |sql: &str| {
+        let q = format!(
+            "SELECT status, query_id FROM system.queries WHERE query = '{}'",
+            sql.replace('\'', "''")
+        );
+        s.rows(&q).as_array().unwrap().first().cloned()
+    };
+    wait_for(|| status_of(marker).is_some_and(|r| r[0] == "running"));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let killed = Instant::now();
+    wait_for(|| status_of(marker).is_some_and(|r| r[0] == "cancelled"));
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        killed.elapsed()
+    );
+
+    // KILL QUERY stops another client's query.
+    let long_http = "SELECT count(*) FROM generate_series(1, 1000000000009)";
+    let http = s.http.clone();
+    let waiter = std::thread::spawn(move || {
+        common::request(
+            &http,
+            "POST",
+            "/v1/sql",
+            &[("Content-Type", "text/plain")],
+            long_http.as_bytes(),
+        )
+        .0
+    });
+    wait_for(|| status_of(long_http).is_some_and(|r| r[0] == "running"));
+    let id = status_of(long_http).unwrap()[1].as_i64().unwrap();
+    assert_eq!(
+        s.sql(&format!("KILL QUERY {id}"))["rows_affected"],
+        json!(1)
+    );
+    assert_eq!(waiter.join().unwrap(), 503);
+    assert_eq!(status_of(long_http).unwrap()[0], "cancelled");
+    assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
+}
+
+#[test]
+fn memory_is_bounded_by_the_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let spill = dir.path().join("spill");
+    let s = Server::start(
+        dir.path(),
+        &[
+            "--memory-limit",
+            "256MiB",
+            "--query-memory-limit",
+            "128MiB",
+            "--spill-dir",
+            spill.to_str().unwrap(),
+        ],
+    );
+    // string_agg over 1e8 rows keeps everything: refused at the limit.
+    let (status, v) = post_sql(
+        &s,
+        "SELECT length(string_agg(CAST(v AS VARCHAR), ',')) FROM generate_series(1, 100000000) g(v)",
+    );
+    assert_eq!(
+        (status, &v["error"]["code"]),
+        (503, &json!("out_of_memory")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--query-memory-limit"),
+        "{v}"
+    );
+    // A sort larger than its share spills and finishes.
+    let sorted = s.rows(
+        "SELECT max(r) FROM (SELECT row_number() OVER (ORDER BY v DESC) AS r FROM generate_series(1, 20000000) g(v))",
+    );
+    assert_eq!(sorted, json!([[20000000]]));
+    let hwm = peak_rss_kib(s.child.id());
+    assert!(hwm < 1024 * 1024, "peak RSS {hwm} KiB");
+    assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn wait_for(mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -121,6 +121,7 @@ fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
         K::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "57P01"),
         K::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "58030"),
         K::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io_error", "58030"),
+        K::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, "disk_full", "53100"),
         K::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, "data_corrupted", "XX001"),
         K::Locked | K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
     };

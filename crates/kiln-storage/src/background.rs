@@ -28,8 +28,16 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Rec
             _ = tokio::time::sleep(inner.config.background_interval) => {}
             _ = shutdown.changed() => return,
         }
-        if let Err(e) = round(&inner).await {
-            tracing::error!(error = %e, "background flush/compaction failed; will retry");
+        match round(&inner).await {
+            Ok(()) => {
+                if inner.background_failure.lock().take().is_some() {
+                    tracing::warn!("background flush/compaction works again");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "background flush/compaction failed; will retry");
+                *inner.background_failure.lock() = Some(e.to_string());
+            }
         }
     }
 }

@@ -107,6 +107,9 @@ pub(crate) struct Inner {
     background: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The data directory lock, released by `close`.
     lock: parking_lot::Mutex<Option<std::fs::File>>,
+    /// Why the last background round (flush, compaction) failed, until one
+    /// succeeds.
+    pub background_failure: parking_lot::Mutex<Option<String>>,
 }
 
 impl Inner {
@@ -257,6 +260,7 @@ impl Db {
             shutdown,
             background: parking_lot::Mutex::new(None),
             lock: parking_lot::Mutex::new(Some(lock)),
+            background_failure: parking_lot::Mutex::new(None),
         });
         background::remove_orphans(&inner).await?;
         let task = tokio::spawn(background::run(inner.clone(), rx));
@@ -278,6 +282,24 @@ impl Db {
 
     pub fn wal_stats(&self) -> kiln_wal::WalStats {
         self.inner.wal.stats()
+    }
+
+    /// Why the database is degraded now, if it is: writes failing (a full
+    /// or failing disk under the WAL) or flushes failing (rows stay in
+    /// memory and the WAL until they succeed). Both heal by themselves when
+    /// the cause is gone; `None` when all is well.
+    pub fn degraded(&self) -> Option<String> {
+        let wal = self
+            .inner
+            .wal
+            .degraded()
+            .map(|e| format!("writes failing: {e}"));
+        let flush =
+            (self.inner.background_failure.lock().clone()).map(|e| format!("flushes failing: {e}"));
+        match (wal, flush) {
+            (Some(w), Some(f)) => Some(format!("{w}; {f}")),
+            (w, f) => w.or(f),
+        }
     }
 
     /// The table of that name, lock-free.

@@ -84,8 +84,11 @@ pub enum ErrorKind {
     Locked,
     /// Damaged data on disk.
     Corrupt,
-    /// The disk or the object store failed (full, permissions, network).
+    /// The disk or the object store failed (permissions, network, I/O).
     Io,
+    /// The disk is full: nothing was written; writes resume by themselves
+    /// once space is freed.
+    DiskFull,
     /// The database is shutting down.
     ShuttingDown,
     /// The WAL no longer accepts writes (closed, or poisoned by an earlier
@@ -107,11 +110,20 @@ impl Error {
             Error::IdempotencyConflict { .. } => ErrorKind::IdempotencyConflict,
             Error::Locked { .. } => ErrorKind::Locked,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Io { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                ErrorKind::DiskFull
+            }
             Error::Io { .. } | Error::ObjectStore(_) => ErrorKind::Io,
             Error::ShuttingDown => ErrorKind::ShuttingDown,
             Error::Arrow(_) | Error::Parquet(_) => ErrorKind::Internal,
             Error::Wal(w) => match w.kind() {
                 W::Io => ErrorKind::Io,
+                W::DiskFull => ErrorKind::DiskFull,
                 W::Corrupt => ErrorKind::Corrupt,
                 W::Unavailable => ErrorKind::Unavailable,
                 W::InvalidInput => ErrorKind::InvalidData,

@@ -6,12 +6,21 @@
 //! and one fdatasync, not N. Acknowledgement order is strict: write →
 //! fdatasync (policy `Always`) → apply → answer (`append_nowait` requests
 //! have nobody to answer; they were acknowledged when queued, and learn of a
-//! failure only through the poison). Any I/O failure poisons the
-//! WAL: after a failed fsync the kernel may have dropped dirty pages, so no
-//! later success can be trusted.
+//! failure only through the poison).
+//!
+//! A failed write or fsync (a full disk, an I/O error) fails its group and
+//! leaves the WAL *broken*, not dead: before the next group is written the
+//! file is cut back to the end of the last group that was written and
+//! synced whole, and after a failed fsync (when the kernel may have
+//! dropped the group's dirty pages and no later success on that file can
+//! be trusted) writing moves on to a new segment file. Until that repair
+//! succeeds every group fails with its error, so a full disk refuses
+//! writes while it is full and accepts them again, without a restart, once
+//! space is freed. Nothing of a failed group is applied or acknowledged.
+//! A panic in the applier still poisons the WAL for good.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,6 +76,8 @@ pub(crate) struct Shared {
     pub queued_bytes: AtomicUsize,
     /// Notified whenever `queued_bytes` shrinks and when the commit thread exits.
     pub room: Notify,
+    /// Why the last group failed, while the WAL is broken (see the module docs).
+    pub degraded: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -106,6 +117,10 @@ pub(crate) struct Committer {
     /// Bytes were written since the last fdatasync.
     pub dirty: bool,
     pub last_sync: Instant,
+    /// Bytes past `file_bytes` may hold part of a failed group.
+    pub broken: bool,
+    /// The file's last fsync failed: write on in a new segment file.
+    pub abandon_file: bool,
 }
 
 impl Committer {
@@ -197,6 +212,12 @@ impl Committer {
             answer_all(batch, || Error::Poisoned(msg.clone()));
             return;
         }
+        if self.broken
+            && let Err(Error::Io { context, source }) = self.repair()
+        {
+            self.fail_group(batch, context, source);
+            return;
+        }
         self.buf.clear();
         let mut seq = self.next_seq;
         let mut want_sync = false;
@@ -226,12 +247,16 @@ impl Committer {
             && self.dirty
             && let Err(Error::Io { context, source }) = self.fsync()
         {
+            self.abandon_file = true;
             self.fail_group(batch, context, source);
             return;
         }
         let first = self.next_seq;
         self.next_seq = seq;
         self.file_bytes += self.buf.len() as u64;
+        if self.shared.degraded.lock().take().is_some() {
+            tracing::warn!(file = %self.path.display(), "WAL writes again after a failure");
+        }
         let stats = &self.shared.stats;
         if records > 0 {
             stats.records.fetch_add(records, Ordering::Relaxed);
@@ -257,12 +282,15 @@ impl Committer {
             return;
         }
         // Roll before answering so that an acknowledged appender observes the
-        // new segment. The group is durable either way; a failed roll only
-        // poisons later appends.
+        // new segment. The group is durable either way; a failed roll leaves
+        // the WAL broken, repaired (and rolled) before the next group.
         if self.file_bytes >= self.opts.segment_bytes
             && let Err(e) = self.roll()
         {
-            self.shared.poison(e.to_string());
+            tracing::error!(error = %e, "WAL segment roll failed; will retry");
+            self.broken = true;
+            self.abandon_file = true;
+            *self.shared.degraded.lock() = Some(e.to_string());
         }
         let mut s = first;
         for req in batch.drain(..) {
@@ -280,17 +308,42 @@ impl Committer {
         }
     }
 
-    /// Answers every waiter of the failed group with the error and poisons.
+    /// Answers every waiter of the failed group with the error and marks
+    /// the WAL broken, to be repaired before the next group.
     fn fail_group(&mut self, batch: &mut Vec<Request>, context: String, e: std::io::Error) {
-        self.shared.poison(format!("{context}: {e}"));
+        let lost = batch
+            .iter()
+            .filter(|r| matches!(r, Request::Append { reply: None, .. }))
+            .count();
+        tracing::error!(%context, error = %e, lost_unsynced = lost, "WAL write failed; writes fail until it is repaired");
+        self.broken = true;
+        *self.shared.degraded.lock() = Some(format!("{context}: {e}"));
         answer_all(batch, || Error::Io {
             context: context.clone(),
             source: dup_io(&e),
         });
     }
 
+    /// Cuts the file back to the last group written whole, and after a
+    /// failed fsync starts a new segment file; see the module docs.
+    fn repair(&mut self) -> Result<()> {
+        let at = || format!("repairing {}", self.path.display());
+        self.file
+            .set_len(self.file_bytes)
+            .and_then(|()| self.file.seek(SeekFrom::Start(self.file_bytes)).map(drop))
+            .map_err(|e| io_err(at(), e))?;
+        if self.abandon_file && self.file_bytes > 0 {
+            self.file.sync_data().map_err(|e| io_err(at(), e))?;
+            self.dirty = false;
+            self.roll()?;
+        }
+        self.abandon_file = false;
+        self.broken = false;
+        Ok(())
+    }
+
     /// fdatasync of the active file; clears `dirty` even on failure (a failed
-    /// fsync cannot be retried meaningfully; the WAL gets poisoned instead).
+    /// fsync cannot be retried meaningfully; the file is abandoned instead).
     fn fsync(&mut self) -> Result<()> {
         let start = Instant::now();
         let res = self.file.sync_data();

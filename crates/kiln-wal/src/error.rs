@@ -47,8 +47,11 @@ pub enum Error {
 /// statuses: every variant has exactly one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// The disk failed or refused (full, permissions): an operator's matter.
+    /// The disk failed or refused (permissions, I/O error): an operator's matter.
     Io,
+    /// The disk (or the user's quota) is full. Nothing of the failed write
+    /// is kept; writing resumes by itself once space is freed.
+    DiskFull,
     /// Damaged data on disk.
     Corrupt,
     /// The WAL no longer accepts appends (closed, or poisoned by an earlier failure).
@@ -60,6 +63,14 @@ pub enum ErrorKind {
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Error::Io { source, .. }
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                ErrorKind::DiskFull
+            }
             Error::Io { .. } => ErrorKind::Io,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Closed | Error::Poisoned(_) => ErrorKind::Unavailable,

@@ -99,6 +99,7 @@ impl Wal {
             stats,
             queued_bytes: Default::default(),
             room: Default::default(),
+            degraded: Mutex::new(None),
         });
         let max_queued_bytes = opts.max_queued_bytes;
         let (tx, rx) = mpsc::channel();
@@ -114,6 +115,8 @@ impl Wal {
             buf: Vec::new(),
             dirty: false,
             last_sync: Instant::now(),
+            broken: false,
+            abandon_file: false,
         };
         let thread = std::thread::Builder::new()
             .name("kiln-wal-commit".into())
@@ -252,6 +255,18 @@ impl Wal {
     }
 
     /// A snapshot of the WAL's counters.
+    /// Why writes are failing now, if they are: the WAL's last group failed
+    /// and has not been repaired (a full or failing disk), or the WAL is
+    /// poisoned. `None` when the WAL accepts writes.
+    pub fn degraded(&self) -> Option<String> {
+        let shared = &self.shared;
+        shared
+            .poisoned
+            .lock()
+            .clone()
+            .or_else(|| shared.degraded.lock().clone())
+    }
+
     pub fn stats(&self) -> WalStats {
         self.shared.stats.snapshot()
     }

@@ -377,3 +377,99 @@ fn wait_for(mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Unmounts the tmpfs when the test ends, however it ends.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_writes_clearly_and_heals_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        // Mounting needs root (as in CI); say so rather than pass quietly.
+        eprintln!("SKIPPED: cannot mount a tmpfs here (not root?)");
+        return;
+    }
+    let _mount = Mount(small.clone());
+    let data = small.join("data");
+    let s = Server::start(&data, &[]);
+    s.sql(DDL);
+    let ndjson = [("Content-Type", "application/x-ndjson")];
+    let rows = |n: usize, from: usize| -> Vec<u8> {
+        (from..from + n)
+            .map(|i| {
+                format!(
+                    "{{\"ts\":\"2026-11-01T00:00:00Z\",\"x\":{i},\"s\":\"{}\"}}\n",
+                    "p".repeat(200)
+                )
+            })
+            .collect::<String>()
+            .into_bytes()
+    };
+    let mut acked = 0;
+    let (status, v) = s.write("t", &ndjson, &rows(100, 0));
+    assert_eq!(status, 200, "{v}");
+    acked += 100;
+
+    // Fill the disk.
+    let filler = small.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        while f.write_all(&[0u8; 1 << 16]).is_ok() {}
+    }
+    let mut refused = None;
+    for attempt in 0..50 {
+        let (status, v) = s.write("t", &ndjson, &rows(200, acked));
+        if status == 200 {
+            acked += 200;
+            continue;
+        }
+        refused = Some((attempt, status, v));
+        break;
+    }
+    let (_, status, v) = refused.expect("a write fails once the disk is full");
+    assert_eq!(status, 507, "{v}");
+    assert_eq!(v["error"]["code"], json!("disk_full"), "{v}");
+    let (status, body) = s.request("GET", "/ready", &[], b"");
+    assert_eq!(status, 503);
+    assert!(String::from_utf8_lossy(&body).contains("degraded"));
+    // Reads keep working, and show exactly what was acknowledged.
+    assert_eq!(count(&s), acked as i64);
+
+    // Space returns: writing resumes by itself, within seconds.
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    loop {
+        let (status, v) = s.write("t", &ndjson, &rows(10, acked));
+        if status == 200 {
+            acked += 10;
+            break;
+        }
+        assert!(
+            freed.elapsed() < Duration::from_secs(10),
+            "writes did not resume: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for(|| s.request("GET", "/ready", &[], b"").0 == 200);
+    assert_eq!(count(&s), acked as i64);
+
+    // Nothing acknowledged is lost across a restart.
+    assert!(s.terminate().success());
+    let s = Server::start(&data, &[]);
+    assert_eq!(count(&s), acked as i64);
+    drop(s);
+}

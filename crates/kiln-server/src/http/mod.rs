@@ -36,6 +36,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 async fn ready(State(st): State<Arc<AppState>>) -> Response {
     if st.shutting_down.load(Ordering::Acquire) {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    } else if let Some(why) = st.engine.db().degraded() {
+        // Reads still work; writes or flushes do not (yet): out of rotation
+        // for writers until it heals.
+        (StatusCode::SERVICE_UNAVAILABLE, format!("degraded: {why}")).into_response()
     } else {
         "ready".into_response()
     }

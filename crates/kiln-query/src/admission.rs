@@ -72,6 +72,23 @@ impl Default for QueryLimits {
     }
 }
 
+/// How one query begins.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Begin {
+    /// The client's own timeout (PostgreSQL's `statement_timeout`, HTTP's
+    /// `timeout` parameter): the query stops at the sooner of it and
+    /// `--query-timeout`.
+    pub timeout: Option<Duration>,
+    /// A light query (no user table: `SELECT 1`, `system.*`, catalogs,
+    /// `KILL`): admitted in its own lane of [`LIGHT_SLOTS`], so health
+    /// checks, dashboards' catalog probes and an operator's `KILL` answer
+    /// at once however many heavy queries wait.
+    pub light: bool,
+}
+
+/// Light queries running at once ([`Begin::light`]).
+pub const LIGHT_SLOTS: usize = 16;
+
 /// Where a query is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -196,7 +213,11 @@ pub struct QueryRegistry {
     limits: QueryLimits,
     clock: Arc<dyn Clock>,
     permits: Arc<Semaphore>,
+    /// The light lane's slots ([`Begin::light`]).
+    light_permits: Arc<Semaphore>,
     queued: AtomicUsize,
+    /// Total time queries spent waiting for a slot, in microseconds.
+    waited_us: AtomicU64,
     next_id: AtomicU64,
     running: Vec<Mutex<HashMap<u64, Arc<QueryInfo>>>>,
     recent: Vec<ArcSwapOption<QueryInfo>>,
@@ -224,7 +245,9 @@ impl QueryRegistry {
         let max = limits.max_concurrent.max(1);
         Arc::new(Self {
             permits: Arc::new(Semaphore::new(max)),
+            light_permits: Arc::new(Semaphore::new(LIGHT_SLOTS)),
             queued: AtomicUsize::new(0),
+            waited_us: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
             running: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             recent: (0..limits.history.max(1))
@@ -249,6 +272,16 @@ impl QueryRegistry {
             .saturating_sub(self.permits.available_permits())
     }
 
+    /// Queries waiting for a slot now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Total time queries have waited for a slot.
+    pub fn waited(&self) -> Duration {
+        Duration::from_micros(self.waited_us.load(Ordering::Relaxed))
+    }
+
     /// Installs the function called with every finished query (once; later
     /// calls are ignored). It runs on the query's task: keep it cheap.
     pub fn set_observer(&self, f: Observer) {
@@ -266,24 +299,27 @@ impl QueryRegistry {
         text: &str,
         session: Option<i32>,
     ) -> Result<QueryHandle> {
-        self.begin_with(protocol, text, session, None).await
+        self.begin_with(protocol, text, session, Begin::default())
+            .await
     }
 
-    /// [`QueryRegistry::begin`] with the client's own timeout (PostgreSQL's
-    /// `statement_timeout`, HTTP's `timeout` parameter): the query stops at
-    /// the sooner of it and `--query-timeout`.
+    /// [`QueryRegistry::begin`] with the query's own options ([`Begin`]).
     pub async fn begin_with(
         self: &Arc<Self>,
         protocol: &'static str,
         text: &str,
         session: Option<i32>,
-        timeout: Option<Duration>,
+        opts: Begin,
     ) -> Result<QueryHandle> {
-        let handle = self.handle(protocol, text, session, timeout);
+        let handle = self.handle(protocol, text, session, opts.timeout);
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
+        let permits = match opts.light {
+            true => &self.light_permits,
+            false => &self.permits,
+        };
         // Fast path: a free slot, no waiting, no queue accounting.
-        if let Ok(p) = self.permits.clone().try_acquire_owned() {
+        if let Ok(p) = permits.clone().try_acquire_owned() {
             *handle.slot.lock() = Some(p);
         } else {
             if self.queued.fetch_add(1, Ordering::AcqRel) >= self.limits.max_queued {
@@ -291,7 +327,10 @@ impl QueryRegistry {
                 handle.fail(&Error::Overloaded(self.overload_message()));
                 return Err(Error::Overloaded(self.overload_message()));
             }
-            let acquired = handle.run(self.permits.clone().acquire_owned()).await;
+            let waiting = Instant::now();
+            let acquired = handle.run(permits.clone().acquire_owned()).await;
+            self.waited_us
+                .fetch_add(waiting.elapsed().as_micros() as u64, Ordering::Relaxed);
             self.queued.fetch_sub(1, Ordering::AcqRel);
             match acquired {
                 Ok(Ok(p)) => *handle.slot.lock() = Some(p),

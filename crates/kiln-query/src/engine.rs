@@ -19,12 +19,13 @@ use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{Statement, visit_relations};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
 use kiln_storage::Db;
+use std::ops::ControlFlow;
 
-use crate::admission::{QueryHandle, QueryRegistry};
+use crate::admission::{Begin, QueryHandle, QueryRegistry};
 use crate::cache::{Caches, PartialCache, SegmentCache};
 use crate::config::QueryConfig;
 use crate::ddl::{self, Ddl};
@@ -224,23 +225,52 @@ impl Engine {
     /// ([`Error::Overloaded`]), or with the query's deadline or cancel
     /// while waiting. Every statement of `text` then runs under it.
     pub async fn begin(&self, origin: Origin, text: &str) -> Result<Query> {
-        self.begin_with(origin, text, None).await
+        self.begin_with(origin, text, Begin::default()).await
     }
 
-    /// [`Engine::begin`] with the client's own `timeout` (PostgreSQL's
-    /// `statement_timeout`, HTTP's `timeout` parameter); the sooner of it
-    /// and `--query-timeout` applies.
-    pub async fn begin_with(
-        &self,
-        origin: Origin,
-        text: &str,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<Query> {
+    /// [`Engine::begin`] with the query's own options: the client's timeout
+    /// and whether it is light ([`Engine::is_light`]).
+    pub async fn begin_with(&self, origin: Origin, text: &str, opts: Begin) -> Result<Query> {
         Ok(Arc::new(
             self.queries
-                .begin_with(origin.protocol, text, origin.session, timeout)
+                .begin_with(origin.protocol, text, origin.session, opts)
                 .await?,
         ))
+    }
+
+    /// Whether every statement of `stmts` is light (see [`Begin::light`]):
+    /// a query, SET, SHOW or KILL that reads no table but Kiln's system
+    /// tables and the catalogs. A table function, a CTE or any user table
+    /// makes it an ordinary query.
+    pub fn is_light<'a>(stmts: impl IntoIterator<Item = &'a Statement>) -> bool {
+        stmts.into_iter().all(|stmt| {
+            let kind = matches!(
+                stmt,
+                Statement::Query(_)
+                    | Statement::Kill { .. }
+                    | Statement::Set(_)
+                    | Statement::ShowVariable { .. }
+            );
+            let mut light = kind;
+            let _ = visit_relations(stmt, |name| {
+                let parts: Vec<String> = name
+                    .0
+                    .iter()
+                    .filter_map(|p| p.as_ident().map(|i| i.value.to_ascii_lowercase()))
+                    .collect();
+                let schema = parts.len().checked_sub(2).map(|i| parts[i].as_str());
+                light &= matches!(
+                    schema,
+                    Some(crate::system::SYSTEM | "information_schema" | "pg_catalog")
+                );
+                if light {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            });
+            light
+        })
     }
 
     /// Records `text` from `origin` as a query that failed with `e` before

@@ -44,7 +44,7 @@ pub mod shape;
 pub mod system;
 
 pub use admission::{
-    QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
+    Begin, QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
 };
 pub use cache::{Caches, PartialCache, SegmentCache};
 pub use config::{PlanCacheMode, QueryConfig};

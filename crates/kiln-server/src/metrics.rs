@@ -36,6 +36,12 @@ pub const SEGMENT_CACHE_MISSES: &str = "kiln_segment_cache_misses_total";
 pub const PARTIAL_CACHE_BYTES: &str = "kiln_partial_cache_bytes";
 pub const PARTIAL_CACHE_HITS: &str = "kiln_partial_cache_hits_total";
 pub const PARTIAL_CACHE_MISSES: &str = "kiln_partial_cache_misses_total";
+pub const QUERIES_RUNNING: &str = "kiln_queries_running";
+pub const QUERIES_QUEUED: &str = "kiln_queries_queued";
+pub const QUERY_WAIT: &str = "kiln_query_wait_seconds_total";
+pub const QUERY_MEMORY: &str = "kiln_query_memory_bytes";
+pub const QUERY_MEMORY_LIMIT: &str = "kiln_query_memory_limit_bytes";
+pub const DEGRADED: &str = "kiln_degraded";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
@@ -299,6 +305,57 @@ impl Metrics {
         ];
         for (name, help, h) in histograms {
             render_histogram(&mut text, name, help, &h);
+        }
+        let queries = engine.queries();
+        let pool = &engine.session().runtime_env().memory_pool;
+        let limit = match pool.memory_limit() {
+            datafusion::execution::memory_pool::MemoryLimit::Finite(n) => n as f64,
+            _ => f64::INFINITY,
+        };
+        let gauges = [
+            (
+                QUERIES_RUNNING,
+                "gauge",
+                "Queries holding an execution slot.",
+                queries.running() as f64,
+            ),
+            (
+                QUERIES_QUEUED,
+                "gauge",
+                "Queries waiting for an execution slot.",
+                queries.queued() as f64,
+            ),
+            (
+                QUERY_WAIT,
+                "counter",
+                "Time queries spent waiting for a slot.",
+                queries.waited().as_secs_f64(),
+            ),
+            (
+                QUERY_MEMORY,
+                "gauge",
+                "Execution memory queries hold (--memory-limit).",
+                pool.reserved() as f64,
+            ),
+            (
+                QUERY_MEMORY_LIMIT,
+                "gauge",
+                "The execution memory limit.",
+                limit,
+            ),
+            (
+                DEGRADED,
+                "gauge",
+                "1 while writes or flushes are failing (see /ready).",
+                f64::from(u8::from(db.degraded().is_some())),
+            ),
+        ];
+        for (name, kind, help, v) in gauges {
+            use std::fmt::Write as _;
+            let _ = writeln!(
+                text,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
         }
         text
     }

@@ -473,3 +473,81 @@ fn a_full_disk_refuses_writes_clearly_and_heals_by_itself() {
     assert_eq!(count(&s), acked as i64);
     drop(s);
 }
+
+#[test]
+fn light_queries_answer_while_heavy_ones_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &[
+            "--max-concurrent-queries",
+            "1",
+            "--max-queued-queries",
+            "2",
+            "--query-slot-time",
+            "0s",
+        ],
+    );
+    let heavy = |i: usize| {
+        format!(
+            "SELECT count(*) FROM generate_series(1, {})",
+            1_000_000_000_000u64 + i as u64
+        )
+    };
+    let mut clients = vec![];
+    for i in 0..3 {
+        let (http, sql) = (s.http.clone(), heavy(i));
+        clients.push(std::thread::spawn(move || {
+            common::request(
+                &http,
+                "POST",
+                "/v1/sql",
+                &[("Content-Type", "text/plain")],
+                sql.as_bytes(),
+            )
+            .0
+        }));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    wait_for(|| s.metric("kiln_queries_queued") == 2.0);
+
+    // One more heavy query is refused at once, with a retry hint.
+    let (status, body) = post_sql(&s, &heavy(9));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (503, &json!("overloaded")),
+        "{body}"
+    );
+    // Light queries do not wait behind them, on either protocol.
+    for sql in [
+        "SELECT 1",
+        "SELECT count(*) FROM system.queries",
+        "SELECT count(*) FROM information_schema.tables",
+    ] {
+        let started = Instant::now();
+        let (status, body) = post_sql(&s, sql);
+        assert_eq!(status, 200, "{sql}: {body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{sql}: {:?}",
+            started.elapsed()
+        );
+    }
+    let started = Instant::now();
+    assert_eq!(s.psql("SELECT 1").trim(), "1");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "psql: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(simple_sqlstate(&s, &heavy(10)), "53300");
+
+    // An operator stops them all.
+    let ids = s.rows("SELECT query_id FROM system.queries WHERE status IN ('running', 'queued') AND query LIKE '%generate_series%'");
+    for id in ids.as_array().unwrap() {
+        s.sql(&format!("KILL QUERY {}", id[0]));
+    }
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 503);
+    }
+}

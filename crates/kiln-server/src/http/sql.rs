@@ -19,8 +19,9 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use datafusion::common::ScalarValue;
+use datafusion::sql::parser::Statement as DfStatement;
 use futures::{Stream, StreamExt, TryStreamExt};
-use kiln_query::{Origin, Streamed};
+use kiln_query::{Begin, Engine, Origin, Streamed};
 use serde_json::{Value, json};
 
 use super::encode::{Encoder, ResultFormat};
@@ -126,7 +127,12 @@ async fn run_sql(
         ));
     }
     let engine = &st.engine;
-    let query = engine.begin_with(Origin::HTTP, &text, timeout).await?;
+    let light = stmts
+        .iter()
+        .all(|s| matches!(s, DfStatement::Statement(s) if Engine::is_light([s.as_ref()])));
+    let query = engine
+        .begin_with(Origin::HTTP, &text, Begin { timeout, light })
+        .await?;
     let last = stmts.len() - 1;
     let mut result = None;
     for (i, stmt) in stmts.into_iter().enumerate() {

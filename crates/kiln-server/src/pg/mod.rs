@@ -54,7 +54,7 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
 use datafusion_postgres::{DfSessionService, Parser};
-use kiln_query::{Engine, Origin, Query, QueryRegistry, Streamed};
+use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -181,8 +181,14 @@ impl ProtocolHooks {
 const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
 
 /// Registers `text` as a query of `client`'s connection at the engine's
-/// door, under the session's `statement_timeout`.
-async fn begin<C: ClientInfo>(engine: &Engine, text: &str, client: &C) -> PgWireResult<Query> {
+/// door, under the session's `statement_timeout`, in the light lane when
+/// `light`.
+async fn begin<C: ClientInfo>(
+    engine: &Engine,
+    text: &str,
+    client: &C,
+    light: bool,
+) -> PgWireResult<Query> {
     let timeout = client
         .metadata()
         .get(STATEMENT_TIMEOUT_MS)
@@ -191,7 +197,7 @@ async fn begin<C: ClientInfo>(engine: &Engine, text: &str, client: &C) -> PgWire
         .map(std::time::Duration::from_millis);
     let pid = client.pid_and_secret_key().0;
     engine
-        .begin_with(Origin::pg(pid), text, timeout)
+        .begin_with(Origin::pg(pid), text, Begin { timeout, light })
         .await
         .map_err(to_pg)
 }
@@ -323,6 +329,7 @@ impl SimpleQueryHandler for PgSimple {
         if statements.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
+        let light = Engine::is_light(&statements);
         let mut query_handle = None;
         let mut responses = Vec::with_capacity(statements.len());
         for mut stmt in statements {
@@ -337,7 +344,7 @@ impl SimpleQueryHandler for PgSimple {
             }
             let q = match &query_handle {
                 Some(q) => q,
-                None => query_handle.insert(begin(&self.engine, query, client).await?),
+                None => query_handle.insert(begin(&self.engine, query, client, light).await?),
             };
             let streamed = self
                 .engine
@@ -397,7 +404,8 @@ impl ExtendedQueryHandler for PgExtended {
         {
             return r.map_err(pg_error);
         }
-        let query = begin(&self.engine, text, client).await?;
+        let light = Engine::is_light([stmt]);
+        let query = begin(&self.engine, text, client, light).await?;
         let streamed = execute::execute(&self.engine, &query, &self.types, portal).await?;
         respond(streamed, &portal.result_column_format, client)
     }

@@ -29,6 +29,7 @@ mod error;
 pub mod failpoints;
 mod fs_util;
 mod idempotency;
+pub mod ipc;
 pub mod manifest;
 pub mod memstore;
 pub mod schema;
@@ -39,6 +40,7 @@ pub mod strict;
 mod table;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use codec::decode_payload as decode_wal_payload;
 pub use config::{SegmentCompression, StorageConfig, WalSync};
 pub use db::{Ack, CreateTable, Db, StorageMetrics, WriteOptions, Written};
 pub use error::{Error, ErrorKind, Result};

@@ -19,7 +19,6 @@ use bytes::Bytes;
 use kiln_storage::TimestampUnit;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-mod arrow_ipc;
 pub mod copy;
 pub mod file;
 mod text;
@@ -171,7 +170,10 @@ pub fn decode(
     match format {
         Format::Csv => decode_csv(Cursor::new(body), table, opts.timestamp_unit),
         Format::Ndjson => decode_ndjson(Cursor::new(body), table, opts.timestamp_unit),
-        Format::ArrowStream => Ok(Decoded::unlined(arrow_ipc::decode(body, opts.max_bytes)?)),
+        Format::ArrowStream => Ok(Decoded::unlined(kiln_storage::ipc::decode(
+            body,
+            opts.max_bytes,
+        )?)),
         Format::Parquet => decode_parquet(body),
     }
 }
@@ -214,18 +216,25 @@ pub fn decompress(body: Bytes, enc: Encoding, limit: usize) -> Result<Bytes, Dec
     Ok(out.into())
 }
 
-/// Parquet from memory or a file.
+/// Parquet from memory or a file. The Parquet reader can panic on
+/// inconsistent input (found by the fuzz targets): a panic is caught and
+/// reported as malformed input.
 fn decode_parquet<R: parquet::file::reader::ChunkReader + 'static>(
     input: R,
 ) -> Result<Decoded, String> {
-    let at = |e| format!("Parquet: {e}");
-    let reader = ParquetRecordBatchReaderBuilder::try_new(input)
-        .and_then(|b| b.with_batch_size(BATCH_ROWS).build())
-        .map_err(at)?;
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("Parquet: {e}"))?;
-    Ok(Decoded::unlined(batches))
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let at = |e| format!("Parquet: {e}");
+        let reader = ParquetRecordBatchReaderBuilder::try_new(input)
+            .and_then(|b| b.with_batch_size(BATCH_ROWS).build())
+            .map_err(at)?;
+        reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("Parquet: {e}"))
+    }));
+    match decoded {
+        Ok(batches) => Ok(Decoded::unlined(batches?)),
+        Err(_) => Err("Parquet: malformed file (inconsistent pages or metadata)".into()),
+    }
 }
 
 #[cfg(test)]

@@ -105,8 +105,8 @@ fn rebalance(expr: &mut Expr, op: BinaryOperator) {
     let placeholder = || Expr::Value(datafusion::sql::sqlparser::ast::Value::Null.into());
     let root = std::mem::replace(expr, placeholder());
     let terms = flatten(root, |e| match e {
-        Expr::BinaryOp { left, op: o, right } if o == op => Ok((*left, *right)),
-        term => Err(term),
+        Expr::BinaryOp { left, op: o, right } if o == op => Split::Node(*left, *right),
+        term => Split::Term(term),
     });
     *expr = balanced(terms, |left, right| Expr::BinaryOp {
         left: Box::new(left),
@@ -115,21 +115,28 @@ fn rebalance(expr: &mut Expr, op: BinaryOperator) {
     });
 }
 
+/// One step of taking a chain apart: a node of the chain, opened into its
+/// two operands, or a term.
+pub(crate) enum Split<T> {
+    Node(T, T),
+    Term(T),
+}
+
 /// The terms of a chain, left to right: `split` opens a node of the chain
 /// into its two operands, or gives back a term. Iterative, so a chain
 /// thousands deep is taken apart without recursion (dropping it whole
 /// would recurse too).
-pub(crate) fn flatten<T>(root: T, split: impl Fn(T) -> std::result::Result<(T, T), T>) -> Vec<T> {
+pub(crate) fn flatten<T>(root: T, split: impl Fn(T) -> Split<T>) -> Vec<T> {
     let mut terms = vec![];
     let mut todo = vec![root];
     // Right operands are pushed first so terms come out left to right.
     while let Some(e) = todo.pop() {
         match split(e) {
-            Ok((left, right)) => {
+            Split::Node(left, right) => {
                 todo.push(right);
                 todo.push(left);
             }
-            Err(term) => terms.push(term),
+            Split::Term(term) => terms.push(term),
         }
     }
     terms

@@ -30,42 +30,6 @@ const PROBES: [(&str, u16, &str); 5] = [
     (LONG, 504, "57014"),
 ];
 
-/// psql's answer to `sql` over the simple protocol: "" or the SQLSTATE.
-fn simple(s: &Server, sql: &str) -> String {
-    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]);
-    if out.status.success() {
-        return String::new();
-    }
-    // Verbose errors read "ERROR:  42P01: ...".
-    let err = String::from_utf8_lossy(&out.stderr);
-    err.split("ERROR:")
-        .nth(1)
-        .and_then(|rest| rest.trim().split(':').next())
-        .unwrap_or_else(|| panic!("{sql}: {err}"))
-        .to_string()
-}
-
-/// psycopg's answers over the extended protocol, one per statement.
-fn extended(s: &Server, statements: &[&str]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(s.pg_port.to_string())
-        .args(statements)
-        .output()
-        .expect("python3 with psycopg (scripts/test.sh installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// (protocol, status) of each recorded query whose text is `sql`.
 fn recorded(s: &Server, sql: &str) -> Vec<(String, String)> {
     let q = format!(
@@ -87,7 +51,7 @@ fn every_door_registers_its_queries_and_applies_the_same_rules() {
     s.sql(DDL);
 
     let statements: Vec<&str> = PROBES.iter().map(|p| p.0).collect();
-    let ext = extended(&s, &statements);
+    let ext = common::pg_extended(&s, &statements);
     for ((sql, http_status, sqlstate), ext) in PROBES.iter().zip(&ext) {
         let (status, body) = s.request(
             "POST",
@@ -101,7 +65,11 @@ fn every_door_registers_its_queries_and_applies_the_same_rules() {
             "HTTP {sql}: {}",
             String::from_utf8_lossy(&body)
         );
-        assert_eq!(simple(&s, sql), *sqlstate, "psql (simple protocol): {sql}");
+        assert_eq!(
+            common::psql_sqlstate(&s, sql),
+            *sqlstate,
+            "psql (simple protocol): {sql}"
+        );
         let ext_state = ext.get("sqlstate").and_then(Value::as_str).unwrap_or("");
         assert_eq!(ext_state, *sqlstate, "psycopg (extended protocol): {ext}");
     }

@@ -27,42 +27,6 @@ fn post_sql(s: &Server, sql: &str) -> (u16, Value) {
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
-/// psycopg's answers over the extended protocol: "ok" with the first value,
-/// or the SQLSTATE.
-fn extended(s: &Server, statements: &[&str]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(s.pg_port.to_string())
-        .args(statements)
-        .output()
-        .expect("python3 with psycopg (scripts/test.sh installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// psql's SQLSTATE for `sql` over the simple protocol ("" on success).
-fn simple_sqlstate(s: &Server, sql: &str) -> String {
-    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]);
-    if out.status.success() {
-        return String::new();
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    err.split("ERROR:")
-        .nth(1)
-        .and_then(|rest| rest.trim().split(':').next())
-        .unwrap_or_else(|| panic!("{sql}: {err}"))
-        .to_string()
-}
-
 fn count(s: &Server) -> i64 {
     s.rows("SELECT count(*) FROM t")[0][0].as_i64().unwrap()
 }
@@ -91,9 +55,9 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
             (status, &body["error"]["code"]),
             (400, &json!("statement_too_complex"))
         );
-        assert_eq!(simple_sqlstate(&s, deep), "54001");
+        assert_eq!(common::psql_sqlstate(&s, deep), "54001");
     }
-    let got = extended(&s, &[&plus, &params]);
+    let got = common::pg_extended(&s, &[&plus, &params]);
     assert!(got.iter().all(|v| v["sqlstate"] == "54001"), "{got:?}");
 
     // Long flat chains work, with the right answer, on every door.
@@ -119,7 +83,7 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
             "psql"
         );
         assert_eq!(
-            extended(&s, &[sql])[0]["ok"],
+            common::pg_extended(&s, &[sql])[0]["ok"],
             json!(want.to_string()),
             "psycopg"
         );
@@ -540,7 +504,7 @@ fn light_queries_answer_while_heavy_ones_queue() {
         "psql: {:?}",
         started.elapsed()
     );
-    assert_eq!(simple_sqlstate(&s, &heavy(10)), "53300");
+    assert_eq!(common::psql_sqlstate(&s, &heavy(10)), "53300");
 
     // An operator stops them all.
     let ids = s.rows("SELECT query_id FROM system.queries WHERE status IN ('running', 'queued') AND query LIKE '%generate_series%'");
@@ -550,4 +514,68 @@ fn light_queries_answer_while_heavy_ones_queue() {
     for c in clients {
         assert_eq!(c.join().unwrap(), 503);
     }
+}
+
+/// Threads and open files of process `pid`.
+fn process_counts(pid: u32) -> (usize, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    (threads, fds)
+}
+
+#[test]
+fn cancelled_queries_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    s.sql(DDL);
+    s.sql("INSERT INTO t (ts, x) VALUES ('2026-11-01T00:00:00', 1)");
+    let _ = s.rows("SELECT count(*) FROM t");
+    let pid = s.child.id();
+    let (threads, fds) = process_counts(pid);
+    // 1,000 queries stopped midway: 4 clients, each query past its timeout.
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let http = s.http.clone();
+            std::thread::spawn(move || {
+                for i in 0..250 {
+                    let sql = format!(
+                        "SELECT count(*) FROM generate_series(1, {}) a, t",
+                        1_000_000_000 + w * 1000 + i
+                    );
+                    let (status, _) = common::request(
+                        &http,
+                        "POST",
+                        "/v1/sql?timeout=5ms",
+                        &[("Content-Type", "text/plain")],
+                        sql.as_bytes(),
+                    );
+                    assert_eq!(status, 504);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    wait_for(|| {
+        s.metric("kiln_queries_running") == 0.0
+            && s.metric("kiln_queries_queued") == 0.0
+            && s.metric("kiln_query_memory_bytes") == 0.0
+    });
+    let stopped = s.rows("SELECT count(*) FROM system.queries WHERE status = 'timeout'");
+    assert!(stopped[0][0].as_i64().unwrap() >= 990, "{stopped}");
+    let (threads_after, fds_after) = process_counts(pid);
+    assert!(
+        threads_after <= threads + 4,
+        "threads {threads} -> {threads_after}"
+    );
+    assert!(fds_after <= fds + 8, "open files {fds} -> {fds_after}");
+    assert_eq!(s.rows("SELECT count(*) FROM t")[0][0], json!(1));
 }

@@ -18,7 +18,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::optimizer::{AnalyzerRule, ApplyOrder, OptimizerConfig, OptimizerRule};
 
-use crate::shape::{REBALANCE_DEPTH, balanced, flatten};
+use crate::shape::{REBALANCE_DEPTH, Split, balanced, flatten};
 
 #[derive(Debug, Default)]
 pub struct BalanceChains;
@@ -68,8 +68,8 @@ fn rebalance(e: Expr) -> Transformed<Expr> {
         return Transformed::no(e);
     }
     let terms = flatten(e, |e| match e {
-        Expr::BinaryExpr(b) if b.op == op => Ok((*b.left, *b.right)),
-        term => Err(term),
+        Expr::BinaryExpr(b) if b.op == op => Split::Node(*b.left, *b.right),
+        term => Split::Term(term),
     });
     Transformed::yes(balanced(terms, |l, r| {
         Expr::BinaryExpr(BinaryExpr::new(Box::new(l), op, Box::new(r)))

@@ -222,3 +222,39 @@ pub fn request(
     }
     (status, body)
 }
+
+/// psql's answer to `sql` over the simple protocol: "" or the SQLSTATE.
+pub fn psql_sqlstate(s: &Server, sql: &str) -> String {
+    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]);
+    if out.status.success() {
+        return String::new();
+    }
+    // Verbose errors read "ERROR:  42P01: ...".
+    let err = String::from_utf8_lossy(&out.stderr);
+    err.split("ERROR:")
+        .nth(1)
+        .and_then(|rest| rest.trim().split(':').next())
+        .unwrap_or_else(|| panic!("{sql}: {err}"))
+        .to_string()
+}
+
+/// psycopg's answers over the extended protocol, one per statement.
+pub fn pg_extended(s: &Server, statements: &[&str]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(s.pg_port.to_string())
+        .args(statements)
+        .output()
+        .expect("python3 with psycopg (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

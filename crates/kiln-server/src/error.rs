@@ -119,6 +119,7 @@ fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
             "22000",
         ),
         K::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "57P01"),
+        K::Backpressure => (StatusCode::SERVICE_UNAVAILABLE, "memstore_full", "53000"),
         K::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "58030"),
         K::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io_error", "58030"),
         K::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, "disk_full", "53100"),

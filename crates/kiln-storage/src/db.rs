@@ -92,6 +92,9 @@ pub struct CreateTable {
     pub if_not_exists: bool,
 }
 
+/// Longest a write waits for flushes to make room in memory.
+pub const MEMSTORE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) struct Inner {
     pub config: StorageConfig,
     pub store: Store,
@@ -400,8 +403,10 @@ impl Db {
     /// Every check (unknown table, row validation, key reuse with another
     /// body: [`Error::IdempotencyConflict`]) is done before anything is
     /// queued, so it is reported here whatever the ack. With
-    /// [`Ack::Memory`], `Ok` means queued: a later WAL failure poisons the
-    /// WAL (logged) instead of failing this call.
+    /// [`Ack::Memory`], `Ok` means queued: a later WAL failure loses the
+    /// rows (logged) instead of failing this call. When rows waiting to be
+    /// flushed fill `--memstore-max-bytes`, the write first waits for room
+    /// ([`Error::MemstoreFull`] after [`MEMSTORE_WAIT`]).
     pub async fn write_with(
         &self,
         table: &str,
@@ -411,6 +416,7 @@ impl Db {
         let t = self
             .table(table)
             .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        self.room_in_memory().await?;
         let mut claim = match &opts.idempotency_key {
             None => None,
             Some(key) => match self.inner.keys.begin(t.def.id, key).await? {
@@ -510,6 +516,27 @@ impl Db {
             arrow::compute::concat_batches(&t.schema, &out)?
         };
         Ok(Some(batch))
+    }
+
+    /// Waits until the rows held in memory, all tables, fit
+    /// `--memstore-max-bytes`, or fails after [`MEMSTORE_WAIT`].
+    async fn room_in_memory(&self) -> Result<()> {
+        let cap = self.inner.config.memstore_max_bytes.as_usize();
+        let held = || -> usize {
+            let registry = self.inner.registry.load();
+            registry.by_id.values().map(|t| t.mem.bytes()).sum()
+        };
+        let started = std::time::Instant::now();
+        loop {
+            let now = held();
+            if now <= cap {
+                return Ok(());
+            }
+            if started.elapsed() >= MEMSTORE_WAIT {
+                return Err(Error::MemstoreFull { held: now, cap });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Bulk load: writes rows straight into Parquet segments and commits them

@@ -64,6 +64,11 @@ pub enum Error {
     /// The database is shutting down.
     #[error("kiln is shutting down")]
     ShuttingDown,
+    /// Rows waiting to be flushed fill `--memstore-max-bytes`; retry shortly.
+    #[error(
+        "{held} bytes of rows wait to be flushed, more than --memstore-max-bytes ({cap}); retry shortly"
+    )]
+    MemstoreFull { held: usize, cap: usize },
 }
 
 /// What kind of failure an [`Error`] is, for callers that map errors to
@@ -91,6 +96,8 @@ pub enum ErrorKind {
     DiskFull,
     /// The database is shutting down.
     ShuttingDown,
+    /// Writes are coming faster than flushes: retry shortly.
+    Backpressure,
     /// The WAL no longer accepts writes (closed, or poisoned by an earlier
     /// failure).
     Unavailable,
@@ -120,6 +127,7 @@ impl Error {
             }
             Error::Io { .. } | Error::ObjectStore(_) => ErrorKind::Io,
             Error::ShuttingDown => ErrorKind::ShuttingDown,
+            Error::MemstoreFull { .. } => ErrorKind::Backpressure,
             Error::Arrow(_) | Error::Parquet(_) => ErrorKind::Internal,
             Error::Wal(w) => match w.kind() {
                 W::Io => ErrorKind::Io,

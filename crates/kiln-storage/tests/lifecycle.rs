@@ -293,3 +293,26 @@ async fn open_deletes_segment_files_no_manifest_names() {
     assert_consistent(&db, a).await;
     db.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_wait_then_are_refused_when_unflushed_rows_fill_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    c.memstore_max_bytes = kiln_storage::ByteSize::kib(1);
+    let db = open_with(c).await;
+    create(&db).await;
+    // Room at first; past the cap (no background flush in these tests)
+    // the next write waits, then is refused, and writes nothing.
+    let want = write(&db, 0, 0..1000).await;
+    assert!(db.table(TABLE).unwrap().mem.bytes() > 1024);
+    let t = db.table(TABLE).unwrap();
+    let batch = arrow::array::RecordBatch::new_empty(t.schema.clone());
+    let started = std::time::Instant::now();
+    let e = db.write(TABLE, &[batch.clone()]).await.unwrap_err();
+    assert!(started.elapsed() >= kiln_storage::MEMSTORE_WAIT);
+    assert_eq!(e.kind(), kiln_storage::ErrorKind::Backpressure, "{e}");
+    assert_eq!(in_memory(&db), want);
+    // A flush makes room: writes are accepted again at once.
+    db.flush_all().await.unwrap();
+    write(&db, 0, 1000..1010).await;
+}

@@ -34,6 +34,8 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool};
+
 use crate::error::{Error, Result};
 
 /// Shards of the running-query map.
@@ -223,7 +225,14 @@ pub struct QueryRegistry {
     recent: Vec<ArcSwapOption<QueryInfo>>,
     recent_next: AtomicU64,
     observer: OnceLock<Observer>,
+    /// The execution memory pool heavy queries are admitted against.
+    memory: OnceLock<Arc<dyn MemoryPool>>,
 }
+
+/// Share of the memory pool in use past which a heavy query waits (with
+/// its slot) before it starts: under memory pressure queries queue rather
+/// than all start and fail with "out of memory".
+const MEMORY_HIGH_WATER: f64 = 0.8;
 
 /// Called once per finished query (metrics, slow-query log).
 pub type Observer = Box<dyn Fn(&QueryInfo) + Send + Sync>;
@@ -255,6 +264,7 @@ impl QueryRegistry {
                 .collect(),
             recent_next: AtomicU64::new(0),
             observer: OnceLock::new(),
+            memory: OnceLock::new(),
             limits,
             clock,
         })
@@ -280,6 +290,31 @@ impl QueryRegistry {
     /// Total time queries have waited for a slot.
     pub fn waited(&self) -> Duration {
         Duration::from_micros(self.waited_us.load(Ordering::Relaxed))
+    }
+
+    /// The memory pool heavy queries are admitted against (once; later
+    /// calls are ignored).
+    pub fn set_memory_pool(&self, pool: Arc<dyn MemoryPool>) {
+        let _ = self.memory.set(pool);
+    }
+
+    /// Waits while the memory pool is above its high-water mark and other
+    /// queries run that can free it (a query alone always starts).
+    async fn memory_room(&self, handle: &QueryHandle) -> Result<()> {
+        let Some(pool) = self.memory.get() else {
+            return Ok(());
+        };
+        let MemoryLimit::Finite(limit) = pool.memory_limit() else {
+            return Ok(());
+        };
+        let high = (limit as f64 * MEMORY_HIGH_WATER) as usize;
+        handle
+            .run(async {
+                while pool.reserved() > high && self.running() > 1 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await
     }
 
     /// Installs the function called with every finished query (once; later
@@ -337,6 +372,9 @@ impl QueryRegistry {
                 Ok(Err(_closed)) => return Err(Error::Cancelled),
                 Err(e) => return Err(e),
             }
+        }
+        if !opts.light {
+            self.memory_room(&handle).await?;
         }
         handle
             .info

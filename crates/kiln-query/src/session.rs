@@ -80,6 +80,7 @@ pub fn build_session(
         runtime = runtime.with_temp_file_path(dir);
     }
     let runtime = runtime.build_arc()?;
+    queries.set_memory_pool(runtime.memory_pool.clone());
     let url = ObjectStoreUrl::parse(STORE_URL)?;
     runtime.register_object_store(url.as_ref(), db.store().object_store());
     let state = SessionStateBuilder::new()

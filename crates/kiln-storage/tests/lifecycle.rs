@@ -308,7 +308,7 @@ async fn writes_wait_then_are_refused_when_unflushed_rows_fill_memory() {
     let t = db.table(TABLE).unwrap();
     let batch = arrow::array::RecordBatch::new_empty(t.schema.clone());
     let started = std::time::Instant::now();
-    let e = db.write(TABLE, &[batch.clone()]).await.unwrap_err();
+    let e = db.write(TABLE, &[batch]).await.unwrap_err();
     assert!(started.elapsed() >= kiln_storage::MEMSTORE_WAIT);
     assert_eq!(e.kind(), kiln_storage::ErrorKind::Backpressure, "{e}");
     assert_eq!(in_memory(&db), want);

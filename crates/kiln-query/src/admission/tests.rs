@@ -184,3 +184,35 @@ async fn a_query_past_its_slot_time_lets_the_next_one_start() {
     drop(next);
     assert_eq!(r.running(), 0);
 }
+
+#[tokio::test]
+async fn heavy_queries_wait_while_the_memory_pool_is_nearly_spent() {
+    use datafusion::execution::memory_pool::MemoryConsumer;
+    let r = registry(4, 4, Some(Duration::from_secs(5)));
+    let pool = crate::memory::server_pool(1000);
+    r.set_memory_pool(pool.clone());
+    let first = r.begin("http", "SELECT big", None).await.unwrap();
+    let held = MemoryConsumer::new("sort").register(&pool);
+    held.try_grow(900).unwrap();
+
+    // Above the high-water mark, with another query running: it waits.
+    let r2 = r.clone();
+    let waiting = tokio::spawn(async move { r2.begin("http", "SELECT next", None).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    // Light queries do not wait for memory.
+    let light = Begin {
+        light: true,
+        ..Default::default()
+    };
+    r.begin_with("http", "SELECT 1", None, light).await.unwrap();
+    // Memory freed: it starts.
+    drop(held);
+    let next = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("admitted once memory is freed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.info().status(), Status::Running);
+    drop(first);
+}

@@ -16,6 +16,10 @@
 //! query can keep others waiting: past it, the query runs on outside the
 //! count and the next one starts.
 //!
+//! Two more rules keep an overloaded server answering: a heavy query waits
+//! while the execution memory pool is nearly spent (queued, not failed),
+//! and light queries (no user table) are admitted in a lane of their own.
+//!
 //! No global lock on the query path: admission is a semaphore, running
 //! queries live in sharded maps (one short uncontended lock per begin/end),
 //! and finished queries go into a lock-free ring of the most recent ones.

@@ -17,7 +17,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::prelude::{DataFrame, SessionContext};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::{Statement, visit_relations};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -446,15 +446,19 @@ impl Engine {
                 ..
             })
         );
-        let df = match plan {
-            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
-                self.ctx.execute_logical_plan(plan).await?
-            }
-            plan => DataFrame::new(self.query_state(), plan),
-        };
-        let schema = df.schema().inner().clone();
+        if let LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) = plan {
+            let df = self.ctx.execute_logical_plan(plan).await?;
+            return Ok(Streamed::Rows {
+                schema: df.schema().inner().clone(),
+                stream: df.execute_stream().await?,
+            });
+        }
+        let schema = plan.schema().inner().clone();
+        let state = self.query_state();
+        let task = crate::session::task_ctx(&state, &self.queries);
+        let physical = state.create_physical_plan(&plan).await?;
         if insert {
-            let batches = df.collect().await?;
+            let batches = datafusion::physical_plan::collect(physical, task).await?;
             let rows = batches
                 .iter()
                 .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
@@ -467,7 +471,7 @@ impl Engine {
         }
         Ok(Streamed::Rows {
             schema,
-            stream: df.execute_stream().await?,
+            stream: datafusion::physical_plan::execute_stream(physical, task)?,
         })
     }
 

@@ -10,7 +10,7 @@ use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
@@ -126,7 +126,7 @@ pub fn build_session(
 }
 
 /// The session state to plan one query with: the session's, with the
-/// query's own memory pool ([`QueryPool`]) and the query's parallelism (`target_partitions`) divided among the queries
+/// query's parallelism (`target_partitions`) divided among the queries
 /// running now.
 ///
 /// Why: a query split into N partitions pays for it with repartitioning and
@@ -136,20 +136,25 @@ pub fn build_session(
 /// 15-37% more queries per second (docs/benchmark-history.md). A query alone still
 /// gets every core.
 pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionState {
-    let mut runtime = RuntimeEnv::clone(ctx.runtime_env().as_ref());
-    runtime.memory_pool = Arc::new(QueryPool::new(
-        runtime.memory_pool.clone(),
-        queries.limits().query_memory,
-    ));
-    let mut state = SessionStateBuilder::new_from_existing(ctx.state())
-        .with_runtime_env(Arc::new(runtime))
-        .build();
+    let mut state = ctx.state();
     let max = state.config().target_partitions();
     let n = partitions_for(max, queries.running());
     if n != max {
         state.config_mut().options_mut().execution.target_partitions = n;
     }
     state
+}
+
+/// The context to execute one query's plan in: `state`'s, with the
+/// query's own share of the memory pool ([`QueryPool`]). Built per
+/// execution from shared parts (a few `Arc`s), not per session.
+pub fn task_ctx(state: &SessionState, queries: &QueryRegistry) -> Arc<TaskContext> {
+    let mut runtime = RuntimeEnv::clone(state.runtime_env().as_ref());
+    runtime.memory_pool = Arc::new(QueryPool::new(
+        runtime.memory_pool.clone(),
+        queries.limits().query_memory,
+    ));
+    Arc::new(TaskContext::from(state).with_runtime(Arc::new(runtime)))
 }
 
 /// Partitions for one query when `running` queries (itself included) share

@@ -268,7 +268,7 @@ impl PlanCache {
             .await?;
         Ok(Instance {
             plan,
-            task: state.task_ctx(),
+            task: crate::session::task_ctx(&state, queries),
             slots,
             settings,
             partitions,
@@ -292,7 +292,7 @@ async fn custom(
         .query_planner()
         .create_physical_plan(&optimized, &state)
         .await?;
-    execute_stream(physical, state.task_ctx())
+    execute_stream(physical, crate::session::task_ctx(&state, queries))
 }
 
 /// Binds `params` to `instance` and starts a fresh copy of its plan; the

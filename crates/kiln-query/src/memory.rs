@@ -4,25 +4,28 @@
 //! Why: DataFusion's operators that hold rows (sorts, hash aggregates,
 //! joins, string_agg) reserve what they hold from the session's
 //! `MemoryPool`, and without a bounded pool nothing stops them, so one
-//! cross join with ORDER BY grew past 6 GB. The server pool is a
-//! [`FairSpillPool`] of `--memory-limit`: operators that can spill
-//! (sort, aggregate, join) get a fair share and spill to `--spill-dir`
-//! past it; the others fail with "resources exhausted" (SQLSTATE 53200)
-//! when the pool is spent. Each query plans with a [`QueryPool`] over it,
-//! which also stops it at `--query-memory-limit`, so one query cannot
-//! take the whole pool from the rest.
+//! cross join with ORDER BY grew past 6 GB. The server pool holds
+//! `--memory-limit`: an operator that can spill (sort, aggregate, join)
+//! spills to `--spill-dir` when it cannot grow; the others fail with
+//! "resources exhausted" (SQLSTATE 53200). Each query executes with a
+//! [`QueryPool`] over it, which also stops it at `--query-memory-limit`,
+//! so one query cannot take the whole pool from the rest.
+//!
+//! The server pool is DataFusion's `GreedyMemoryPool`: one atomic counter,
+//! no lock on the query path (its fair-spill pool takes a mutex on every
+//! reservation change); the per-query limit provides the fairness.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{
-    FairSpillPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+    GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
 };
 
 /// The server's pool of `limit` bytes.
 pub fn server_pool(limit: usize) -> Arc<dyn MemoryPool> {
-    Arc::new(FairSpillPool::new(limit))
+    Arc::new(GreedyMemoryPool::new(limit))
 }
 
 /// One query's view of the server pool: every reservation goes to the

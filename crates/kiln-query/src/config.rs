@@ -45,6 +45,12 @@ pub struct QueryConfig {
     #[arg(long, env = "KILN_MAX_EXPRESSION_DEPTH", default_value_t = 1000)]
     pub max_expression_depth: usize,
 
+    /// Largest SQL text accepted in one request or message, a size such as
+    /// 1MiB; larger text is refused (SQLSTATE 54001) before it is parsed,
+    /// since even a refused statement is a tree that must be taken apart.
+    #[arg(long, env = "KILN_MAX_STATEMENT_BYTES", default_value = "1MiB")]
+    pub max_statement_bytes: ByteSize,
+
     /// Memory all running queries together may hold for execution (sorts,
     /// aggregations, joins: what DataFusion accounts), a size such as 8GiB
     /// or a share of memory such as 50%. Sorts, aggregations and joins

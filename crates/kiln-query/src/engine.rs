@@ -112,6 +112,7 @@ pub struct Engine {
     caches: Arc<Caches>,
     plans: PlanCache,
     max_expression_depth: usize,
+    max_statement_bytes: usize,
 }
 
 impl Engine {
@@ -139,6 +140,7 @@ impl Engine {
             queries,
             caches,
             max_expression_depth: config.max_expression_depth,
+            max_statement_bytes: config.max_statement_bytes.as_usize(),
         })
     }
 
@@ -184,6 +186,7 @@ impl Engine {
     /// Splits SQL text into statements (DataFusion's dialect), each
     /// checked by [`Engine::check_shape`].
     pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
+        self.check_size(sql)?;
         let stmts = Self::split(sql)?;
         let mut out = Vec::with_capacity(stmts.len());
         for mut stmt in stmts {
@@ -211,6 +214,20 @@ impl Engine {
     /// `--max-expression-depth`.
     pub fn max_expression_depth(&self) -> usize {
         self.max_expression_depth
+    }
+
+    /// Refuses SQL text longer than `--max-statement-bytes`, before any
+    /// parser sees it: a statement of a few megabytes can be a tree
+    /// millions of levels deep, which even dropping recurses through.
+    pub fn check_size(&self, sql: &str) -> Result<()> {
+        if sql.len() > self.max_statement_bytes {
+            return Err(Error::TooComplex(format!(
+                "statement too large: {} bytes, more than --max-statement-bytes ({})",
+                sql.len(),
+                self.max_statement_bytes
+            )));
+        }
+        Ok(())
     }
 
     /// Whether Kiln runs `stmt` itself (its DDL) rather than DataFusion: a
@@ -241,7 +258,8 @@ impl Engine {
     /// Whether every statement of `stmts` is light (see [`Begin::light`]):
     /// a query, SET, SHOW or KILL that reads no table but Kiln's system
     /// tables and the catalogs. A table function, a CTE or any user table
-    /// makes it an ordinary query.
+    /// makes it an ordinary query. Call it on statements that passed
+    /// [`Engine::check_shape`] (it walks them recursively).
     pub fn is_light<'a>(stmts: impl IntoIterator<Item = &'a Statement>) -> bool {
         stmts.into_iter().all(|stmt| {
             let kind = matches!(
@@ -253,16 +271,13 @@ impl Engine {
             );
             let mut light = kind;
             let _ = visit_relations(stmt, |name| {
-                let parts: Vec<String> = name
-                    .0
-                    .iter()
-                    .filter_map(|p| p.as_ident().map(|i| i.value.to_ascii_lowercase()))
-                    .collect();
-                let schema = parts.len().checked_sub(2).map(|i| parts[i].as_str());
-                light &= matches!(
-                    schema,
-                    Some(crate::system::SYSTEM | "information_schema" | "pg_catalog")
-                );
+                let parts = &name.0;
+                let schema = parts.len().checked_sub(2).and_then(|i| parts[i].as_ident());
+                light &= schema.is_some_and(|s| {
+                    [crate::system::SYSTEM, "information_schema", "pg_catalog"]
+                        .iter()
+                        .any(|light| s.value.eq_ignore_ascii_case(light))
+                });
                 if light {
                     ControlFlow::Continue(())
                 } else {

@@ -60,6 +60,22 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
     let got = common::pg_extended(&s, &[&plus, &params]);
     assert!(got.iter().all(|v| v["sqlstate"] == "54001"), "{got:?}");
 
+    // Text past --max-statement-bytes is refused before it is parsed (a
+    // 4 MB `1+1+...` used to kill the process on its way to the refusal).
+    let huge = format!("SELECT {}", vec!["1"; 2_000_000].join("+"));
+    let (status, body) = post_sql(&s, &huge);
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("statement_too_complex")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-statement-bytes")
+    );
+
     // Long flat chains work, with the right answer, on every door.
     let terms = |op: &str, cmp: &str| {
         (0..10_000)

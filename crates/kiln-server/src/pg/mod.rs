@@ -270,6 +270,10 @@ impl QueryParser for KilnParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let pid = client.pid_and_secret_key().0;
+        if let Err(e) = self.engine.check_size(sql) {
+            self.engine.record_failed(Origin::pg(pid), sql, &e);
+            return Err(to_pg(e));
+        }
         // Only text this long can nest past the limit (each level takes a
         // term and an operator): short statements skip the second parse.
         if sql.len() > 2 * self.engine.max_expression_depth()
@@ -322,22 +326,31 @@ impl SimpleQueryHandler for PgSimple {
         C::Error: Debug,
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = self
-            .parser
-            .parse(query)
-            .map_err(|e| to_pg(kiln_query::shape::parse_error(e)))?;
+        let origin = Origin::pg(client.pid_and_secret_key().0);
+        let checked = self.engine.check_size(query).and_then(|()| {
+            let mut statements = self
+                .parser
+                .parse(query)
+                .map_err(kiln_query::shape::parse_error)?;
+            for stmt in &mut statements {
+                self.engine.check_shape(stmt)?;
+            }
+            Ok(statements)
+        });
+        let statements = match checked {
+            Ok(s) => s,
+            Err(e) => {
+                self.engine.record_failed(origin, query, &e);
+                return Err(to_pg(e));
+            }
+        };
         if statements.is_empty() {
             return Ok(vec![Response::EmptyQuery]);
         }
         let light = Engine::is_light(&statements);
         let mut query_handle = None;
         let mut responses = Vec::with_capacity(statements.len());
-        for mut stmt in statements {
-            if let Err(e) = self.engine.check_shape(&mut stmt) {
-                self.engine
-                    .record_failed(Origin::pg(client.pid_and_secret_key().0), query, &e);
-                return Err(to_pg(e));
-            }
+        for stmt in statements {
             if let Some(r) = self.hooks.simple(&stmt, client).await {
                 responses.push(r.map_err(pg_error)?);
                 continue;

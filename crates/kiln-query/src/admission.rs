@@ -350,7 +350,8 @@ impl QueryRegistry {
         session: Option<i32>,
         opts: Begin,
     ) -> Result<QueryHandle> {
-        let handle = self.handle(protocol, text, session, opts.timeout);
+        let mut handle = self.handle(protocol, text, session, opts.timeout);
+        handle.light = opts.light;
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
         let permits = match opts.light {
@@ -429,6 +430,7 @@ impl QueryRegistry {
             timeout,
             unfinished: AtomicUsize::new(0),
             slot: Arc::new(Mutex::new(None)),
+            light: false,
         }
     }
 
@@ -525,11 +527,18 @@ pub struct QueryHandle {
     /// The execution slot, until the query ends or its slot time passes
     /// (a timer task holds a weak reference and takes it then).
     slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    /// Admitted in the light lane ([`Begin::light`]).
+    light: bool,
 }
 
 impl QueryHandle {
     pub fn info(&self) -> &Arc<QueryInfo> {
         &self.info
+    }
+
+    /// Whether the query was admitted as light ([`Begin::light`]).
+    pub fn is_light(&self) -> bool {
+        self.light
     }
 
     /// Records a failure (the first one wins).

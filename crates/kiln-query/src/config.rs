@@ -69,6 +69,20 @@ pub struct QueryConfig {
     #[arg(long, env = "KILN_SPILL_DIR")]
     pub spill_dir: Option<std::path::PathBuf>,
 
+    /// Threads executing queries that read tables, on a runtime of their
+    /// own (0: one per core); connections, planning and light queries
+    /// (`SELECT 1`, `system.*`, catalogs) run on the server's runtime.
+    #[arg(long, env = "KILN_EXECUTION_THREADS", default_value_t = 0)]
+    pub execution_threads: usize,
+
+    /// How much lower the execution threads' scheduling priority is (a
+    /// nice increment, 0-19): when the cores are busy, the kernel runs
+    /// connections and light queries first, so they answer within
+    /// milliseconds under any load; 0 keeps them equal.
+    #[arg(long, env = "KILN_EXECUTION_NICE", default_value_t = 10,
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub execution_nice: i32,
+
     /// Finished queries kept in `system.queries`.
     #[arg(long, env = "KILN_QUERY_HISTORY", default_value_t = 1000)]
     pub query_history: usize,

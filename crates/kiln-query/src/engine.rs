@@ -30,6 +30,7 @@ use crate::cache::{Caches, PartialCache, SegmentCache};
 use crate::config::QueryConfig;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
+use crate::executor::{Executor, deferred};
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
 use crate::shape;
@@ -113,6 +114,8 @@ pub struct Engine {
     plans: PlanCache,
     max_expression_depth: usize,
     max_statement_bytes: usize,
+    /// Where heavy queries' rows are computed.
+    executor: Executor,
 }
 
 impl Engine {
@@ -141,6 +144,11 @@ impl Engine {
             caches,
             max_expression_depth: config.max_expression_depth,
             max_statement_bytes: config.max_statement_bytes.as_usize(),
+            executor: Executor::dedicated(config.execution_threads, config.execution_nice)
+                .map_err(|source| Error::Io {
+                    context: "starting the execution runtime".into(),
+                    source,
+                })?,
         })
     }
 
@@ -385,6 +393,10 @@ impl Engine {
         };
         Ok(match started {
             Streamed::Rows { schema, stream } => {
+                let stream = match query.is_light() {
+                    true => stream,
+                    false => self.executor.run(stream),
+                };
                 let rows = query.clone().guard(
                     stream,
                     |b: &RecordBatch| b.num_rows() as u64,
@@ -473,7 +485,8 @@ impl Engine {
         let task = crate::session::task_ctx(&state, &self.queries);
         let physical = state.create_physical_plan(&plan).await?;
         if insert {
-            let batches = datafusion::physical_plan::collect(physical, task).await?;
+            let rows = self.executor.run(deferred(physical, task));
+            let batches: Vec<RecordBatch> = rows.try_collect().await?;
             let rows = batches
                 .iter()
                 .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
@@ -486,7 +499,7 @@ impl Engine {
         }
         Ok(Streamed::Rows {
             schema,
-            stream: datafusion::physical_plan::execute_stream(physical, task)?,
+            stream: deferred(physical, task),
         })
     }
 

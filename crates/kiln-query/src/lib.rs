@@ -23,8 +23,8 @@
 //! - [`pruning`] (min/max statistics against filters) and [`functions`]
 //!   (Kiln's SQL functions);
 //! - [`shape`] (how deep a statement may nest; long chains balanced);
-//! - leaves: [`memory`] (the execution memory pool, a share per query) and
-//!   [`error`].
+//! - leaves: [`memory`] (the execution memory pool, a share per query),
+//!   [`executor`] (the runtime heavy queries execute on) and [`error`].
 
 pub mod admission;
 pub mod cache;
@@ -32,6 +32,7 @@ pub mod config;
 pub mod ddl;
 pub mod engine;
 pub mod error;
+pub mod executor;
 pub mod functions;
 pub mod ingest;
 pub mod memory;
@@ -50,6 +51,7 @@ pub use cache::{Caches, PartialCache, SegmentCache};
 pub use config::{PlanCacheMode, QueryConfig};
 pub use engine::{Engine, Origin, Output, Query, Streamed};
 pub use error::{Error, ErrorKind, Result};
+pub use executor::Executor;
 pub use plan_cache::PlanCache;
 pub use scan::KilnTable;
 pub use session::{CATALOG, SCHEMA, build_session, query_state};

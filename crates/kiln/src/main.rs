@@ -11,14 +11,6 @@ mod settings_file;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Stack of every runtime thread (workers and blocking pool). Planning,
-/// optimizing and evaluating an expression recurse over its tree: with
-/// the statement depth limit (`--max-expression-depth`) and DataFusion's
-/// own stack growth this leaves a wide margin, where tokio's 2 MiB default
-/// overflowed on a 4 KB query. Only the pages a thread touches are
-/// committed, so the reservation costs address space, not memory.
-const THREAD_STACK_BYTES: usize = 64 << 20;
-
 fn main() -> std::process::ExitCode {
     if let Err(e) = settings_file::apply() {
         eprintln!("error: {e}");
@@ -36,7 +28,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(THREAD_STACK_BYTES)
+        .thread_stack_size(kiln_query::executor::THREAD_STACK_BYTES)
         .build()
         .expect("tokio runtime");
     match runtime.block_on(commands::run(config)) {

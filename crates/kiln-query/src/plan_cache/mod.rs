@@ -44,7 +44,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{ExecutionPlan, execute_stream};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use kiln_storage::{Db, Table};
@@ -53,6 +53,7 @@ use parking_lot::Mutex;
 pub(crate) use params::cast_param;
 use params::{ParamSlots, parameterize};
 
+use crate::executor::deferred;
 use crate::admission::QueryRegistry;
 use crate::config::PlanCacheMode;
 use crate::scan::{KeptPlan, KilnTable};
@@ -292,7 +293,7 @@ async fn custom(
         .query_planner()
         .create_physical_plan(&optimized, &state)
         .await?;
-    execute_stream(physical, crate::session::task_ctx(&state, queries))
+    Ok(deferred(physical, crate::session::task_ctx(&state, queries)))
 }
 
 /// Binds `params` to `instance` and starts a fresh copy of its plan; the
@@ -303,10 +304,10 @@ fn run_generic(
     params: &[ScalarValue],
 ) -> Result<SendableRecordBatchStream> {
     instance.slots.bind(params)?;
-    let stream = execute_stream(
+    let stream = deferred(
         reset_plan_states(instance.plan.clone())?,
         instance.task.clone(),
-    )?;
+    );
     let give_back = Finish(Some(Box::new(move || {
         let mut idle = statement.idle.lock();
         if idle.len() < MAX_INSTANCES {

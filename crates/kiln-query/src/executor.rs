@@ -1,0 +1,191 @@
+//! [`Executor`]: a runtime of its own for executing heavy queries.
+//!
+//! Why: DataFusion's operators are CPU-bound futures. Polled on the runtime
+//! that also accepts connections, parses, plans and answers `SELECT 1`,
+//! four heavy queries keep every worker busy and a light query waits for
+//! one to yield: on 2 cores, `SELECT 1` took 150-330 ms at p99 with 250
+//! heavy queries queued. Heavy queries' streams are therefore polled on a
+//! dedicated runtime (the pattern of InfluxDB's `DedicatedExecutor`):
+//! everything DataFusion spawns while executing (partition tasks, file
+//! reads) lands there too, since tokio spawns on the runtime of the task
+//! that spawns. Its threads run at a lower scheduling priority (a higher
+//! nice value), so when the cores are contended the kernel runs the
+//! protocol runtime's threads first: light queries, health checks and
+//! result encoding get the CPU within a scheduler tick, heavy queries get
+//! the rest, and nothing is left idle.
+//!
+//! A leaf: it knows streams and runtimes, nothing of queries.
+
+use std::sync::Arc;
+
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, execute_stream};
+use futures::{StreamExt, TryStreamExt};
+use tokio::runtime::Handle;
+use tokio_util::task::AbortOnDropHandle;
+
+/// Stack of every runtime thread that plans or executes queries (workers
+/// and blocking pools). Planning, optimizing and evaluating an expression
+/// recurse over its tree: with the statement depth limit
+/// (`--max-expression-depth`) and DataFusion's own stack growth this
+/// leaves a wide margin, where tokio's 2 MiB default overflowed on a 4 KB
+/// query. Only the pages a thread touches are committed, so the
+/// reservation costs address space, not memory.
+pub const THREAD_STACK_BYTES: usize = 64 << 20;
+
+/// Batches a query's executor task may compute ahead of its reader: enough
+/// to overlap computing and sending, few enough that a slow reader holds
+/// its query's memory bounded.
+const AHEAD: usize = 2;
+
+/// Where heavy queries execute: a dedicated runtime, or (for tests and
+/// embedded use) the caller's own.
+#[derive(Clone)]
+pub struct Executor {
+    inner: Option<Arc<Dedicated>>,
+}
+
+/// The dedicated runtime, owned by a thread of its own so that dropping it
+/// never happens inside another runtime (which tokio forbids).
+struct Dedicated {
+    handle: Handle,
+    /// Dropped with the last [`Executor`] clone: the owning thread then
+    /// shuts the runtime down without waiting for its tasks.
+    _shutdown: std::sync::mpsc::SyncSender<()>,
+}
+
+impl Executor {
+    /// Streams are polled by their reader, on its runtime.
+    pub fn inline() -> Self {
+        Self { inner: None }
+    }
+
+    /// A runtime of `threads` workers (0: one per core) with
+    /// [`THREAD_STACK_BYTES`] stacks, whose threads (workers and blocking pool alike) run `nice`
+    /// levels below normal priority (0: the same; raising a thread's nice
+    /// value needs no privilege).
+    pub fn dedicated(threads: usize, nice: i32) -> std::io::Result<Self> {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
+        let (handle_tx, handle_rx) = std::sync::mpsc::sync_channel(1);
+        let (shutdown_tx, shutdown_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        std::thread::Builder::new()
+            .name("kiln-exec-owner".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .thread_name("kiln-exec")
+                    .thread_stack_size(THREAD_STACK_BYTES)
+                    .on_thread_start(move || lower_priority(nice))
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(runtime) => {
+                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                        // Returns when every Executor clone is gone.
+                        let _ = shutdown_rx.recv();
+                        runtime.shutdown_background();
+                    }
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e));
+                    }
+                }
+            })?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("executor thread ended before its runtime"))??;
+        Ok(Self {
+            inner: Some(Arc::new(Dedicated {
+                handle,
+                _shutdown: shutdown_tx,
+            })),
+        })
+    }
+
+    /// Whether streams run on a runtime of their own.
+    pub fn is_dedicated(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Polls `stream` on this executor, at most [`AHEAD`] batches ahead of
+    /// the returned stream's reader. Dropping the returned stream stops the
+    /// task and drops `stream` (which stops DataFusion's work); a panic
+    /// while executing ends it with an error, never a silently short result.
+    pub fn run(&self, stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+        let Some(dedicated) = &self.inner else {
+            return stream;
+        };
+        let schema = stream.schema();
+        let (tx, rx) = tokio::sync::mpsc::channel(AHEAD);
+        let task = dedicated.handle.spawn(async move {
+            let mut stream = stream;
+            while let Some(item) = stream.next().await {
+                let stop = item.is_err();
+                if tx.send(item).await.is_err() || stop {
+                    break;
+                }
+            }
+        });
+        let state = (rx, Some(AbortOnDropHandle::new(task)));
+        let rows = futures::stream::unfold(state, |(mut rx, task)| async move {
+            if let Some(item) = rx.recv().await {
+                return Some((item, (rx, task)));
+            }
+            // The task ended: normally, or by a panic, which must not
+            // pass for the end of the rows.
+            let why = match task?.await {
+                Ok(()) => return None,
+                Err(e) if e.is_panic() => panic_message(e.into_panic()),
+                Err(_) => "the execution runtime shut down".into(),
+            };
+            let e = DataFusionError::Execution(format!("query execution failed: {why}"));
+            Some((Err(e), (rx, None)))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+    }
+}
+
+/// Executes `plan` when the returned stream is first polled, not now: so
+/// the tasks DataFusion spawns for it (one per partition) are spawned on
+/// the runtime that polls it, which [`Executor::run`] chooses.
+pub fn deferred(plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> SendableRecordBatchStream {
+    let schema = plan.schema();
+    let rows = futures::stream::once(async move { execute_stream(plan, task) }).try_flatten();
+    Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+}
+
+/// Raises the calling thread's nice value by `nice` (Linux schedules
+/// threads individually, so this leaves the process's other threads be).
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        // SAFETY: plain system calls on the calling thread, no pointers.
+        unsafe {
+            let tid = libc::gettid() as libc::id_t;
+            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+            if libc::setpriority(libc::PRIO_PROCESS, tid, current + nice) != 0 {
+                tracing::warn!(
+                    "could not lower the priority of an execution thread: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow::array::Int64Array;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::{StreamExt, TryStreamExt};
+
+use super::*;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]))
+}
+
+fn batch(v: i64) -> RecordBatch {
+    RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(vec![v]))]).unwrap()
+}
+
+/// A stream whose every batch holds the nice value of the thread that
+/// computed it, and whose thread name must be `kiln-exec`.
+fn probe(n: usize) -> SendableRecordBatchStream {
+    let rows = futures::stream::iter(0..n).map(|_| {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        assert_eq!(name, "kiln-exec", "polled on {name}");
+        // SAFETY: reads the calling thread's priority.
+        let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        Ok(batch(i64::from(nice)))
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema(), rows))
+}
+
+#[tokio::test]
+async fn heavy_streams_run_on_the_dedicated_low_priority_runtime() {
+    let exec = Executor::dedicated(2, 7).unwrap();
+    let batches: Vec<RecordBatch> = exec.run(probe(5)).try_collect().await.unwrap();
+    assert_eq!(batches.len(), 5);
+    for b in &batches {
+        let nice = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(nice.value(0), 7);
+    }
+}
+
+#[tokio::test]
+async fn inline_streams_run_where_they_are_polled() {
+    let exec = Executor::inline();
+    assert!(!exec.is_dedicated());
+    let out = std::panic::AssertUnwindSafe(exec.run(probe(1)).try_collect::<Vec<_>>());
+    let polled_here = futures::FutureExt::catch_unwind(out).await;
+    assert!(polled_here.is_err(), "an inline stream is not polled on kiln-exec");
+}
+
+#[tokio::test]
+async fn a_panic_while_executing_is_an_error_not_a_short_result() {
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let rows = futures::stream::iter(0..3).map(|i| {
+        assert!(i < 1, "boom at {i}");
+        Ok(batch(i))
+    });
+    let stream = Box::pin(RecordBatchStreamAdapter::new(schema(), rows));
+    let mut out = exec.run(stream);
+    assert!(out.next().await.unwrap().is_ok());
+    let e = out.next().await.unwrap().unwrap_err().to_string();
+    assert!(e.contains("query execution failed: boom at 1"), "{e}");
+    assert!(out.next().await.is_none());
+}
+
+struct SetOnDrop(Arc<AtomicBool>);
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_reader_stops_the_work() {
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = SetOnDrop(dropped.clone());
+    // Endless: only the reader going away can stop it.
+    let rows = futures::stream::repeat_with(move || {
+        let _ = &guard;
+        Ok(batch(1))
+    });
+    let mut out = exec.run(Box::pin(RecordBatchStreamAdapter::new(schema(), rows)));
+    assert!(out.next().await.unwrap().is_ok());
+    drop(out);
+    for _ in 0..200 {
+        if dropped.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the executing stream was not dropped after its reader went away");
+}
+
+#[tokio::test]
+async fn a_plan_executes_on_the_runtime_that_polls_it() {
+    use datafusion::prelude::SessionContext;
+    let ctx = SessionContext::new();
+    let df = ctx.sql("SELECT 1 AS one").await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let batches: Vec<RecordBatch> = exec
+        .run(deferred(plan, ctx.task_ctx()))
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}

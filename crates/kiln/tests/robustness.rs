@@ -338,6 +338,68 @@ fn memory_is_bounded_by_the_limits() {
     assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
 }
 
+#[test]
+fn many_heavy_queries_at_once_stay_within_the_pool() {
+    const LIMIT: u64 = 128 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &["--memory-limit", "128MiB", "--query-memory-limit", "32MiB"],
+    );
+    let baseline = peak_rss_kib(s.child.id()) * 1024;
+    // A million groups each: about 110 MB of aggregation state unbounded.
+    let sql = "SELECT count(*) FROM (SELECT v % 1000000 AS k, count(*) AS c, \
+               max(CAST(v AS VARCHAR)) AS m FROM generate_series(1, 1000000) g(v) GROUP BY k)";
+    let clients: Vec<_> = (0..200)
+        .map(|_| {
+            let http = s.http.clone();
+            std::thread::spawn(move || {
+                let (status, body) = common::request(
+                    &http,
+                    "POST",
+                    "/v1/sql",
+                    &[("Content-Type", "text/plain")],
+                    sql.as_bytes(),
+                );
+                (status, serde_json::from_slice::<Value>(&body).unwrap())
+            })
+        })
+        .collect();
+    let mut pool_peak = 0.0f64;
+    while clients.iter().any(|c| !c.is_finished()) {
+        pool_peak = pool_peak.max(s.metric("kiln_query_memory_bytes"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut answered = 0;
+    for c in clients {
+        match c.join().unwrap() {
+            (200, v) => {
+                assert_eq!(v["rows"], json!([[1000000]]), "{v}");
+                answered += 1;
+            }
+            (503, v) => assert!(
+                ["out_of_memory", "overloaded"].contains(&v["error"]["code"].as_str().unwrap()),
+                "{v}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(answered > 100, "only {answered} of 200 answered");
+    assert!(
+        pool_peak > 0.0 && pool_peak <= LIMIT as f64,
+        "pool peak {pool_peak}"
+    );
+    assert_eq!(s.metric("kiln_query_memory_bytes"), 0.0);
+    // Memory DataFusion does not account (emitted result batches, generated
+    // input) comes on top of the pool; it stays bounded too.
+    let rss = peak_rss_kib(s.child.id()) * 1024;
+    assert!(
+        rss < baseline + LIMIT + (512 << 20),
+        "peak RSS {rss} from a baseline of {baseline}"
+    );
+    assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
+}
+
 fn peak_rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()

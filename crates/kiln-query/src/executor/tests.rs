@@ -48,7 +48,10 @@ async fn inline_streams_run_where_they_are_polled() {
     assert!(!exec.is_dedicated());
     let out = std::panic::AssertUnwindSafe(exec.run(probe(1)).try_collect::<Vec<_>>());
     let polled_here = futures::FutureExt::catch_unwind(out).await;
-    assert!(polled_here.is_err(), "an inline stream is not polled on kiln-exec");
+    assert!(
+        polled_here.is_err(),
+        "an inline stream is not polled on kiln-exec"
+    );
 }
 
 #[tokio::test]

@@ -42,9 +42,9 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{ParamValues, Result, ScalarValue};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use kiln_storage::{Db, Table};
@@ -53,9 +53,9 @@ use parking_lot::Mutex;
 pub(crate) use params::cast_param;
 use params::{ParamSlots, parameterize};
 
-use crate::executor::deferred;
 use crate::admission::QueryRegistry;
 use crate::config::PlanCacheMode;
+use crate::executor::deferred;
 use crate::scan::{KeptPlan, KilnTable};
 use crate::session::partitions_for;
 
@@ -293,7 +293,10 @@ async fn custom(
         .query_planner()
         .create_physical_plan(&optimized, &state)
         .await?;
-    Ok(deferred(physical, crate::session::task_ctx(&state, queries)))
+    Ok(deferred(
+        physical,
+        crate::session::task_ctx(&state, queries),
+    ))
 }
 
 /// Binds `params` to `instance` and starts a fresh copy of its plan; the

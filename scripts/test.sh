@@ -16,14 +16,14 @@ if ! command -v cargo >/dev/null; then
 fi
 
 # Real clients used by the end-to-end tests: psql (Debian's postgresql-client),
-# psycopg (PyPI) for prepared statements and cancel, and pyroaring (PyPI) to
-# read bitmaps Kiln writes.
+# psycopg and SQLAlchemy (PyPI) for the client conformance suite, and
+# pyroaring (PyPI) to read bitmaps Kiln writes.
 if ! command -v psql >/dev/null; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq postgresql-client >/dev/null
 fi
-if ! python3 -c 'import pyroaring, psycopg' 2>/dev/null; then
-  python3 -m pip install -q pyroaring "psycopg[binary]"
+if ! python3 -c 'import pyroaring, psycopg, sqlalchemy' 2>/dev/null; then
+  python3 -m pip install -q pyroaring "psycopg[binary]" "sqlalchemy>=2"
 fi
 
 # Lint gate: formatting first (seconds), then clippy over every target.

@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool};
 
 use crate::error::{Error, Result};
+use crate::transaction::Transaction;
 
 /// Shards of the running-query map.
 const SHARDS: usize = 16;
@@ -79,7 +80,7 @@ impl Default for QueryLimits {
 }
 
 /// How one query begins.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Begin {
     /// The client's own timeout (PostgreSQL's `statement_timeout`, HTTP's
     /// `timeout` parameter): the query stops at the sooner of it and
@@ -90,6 +91,9 @@ pub struct Begin {
     /// checks, dashboards' catalog probes and an operator's `KILL` answer
     /// at once however many heavy queries wait.
     pub light: bool,
+    /// The explicit transaction the query runs in: its INSERTs are staged
+    /// there until COMMIT instead of written.
+    pub transaction: Option<Arc<Transaction>>,
 }
 
 /// Light queries running at once ([`Begin::light`]).
@@ -352,6 +356,7 @@ impl QueryRegistry {
     ) -> Result<QueryHandle> {
         let mut handle = self.handle(protocol, text, session, opts.timeout);
         handle.light = opts.light;
+        handle.transaction = opts.transaction;
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
         let permits = match opts.light {
@@ -431,6 +436,7 @@ impl QueryRegistry {
             unfinished: AtomicUsize::new(0),
             slot: Arc::new(Mutex::new(None)),
             light: false,
+            transaction: None,
         }
     }
 
@@ -529,6 +535,8 @@ pub struct QueryHandle {
     slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
     /// Admitted in the light lane ([`Begin::light`]).
     light: bool,
+    /// The transaction its writes are staged in ([`Begin::transaction`]).
+    transaction: Option<Arc<Transaction>>,
 }
 
 impl QueryHandle {
@@ -539,6 +547,11 @@ impl QueryHandle {
     /// Whether the query was admitted as light ([`Begin::light`]).
     pub fn is_light(&self) -> bool {
         self.light
+    }
+
+    /// The transaction the query's writes are staged in, if any.
+    pub fn transaction(&self) -> Option<&Arc<Transaction>> {
+        self.transaction.as_ref()
     }
 
     /// Records a failure (the first one wins).

@@ -34,6 +34,7 @@ use crate::executor::{Executor, deferred};
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
 use crate::shape;
+use crate::transaction::Transaction;
 
 /// Who sends a query: its protocol and, over the PostgreSQL wire, the
 /// connection's backend pid (which a CancelRequest names).
@@ -326,7 +327,9 @@ impl Engine {
         stmt: DfStatement,
         params: &[ScalarValue],
     ) -> Result<Streamed> {
-        self.guarded(query, self.plan_and_start(stmt, params)).await
+        let txn = query.transaction();
+        self.guarded(query, self.plan_and_start(stmt, params, txn))
+            .await
     }
 
     /// Runs one statement planned ahead (PostgreSQL's Parse): `plan` is
@@ -348,7 +351,7 @@ impl Engine {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
                 params => plan.clone().replace_params_with_values(params)?,
             };
-            self.start_plan(plan).await
+            self.start_plan(plan, query.transaction()).await
         })
         .await
     }
@@ -412,7 +415,12 @@ impl Engine {
     }
 
     /// Plans one statement and starts it (see [`Engine::run`]).
-    async fn plan_and_start(&self, stmt: DfStatement, params: &[ScalarValue]) -> Result<Streamed> {
+    async fn plan_and_start(
+        &self,
+        stmt: DfStatement,
+        params: &[ScalarValue],
+        txn: Option<&Arc<Transaction>>,
+    ) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
                 return self.run_ddl(ddl).await;
@@ -430,7 +438,7 @@ impl Engine {
         if !params.is_empty() {
             plan = bind_params(plan, params)?;
         }
-        self.start_plan(plan).await
+        self.start_plan(plan, txn).await
     }
 
     /// The error of planning a statement that reads `names`, typed: one
@@ -464,8 +472,13 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// Executes a logical plan: INSERTs run to completion, queries stream.
-    async fn start_plan(&self, plan: LogicalPlan) -> Result<Streamed> {
+    /// Executes a logical plan: INSERTs run to completion (staged in `txn`
+    /// when given, see [`Transaction`]), queries stream.
+    async fn start_plan(
+        &self,
+        plan: LogicalPlan,
+        txn: Option<&Arc<Transaction>>,
+    ) -> Result<Streamed> {
         let insert = matches!(
             &plan,
             LogicalPlan::Dml(DmlStatement {
@@ -481,7 +494,10 @@ impl Engine {
             });
         }
         let schema = plan.schema().inner().clone();
-        let state = self.query_state();
+        let mut state = self.query_state();
+        if let Some(txn) = txn {
+            state.config_mut().set_extension(txn.clone());
+        }
         let task = crate::session::task_ctx(&state, &self.queries);
         let physical = state.create_physical_plan(&plan).await?;
         if insert {
@@ -501,6 +517,16 @@ impl Engine {
             schema,
             stream: deferred(physical, task),
         })
+    }
+
+    /// Writes what `txn` staged as one atomic write (PostgreSQL's COMMIT),
+    /// leaving it empty; returns the rows written. An error means nothing
+    /// was written.
+    pub async fn commit(&self, txn: &Transaction) -> Result<usize> {
+        match txn.take() {
+            None => Ok(0),
+            Some(w) => Ok(self.db.write(&w.table, &w.batches).await?),
+        }
     }
 
     async fn run_ddl(&self, ddl: Ddl) -> Result<Streamed> {

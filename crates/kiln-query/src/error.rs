@@ -32,6 +32,10 @@ pub enum Error {
     /// ([`crate::shape`]).
     #[error("{0}")]
     TooComplex(String),
+    /// A limit that is not a resource shortage: retrying the same will
+    /// fail again (a transaction staging more than it may).
+    #[error("{0}")]
+    LimitExceeded(String),
     /// The query ran past its deadline (`--query-timeout`) and was stopped.
     #[error("canceling statement due to statement timeout ({})", humantime_ms(*.0))]
     Timeout(std::time::Duration),
@@ -63,6 +67,8 @@ pub enum ErrorKind {
     Overloaded,
     /// A statement nested deeper than the limit.
     TooComplex,
+    /// A size limit of the request (a transaction's staged rows).
+    LimitExceeded,
     Timeout,
     Cancelled,
     /// A failure inside Kiln or DataFusion; a bug or the environment.
@@ -79,6 +85,7 @@ impl Error {
             Error::Import { .. } => ErrorKind::InvalidData,
             Error::Overloaded(_) => ErrorKind::Overloaded,
             Error::TooComplex(_) => ErrorKind::TooComplex,
+            Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),

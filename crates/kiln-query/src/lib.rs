@@ -24,7 +24,8 @@
 //!   (Kiln's SQL functions);
 //! - [`shape`] (how deep a statement may nest; long chains balanced);
 //! - leaves: [`memory`] (the execution memory pool, a share per query),
-//!   [`executor`] (the runtime heavy queries execute on) and [`error`].
+//!   [`executor`] (the runtime heavy queries execute on), [`transaction`]
+//!   (writes staged until COMMIT) and [`error`].
 
 pub mod admission;
 pub mod cache;
@@ -43,6 +44,7 @@ pub mod scan;
 pub mod session;
 pub mod shape;
 pub mod system;
+pub mod transaction;
 
 pub use admission::{
     Begin, QueryHandle, QueryInfo, QueryLimits, QueryRegistry, Status as QueryStatus, Stop,
@@ -54,4 +56,5 @@ pub use error::{Error, ErrorKind, Result};
 pub use executor::Executor;
 pub use plan_cache::PlanCache;
 pub use scan::KilnTable;
+pub use transaction::Transaction;
 pub use session::{CATALOG, SCHEMA, build_session, query_state};

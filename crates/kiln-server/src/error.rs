@@ -53,6 +53,26 @@ impl ApiError {
         )
     }
 
+    /// A statement in a transaction an earlier error aborted.
+    pub fn in_failed_transaction() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "in_failed_transaction",
+            "25P02",
+            "current transaction is aborted, commands ignored until end of transaction block",
+        )
+    }
+
+    /// A statement that may not run inside a transaction block.
+    pub fn in_transaction(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "in_transaction", "25001", message)
+    }
+
+    /// Something PostgreSQL does that Kiln does not.
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "not_supported", "0A000", message)
+    }
+
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -155,6 +175,7 @@ impl From<kiln_query::Error> for ApiError {
             K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
             K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),
+            K::LimitExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "54000"),
             K::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", "57014"),
             K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
             K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),

@@ -493,6 +493,15 @@ impl Db {
         Ok(written(rows))
     }
 
+    /// Checks rows for `table` as [`Db::write`] would, writing nothing:
+    /// the rows conformed to the table as one batch (None if empty).
+    pub fn check_rows(&self, table: &str, batches: &[RecordBatch]) -> Result<Option<RecordBatch>> {
+        let t = self
+            .table(table)
+            .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        self.conform_rows(&t, batches)
+    }
+
     /// Validates and conforms rows for `t` into one batch (None if empty).
     fn conform_rows(&self, t: &Table, batches: &[RecordBatch]) -> Result<Option<RecordBatch>> {
         let mut out = Vec::with_capacity(batches.len());

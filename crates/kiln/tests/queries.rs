@@ -212,37 +212,7 @@ fn psycopg_prepared_statements_with_generic_plans() {
 }
 
 fn psycopg_check(args: &[&str]) {
-    let have_psycopg = Command::new("python3")
-        .args(["-c", "import psycopg"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        have_psycopg,
-        "psycopg is required (scripts/test.sh installs it with pip)"
-    );
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), args);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/psycopg_check.py"
-    );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(s.pg_port.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
-        "psycopg check failed:\n{}\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        s.log.lock().unwrap()
-    );
-    // The server survived and counts the cancelled query.
-    let (_, body) = s.request("GET", "/metrics", &[], b"");
-    let text = String::from_utf8(body).unwrap();
-    assert!(
-        text.contains("kiln_queries_total{outcome=\"cancelled\",protocol=\"pg\"} 1"),
-        "{text}"
-    );
+    common::client_check(&s, "psycopg_check.py");
 }

@@ -24,7 +24,7 @@ use datafusion::common::{DFSchema, not_impl_err};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::TableType;
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
-use datafusion::error::Result as DfResult;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -43,6 +43,7 @@ use crate::cache::Caches;
 use crate::error::to_df;
 use crate::pruning::{Conjuncts, Pruner, pruner};
 use crate::shape::balanced;
+use crate::transaction::Transaction;
 
 mod lazy;
 mod partials;
@@ -159,7 +160,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
@@ -170,6 +171,7 @@ impl datafusion::datasource::TableProvider for KilnTable {
             db: self.db.clone(),
             table: self.table.clone(),
             schema: self.schema.clone(),
+            transaction: state.config().get_extension::<Transaction>(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -248,13 +250,16 @@ impl KilnTable {
     }
 }
 
-/// Collects an INSERT's rows and writes them as one atomic WAL record.
+/// Collects an INSERT's rows and writes them as one atomic WAL record, or,
+/// in an explicit transaction, checks them and stages them there until
+/// COMMIT.
 #[derive(Debug)]
 struct KilnSink {
     db: Db,
     table: Arc<Table>,
     /// The provider's (view) schema INSERT input arrives in.
     schema: SchemaRef,
+    transaction: Option<Arc<Transaction>>,
 }
 
 impl DisplayAs for KilnSink {
@@ -275,6 +280,19 @@ impl DataSink for KilnSink {
         _: &Arc<TaskContext>,
     ) -> DfResult<u64> {
         let batches: Vec<_> = data.try_collect().await?;
+        if let Some(txn) = &self.transaction {
+            let Some(rows) = self
+                .db
+                .check_rows(self.table.name(), &batches)
+                .map_err(to_df)?
+            else {
+                return Ok(0);
+            };
+            let n = rows.num_rows() as u64;
+            txn.stage(self.table.name(), rows)
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            return Ok(n);
+        }
         let rows = self
             .db
             .write(self.table.name(), &batches)

@@ -24,7 +24,7 @@ use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use futures::{Sink, SinkExt};
 use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
-use kiln_query::{Engine, Origin, Query};
+use kiln_query::{Engine, Origin, Query, Transaction};
 
 use crate::error::ApiError;
 
@@ -37,6 +37,8 @@ pub(crate) struct CopyIn {
     data: Vec<u8>,
     limit: usize,
     too_large: bool,
+    /// The transaction to stage the rows in instead of writing them.
+    transaction: Option<Arc<Transaction>>,
 }
 
 /// The connection's COPY in progress, kept in its session extensions.
@@ -66,6 +68,7 @@ pub(crate) async fn start(
     let pid = client.pid_and_secret_key().0;
     Some(match copy {
         Ok(mut copy) => {
+            copy.transaction = super::transaction::current(client);
             match engine.begin(Origin::pg(pid), &stmt.to_string()).await {
                 Ok(q) => copy.query = Some(q),
                 Err(e) => return Some(Err(ApiError::from(e).to_pg())),
@@ -146,6 +149,7 @@ fn parse(
         data: vec![],
         limit,
         too_large: false,
+        transaction: None,
     };
     let (mut delimiter, mut null) = (None, None);
     for o in options {
@@ -302,6 +306,7 @@ impl KilnCopy {
             return Err(ApiError::too_large(copy.limit));
         }
         let table = copy.table.clone();
+        let copy_txn = copy.transaction.clone();
         let decoded = tokio::task::spawn_blocking(move || copy.layout.decode(&copy.data))
             .await
             .map_err(|e| ApiError::internal(format!("COPY decoding task: {e}")))?
@@ -310,11 +315,18 @@ impl KilnCopy {
         if rows == 0 {
             return Ok(0);
         }
-        self.engine
-            .db()
-            .write(&table, &decoded.batches)
-            .await
-            .map_err(|e| ApiError::from_write(e, |row| decoded.locate(row)))?;
+        let db = self.engine.db();
+        let located = |e| ApiError::from_write(e, |row| decoded.locate(row));
+        match &copy_txn {
+            Some(txn) => {
+                if let Some(checked) = db.check_rows(&table, &decoded.batches).map_err(located)? {
+                    txn.stage(&table, checked).map_err(ApiError::from)?;
+                }
+            }
+            None => {
+                db.write(&table, &decoded.batches).await.map_err(located)?;
+            }
+        }
         Ok(rows)
     }
 }

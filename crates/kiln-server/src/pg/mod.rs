@@ -35,7 +35,6 @@ use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
-use datafusion_postgres::hooks::transactions::TransactionStatementHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire::api::Type;
 use datafusion_postgres::pgwire::api::auth::StartupHandler;
@@ -53,6 +52,7 @@ use datafusion_postgres::pgwire::api::{
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
+use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::{DfSessionService, Parser};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use tokio::net::TcpListener;
@@ -65,6 +65,8 @@ use crate::metrics::{Metrics, PG};
 mod conn;
 mod copy;
 mod execute;
+mod settings;
+mod transaction;
 
 /// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
 type PgStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
@@ -77,7 +79,9 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
         kiln_query::CATALOG,
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
     )
-    .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))
+    .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    settings::register_functions(engine.session());
+    Ok(())
 }
 
 fn to_pg(e: kiln_query::Error) -> PgWireError {
@@ -182,8 +186,8 @@ const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
 
 /// Registers `text` as a query of `client`'s connection at the engine's
 /// door, under the session's `statement_timeout`, in the light lane when
-/// `light`.
-async fn begin<C: ClientInfo>(
+/// `light`, in the connection's open transaction if there is one.
+async fn begin<C: ClientInfo + Send + Sync>(
     engine: &Engine,
     text: &str,
     client: &C,
@@ -197,7 +201,15 @@ async fn begin<C: ClientInfo>(
         .map(std::time::Duration::from_millis);
     let pid = client.pid_and_secret_key().0;
     engine
-        .begin_with(Origin::pg(pid), text, Begin { timeout, light })
+        .begin_with(
+            Origin::pg(pid),
+            text,
+            Begin {
+                timeout,
+                light,
+                transaction: transaction::current(client),
+            },
+        )
         .await
         .map_err(to_pg)
 }
@@ -417,6 +429,9 @@ impl ExtendedQueryHandler for PgExtended {
         {
             return r.map_err(pg_error);
         }
+        if client.transaction_status() == TransactionStatus::Error {
+            return Err(ApiError::in_failed_transaction().to_pg());
+        }
         let light = Engine::is_light([stmt]);
         let query = begin(&self.engine, text, client, light).await?;
         let streamed = execute::execute(&self.engine, &query, &self.types, portal).await?;
@@ -468,13 +483,17 @@ impl Handlers {
     /// `copy_limit`: the most bytes one COPY FROM STDIN may send.
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, copy_limit: usize) -> Self {
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
+            Arc::new(transaction::TransactionHook {
+                engine: engine.clone(),
+                limit: copy_limit,
+            }),
             Arc::new(KilnParseHook {
                 engine: engine.clone(),
                 copy_limit,
             }),
             Arc::new(CursorStatementHook),
+            Arc::new(settings::ShowHook),
             Arc::new(SetShowHook),
-            Arc::new(TransactionStatementHook),
         ];
         let ctx = Arc::new(engine.session().clone());
         let session = Arc::new(DfSessionService::new_with_hooks(ctx.clone(), hooks.clone()));

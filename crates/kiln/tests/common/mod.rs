@@ -238,6 +238,24 @@ pub fn psql_sqlstate(s: &Server, sql: &str) -> String {
         .to_string()
 }
 
+/// Runs the client script `tests/clients/{script}` against `s`'s
+/// PostgreSQL port; it must print `ok`.
+pub fn client_check(s: &Server, script: &str) {
+    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("python3")
+        .arg(&path)
+        .arg(s.pg_port.to_string())
+        .output()
+        .expect("python3 (scripts/test.sh installs the client libraries)");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "{script} failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        s.log.lock().unwrap()
+    );
+}
+
 /// psycopg's answers over the extended protocol, one per statement.
 pub fn pg_extended(s: &Server, statements: &[&str]) -> Vec<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");

@@ -1,0 +1,319 @@
+//! What clients read to learn which server they talk to: `version()`,
+//! `current_setting()`, `SHOW name` and `SHOW ALL`.
+//!
+//! Why: drivers and BI tools decide how to talk from these. SQLAlchemy
+//! parses `version()` for `PostgreSQL X.Y` and refused to connect to
+//! DataFusion's `Apache DataFusion 55...`; Grafana and pgjdbc read
+//! `server_version_num`, `TimeZone`, `standard_conforming_strings` and the
+//! like, and got blank columns. Kiln answers as the PostgreSQL version whose
+//! wire protocol and catalogs it follows, naming itself in `version()`.
+//! Values a session changed with `SET` (kept in the connection's metadata)
+//! are shown by `SHOW`; `current_setting()` is a function of the shared
+//! session and shows the server's defaults.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use datafusion::common::{DFSchema, ParamValues, ScalarValue, exec_err};
+use datafusion::logical_expr::{
+    ColumnarValue, EmptyRelation, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, TypeSignature, Volatility,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::results::Response;
+use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+
+/// The PostgreSQL release whose protocol and catalogs Kiln follows.
+pub const PG_VERSION: &str = "16.6";
+const PG_VERSION_NUM: &str = "160006";
+
+/// `version()`: PostgreSQL's format, naming Kiln.
+pub fn version() -> String {
+    format!(
+        "PostgreSQL {PG_VERSION} (Kiln {}) on {}-pc-linux-gnu, compiled by rustc, 64-bit",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH
+    )
+}
+
+/// Settings clients read: name as PostgreSQL spells it, server default,
+/// description.
+const SETTINGS: &[(&str, &str, &str)] = &[
+    ("application_name", "", "Sets the application name to be reported in statistics and logs."),
+    ("bytea_output", "hex", "Sets the output format for bytea."),
+    ("client_encoding", "UTF8", "Sets the client's character set encoding."),
+    ("DateStyle", "ISO, MDY", "Sets the display format for date and time values."),
+    ("default_transaction_isolation", "read committed", "Sets the transaction isolation level of each new transaction."),
+    ("default_transaction_read_only", "off", "Sets the default read-only status of new transactions."),
+    ("extra_float_digits", "1", "Sets the number of digits displayed for floating-point values."),
+    ("integer_datetimes", "on", "Shows whether datetimes are integer based."),
+    ("IntervalStyle", "postgres", "Sets the display format for interval values."),
+    ("is_superuser", "on", "Shows whether the current user is a superuser."),
+    ("lc_collate", "C.UTF-8", "Shows the collation order locale."),
+    ("lc_ctype", "C.UTF-8", "Shows the character classification and case conversion locale."),
+    ("max_identifier_length", "63", "Shows the maximum identifier length."),
+    ("search_path", "\"$user\", public", "Sets the schema search order for names that are not schema-qualified."),
+    ("server_encoding", "UTF8", "Shows the server (database) character set encoding."),
+    ("server_version", PG_VERSION, "Shows the server version."),
+    ("server_version_num", PG_VERSION_NUM, "Shows the server version as an integer."),
+    ("standard_conforming_strings", "on", "Causes '...' strings to treat backslashes literally."),
+    ("statement_timeout", "0", "Sets the maximum allowed duration of any statement."),
+    ("TimeZone", "UTC", "Sets the time zone for displaying and interpreting time stamps."),
+    ("transaction_isolation", "read committed", "Sets the current transaction's isolation level."),
+    ("transaction_read_only", "off", "Sets the current transaction's read-only status."),
+];
+
+/// The setting `name` names (case-insensitively), if Kiln knows it.
+fn setting(name: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {
+    SETTINGS.iter().find(|(n, ..)| n.eq_ignore_ascii_case(name))
+}
+
+fn unknown(name: &str) -> String {
+    format!("unrecognized configuration parameter \"{name}\"")
+}
+
+/// `name`'s value in `client`'s session: what it `SET`, else the default.
+fn session_value(client: &dyn ClientInfo, name: &str, default: &str) -> String {
+    let metadata = client.metadata();
+    match name {
+        "statement_timeout" => metadata
+            .get(super::STATEMENT_TIMEOUT_MS)
+            .map_or_else(|| default.to_string(), |ms| format!("{ms}ms")),
+        _ => metadata
+            .get(&name.to_ascii_lowercase())
+            .cloned()
+            .unwrap_or_else(|| default.to_string()),
+    }
+}
+
+/// `version()` and `current_setting(name [, missing_ok])`, registered over
+/// DataFusion's own `version()`.
+pub fn register_functions(ctx: &SessionContext) {
+    ctx.register_udf(ScalarUDF::from(Constant::version()));
+    ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Constant {
+    name: &'static str,
+    value: String,
+    signature: Signature,
+}
+
+impl Constant {
+    fn version() -> Self {
+        Self {
+            name: "version",
+            value: version(),
+            signature: Signature::exact(vec![], Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for Constant {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            self.value.clone(),
+        ))))
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CurrentSetting {
+    signature: Signature,
+}
+
+impl CurrentSetting {
+    fn new() -> Self {
+        Self {
+            signature: Signature::one_of(
+                vec![
+                    TypeSignature::Exact(vec![DataType::Utf8]),
+                    TypeSignature::Exact(vec![DataType::Utf8, DataType::Boolean]),
+                ],
+                Volatility::Stable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for CurrentSetting {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn name(&self) -> &str {
+        "current_setting"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        let missing_ok = matches!(
+            args.args.get(1),
+            Some(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))
+        );
+        let lookup = |name: Option<&str>| -> datafusion::error::Result<Option<String>> {
+            let Some(name) = name else { return Ok(None) };
+            match setting(name) {
+                Some((_, value, _)) => Ok(Some(value.to_string())),
+                None if missing_ok => Ok(None),
+                None => exec_err!("{}", unknown(name)),
+            }
+        };
+        match &args.args[0] {
+            ColumnarValue::Scalar(s) => {
+                let name = s.try_as_str().flatten();
+                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(lookup(name)?)))
+            }
+            ColumnarValue::Array(a) => {
+                let names = datafusion::common::cast::as_string_array(a)?;
+                let values: StringArray = names
+                    .iter()
+                    .map(lookup)
+                    .collect::<datafusion::error::Result<_>>()?;
+                Ok(ColumnarValue::Array(Arc::new(values)))
+            }
+        }
+    }
+}
+
+/// `SHOW name` and `SHOW ALL`, answered from [`SETTINGS`] and the session.
+pub(crate) struct ShowHook;
+
+impl ShowHook {
+    /// The columns and rows `stmt` shows (None: not a SHOW this answers).
+    fn rows(
+        stmt: &Statement,
+        client: &dyn ClientInfo,
+    ) -> Option<Result<RecordBatch, String>> {
+        let Statement::ShowVariable { variable } = stmt else {
+            return None;
+        };
+        let words: Vec<String> = variable.iter().map(|v| v.value.to_lowercase()).collect();
+        let name = match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["all"] => return Some(Ok(show_all(client))),
+            ["time", "zone"] => "timezone".to_string(),
+            ["transaction", "isolation", "level"] => "transaction_isolation".to_string(),
+            _ => words.join(" "),
+        };
+        let Some((canonical, default, _)) = setting(&name) else {
+            return Some(Err(unknown(&name)));
+        };
+        let value = session_value(client, canonical, default);
+        Some(Ok(batch(&[(canonical, vec![value])])))
+    }
+
+    async fn respond(stmt: &Statement, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+        let rows = match Self::rows(stmt, &*client)? {
+            Ok(rows) => rows,
+            Err(msg) => {
+                let info = ErrorInfo::new("ERROR".into(), "42704".into(), msg);
+                return Some(Err(PgWireError::UserError(Box::new(info))));
+            }
+        };
+        let schema = rows.schema();
+        let stream = Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            futures::stream::iter([Ok(rows)]),
+        ));
+        Some(super::execute::encode(&schema, stream, &Format::UnifiedText, &*client).map(Response::Query))
+    }
+}
+
+/// Every setting with its session value, as PostgreSQL's `SHOW ALL`.
+fn show_all(client: &dyn ClientInfo) -> RecordBatch {
+    let names = SETTINGS.iter().map(|(n, ..)| n.to_string()).collect();
+    let values = SETTINGS
+        .iter()
+        .map(|(n, d, _)| session_value(client, n, d))
+        .collect();
+    let descriptions = SETTINGS.iter().map(|(.., d)| d.to_string()).collect();
+    batch(&[("name", names), ("setting", values), ("description", descriptions)])
+}
+
+/// A batch of text columns.
+fn batch(columns: &[(&str, Vec<String>)]) -> RecordBatch {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(n, _)| Field::new(*n, DataType::Utf8, false))
+        .collect();
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .map(|(_, v)| Arc::new(StringArray::from(v.clone())) as ArrayRef)
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).expect("text columns")
+}
+
+#[async_trait::async_trait]
+impl QueryHook for ShowHook {
+    async fn handle_simple_query(
+        &self,
+        stmt: &Statement,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        Self::respond(stmt, client).await
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        stmt: &Statement,
+        _ctx: &SessionContext,
+        client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        // The plan carries the columns Describe reports; Execute answers.
+        let schema = match Self::rows(stmt, client)? {
+            Ok(rows) => rows.schema(),
+            Err(_) => Arc::new(Schema::new(vec![Field::new("setting", DataType::Utf8, false)])),
+        };
+        Some(
+            DFSchema::try_from(schema)
+                .map(|schema| {
+                    LogicalPlan::EmptyRelation(EmptyRelation {
+                        produce_one_row: false,
+                        schema: Arc::new(schema),
+                    })
+                })
+                .map_err(|e| PgWireError::ApiError(Box::new(e))),
+        )
+    }
+
+    async fn handle_extended_query(
+        &self,
+        stmt: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        Self::respond(stmt, client).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

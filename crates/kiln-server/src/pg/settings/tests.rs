@@ -1,0 +1,42 @@
+use datafusion::prelude::SessionContext;
+
+use super::*;
+
+async fn one(ctx: &SessionContext, sql: &str) -> String {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let col = batches[0].column(0);
+    datafusion::common::cast::as_string_array(col).unwrap().value(0).to_string()
+}
+
+#[tokio::test]
+async fn version_is_postgresql_s_format_naming_kiln() {
+    let ctx = SessionContext::new();
+    register_functions(&ctx);
+    let v = one(&ctx, "SELECT version()").await;
+    assert!(v.starts_with("PostgreSQL 16.6 (Kiln "), "{v}");
+}
+
+#[tokio::test]
+async fn current_setting_knows_what_clients_read() {
+    let ctx = SessionContext::new();
+    register_functions(&ctx);
+    assert_eq!(one(&ctx, "SELECT current_setting('server_version_num')").await, "160006");
+    assert_eq!(one(&ctx, "SELECT current_setting('TIMEZONE')").await, "UTC");
+    let e = ctx
+        .sql("SELECT current_setting('no_such')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unrecognized configuration parameter \"no_such\""), "{e}");
+    let missing = ctx
+        .sql("SELECT current_setting('no_such', true) IS NULL")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(missing[0].num_rows(), 1);
+}

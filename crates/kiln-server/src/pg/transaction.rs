@@ -1,0 +1,216 @@
+//! The connection's transaction over the PostgreSQL wire: `BEGIN`,
+//! `COMMIT`, `ROLLBACK`, and the session resets pooled clients send
+//! (`DEALLOCATE`, `DISCARD ALL`, `RESET`).
+//!
+//! Why here and not in datafusion-postgres's transaction hook: that hook
+//! answers `BEGIN`/`ROLLBACK` without a transaction, so rolled-back INSERTs
+//! stayed in the table. This hook runs first: `BEGIN` opens a
+//! [`Transaction`] kept in the connection's session extensions, the
+//! statements of the transaction stage their writes there (the engine's
+//! INSERT sink and COPY check the rows, then stage them), `COMMIT` writes
+//! them as one atomic write and `ROLLBACK` drops them. After an error the
+//! transaction is aborted: every statement but `COMMIT`/`ROLLBACK` gets
+//! 25P02 until it ends, and ending it writes nothing, as in PostgreSQL.
+//! Savepoints are refused (0A000) rather than pretended.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::{DFSchema, ParamValues};
+use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{DiscardObject, Reset, ResetStatement, Statement};
+use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::api::results::{Response, Tag};
+use datafusion_postgres::pgwire::api::store::PortalStore;
+use datafusion_postgres::pgwire::error::PgWireResult;
+use datafusion_postgres::pgwire::messages::response::TransactionStatus;
+use kiln_query::{Engine, Transaction};
+use parking_lot::Mutex;
+
+use crate::error::ApiError;
+
+/// The connection's open transaction, in its session extensions.
+#[derive(Default)]
+struct Open(Mutex<Option<Arc<Transaction>>>);
+
+/// The transaction `client`'s statements run in: `Some` between `BEGIN`
+/// and its end, while no error has aborted it.
+pub(crate) fn current(client: &(dyn ClientInfo + Send + Sync)) -> Option<Arc<Transaction>> {
+    if client.transaction_status() != TransactionStatus::Transaction {
+        return None;
+    }
+    client.session_extensions().get::<Open>()?.0.lock().clone()
+}
+
+/// Ends `client`'s transaction, returning it (its staged writes).
+fn close(client: &mut dyn HookClient) -> Option<Arc<Transaction>> {
+    client.set_transaction_status(TransactionStatus::Idle);
+    client.session_extensions().get::<Open>()?.0.lock().take()
+}
+
+/// Client metadata keys of the settings `SET` keeps per session (written
+/// by datafusion-postgres's SET hook), which `RESET ALL` clears.
+const SESSION_SETTINGS: &[(&str, &str)] = &[
+    ("statement_timeout", super::STATEMENT_TIMEOUT_MS),
+    ("timezone", "timezone"),
+];
+
+/// Answers transaction control and session resets.
+pub(crate) struct TransactionHook {
+    pub(crate) engine: Arc<Engine>,
+    /// Most bytes of rows one transaction may stage (`--max-body-bytes`).
+    pub(crate) limit: usize,
+}
+
+impl TransactionHook {
+    async fn respond(
+        &self,
+        stmt: &Statement,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        let status = client.transaction_status();
+        let aborted = status == TransactionStatus::Error;
+        let ok = |tag: &str| Some(Ok(Response::Execution(Tag::new(tag))));
+        match stmt {
+            Statement::StartTransaction { .. } => match status {
+                TransactionStatus::Idle => {
+                    let open = client
+                        .session_extensions()
+                        .get_or_insert_with(Open::default);
+                    *open.0.lock() = Some(Arc::new(Transaction::new(self.limit)));
+                    // Seen at once by the next statements of the same
+                    // simple query (pgwire applies the response's own
+                    // transition only after them).
+                    client.set_transaction_status(TransactionStatus::Transaction);
+                    Some(Ok(Response::TransactionStart(Tag::new("BEGIN"))))
+                }
+                // PostgreSQL warns and stays in the transaction.
+                TransactionStatus::Transaction => ok("BEGIN"),
+                TransactionStatus::Error => Some(Err(ApiError::in_failed_transaction().to_pg())),
+            },
+            Statement::Commit { chain: false, .. } => {
+                let txn = close(client);
+                if aborted {
+                    return Some(Ok(Response::TransactionEnd(Tag::new("ROLLBACK"))));
+                }
+                if let Some(txn) = txn
+                    && let Err(e) = self.engine.commit(&txn).await
+                {
+                    // The transaction is over either way; nothing was written.
+                    return Some(Err(ApiError::from(e).to_pg()));
+                }
+                Some(Ok(Response::TransactionEnd(Tag::new("COMMIT"))))
+            }
+            Statement::Rollback {
+                chain: false,
+                savepoint: None,
+            } => {
+                close(client);
+                Some(Ok(Response::TransactionEnd(Tag::new("ROLLBACK"))))
+            }
+            Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
+                Some(Err(ApiError::unsupported("AND CHAIN is not supported").to_pg()))
+            }
+            Statement::Savepoint { .. }
+            | Statement::ReleaseSavepoint { .. }
+            | Statement::Rollback { .. } => Some(Err(ApiError::unsupported(
+                "savepoints are not supported: a transaction commits or rolls back as a whole",
+            )
+            .to_pg())),
+            _ if aborted => Some(Err(ApiError::in_failed_transaction().to_pg())),
+            Statement::Deallocate { name, .. } => {
+                if !name.value.eq_ignore_ascii_case("all") || name.quote_style.is_some() {
+                    client.portal_store().rm_statement(&name.value);
+                }
+                ok("DEALLOCATE")
+            }
+            Statement::Discard {
+                object_type: DiscardObject::ALL,
+            } => {
+                if status != TransactionStatus::Idle {
+                    let msg = "DISCARD ALL cannot run inside a transaction block";
+                    return Some(Err(ApiError::in_transaction(msg).to_pg()));
+                }
+                client.portal_store().clear_portals();
+                reset(client, None);
+                ok("DISCARD ALL")
+            }
+            Statement::Reset(ResetStatement { reset: which }) => {
+                match which {
+                    Reset::ALL => reset(client, None),
+                    Reset::ConfigurationParameter(name) => {
+                        reset(client, Some(&name.to_string().to_ascii_lowercase()))
+                    }
+                }
+                ok("RESET")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Clears the session's `name` setting (None: every one) back to the
+/// server's default.
+fn reset(client: &mut dyn HookClient, name: Option<&str>) {
+    let metadata = client.metadata_mut();
+    for (setting, key) in SESSION_SETTINGS {
+        if name.is_none_or(|n| n == *setting) {
+            metadata.remove(*key);
+        }
+    }
+}
+
+/// Whether `stmt` is answered by [`TransactionHook`] alone.
+fn is_control(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::StartTransaction { .. }
+            | Statement::Commit { .. }
+            | Statement::Rollback { .. }
+            | Statement::Savepoint { .. }
+            | Statement::ReleaseSavepoint { .. }
+            | Statement::Deallocate { .. }
+            | Statement::Discard { .. }
+            | Statement::Reset(_)
+    )
+}
+
+#[async_trait]
+impl QueryHook for TransactionHook {
+    async fn handle_simple_query(
+        &self,
+        stmt: &Statement,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.respond(stmt, client).await
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        stmt: &Statement,
+        _ctx: &SessionContext,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        // No parameters, no columns: answered at Execute.
+        is_control(stmt).then(|| {
+            Ok(LogicalPlan::EmptyRelation(EmptyRelation {
+                produce_one_row: false,
+                schema: Arc::new(DFSchema::empty()),
+            }))
+        })
+    }
+
+    async fn handle_extended_query(
+        &self,
+        stmt: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.respond(stmt, client).await
+    }
+}

@@ -1,0 +1,104 @@
+"""Transactions that do not lie, driven by psycopg 3 (autocommit off, as
+its default): ROLLBACK discards INSERTs and COPYs, COMMIT makes them
+visible at once, an error aborts the transaction (25P02 until it ends,
+nothing written), savepoints are refused with 0A000, a second table is
+refused with 0A000, and the session resets pooled clients send
+(DEALLOCATE ALL, DISCARD ALL, RESET ALL) work.
+
+Usage: python3 transactions_check.py PORT   (prints "ok" on success)
+"""
+import sys
+
+import psycopg
+
+
+def count(conn, table="tx"):
+    with psycopg.connect(conn.info.dsn, autocommit=True) as other:
+        return other.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def sqlstate(conn, sql):
+    try:
+        conn.execute(sql)
+    except psycopg.Error as e:
+        return e.sqlstate
+    raise AssertionError(f"{sql} did not fail")
+
+
+def main(port):
+    dsn = f"host=127.0.0.1 port={port} user=kiln dbname=kiln connect_timeout=10"
+    admin = psycopg.connect(dsn, autocommit=True)
+    admin.execute("CREATE TABLE tx (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, name VARCHAR)")
+    admin.execute("CREATE TABLE tx2 (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL)")
+
+    conn = psycopg.connect(dsn)  # autocommit off: psycopg sends BEGIN itself
+    ins = "INSERT INTO tx VALUES ('2026-01-01 00:00:00', %s, %s)"
+
+    # ROLLBACK discards, over the extended protocol with parameters.
+    conn.execute(ins, (1, "a"))
+    conn.cursor().executemany(ins, [(2, "b"), (3, "c")])
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    assert count(conn) == 0, "staged rows are not visible before COMMIT"
+    conn.rollback()
+    assert count(conn) == 0, "ROLLBACK kept rows"
+
+    # COMMIT writes them all, visible at once.
+    conn.execute(ins, (1, "a"))
+    conn.cursor().executemany(ins, [(2, "b"), (3, "c")])
+    conn.commit()
+    assert count(conn) == 3
+
+    # COPY inside a transaction follows it too.
+    with conn.cursor().copy("COPY tx (ts, id, name) FROM STDIN") as cp:
+        cp.write_row(("2026-01-02 00:00:00", 10, "copied"))
+    conn.rollback()
+    assert count(conn) == 3, "ROLLBACK kept a COPY"
+    with conn.cursor().copy("COPY tx (ts, id, name) FROM STDIN") as cp:
+        cp.write_row(("2026-01-02 00:00:00", 10, "copied"))
+    conn.commit()
+    assert count(conn) == 4
+
+    # An error aborts the transaction: nothing of it is written.
+    conn.execute(ins, (20, "x"))
+    assert sqlstate(conn, "INSERT INTO tx VALUES ('2026-01-01', NULL, 'null id')") == "23502"
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+    assert sqlstate(conn, "SELECT 1") == "25P02"
+    conn.commit()  # ends it; PostgreSQL (and Kiln) roll an aborted transaction back
+    assert count(conn) == 4, "an aborted transaction wrote rows"
+
+    # Savepoints and a second table are refused, never ignored.
+    conn.execute(ins, (30, "y"))
+    assert sqlstate(conn, "SAVEPOINT s1") == "0A000"
+    conn.rollback()
+    conn.execute(ins, (31, "z"))
+    assert sqlstate(conn, "INSERT INTO tx2 VALUES ('2026-01-01', 1)") == "0A000"
+    conn.rollback()
+    assert count(conn) == 4 and count(conn, "tx2") == 0
+
+    # Reads inside a transaction work and see committed rows.
+    assert conn.execute("SELECT count(*) FROM tx").fetchone()[0] == 4
+    conn.commit()
+
+    # Session resets of pooled clients.
+    conn.autocommit = True
+    for _ in range(6):  # psycopg prepares a statement after 5 executions
+        conn.execute("SELECT id FROM tx WHERE id = %s", (1,)).fetchall()
+    conn.execute("DEALLOCATE ALL")
+    assert conn.execute("SELECT id FROM tx WHERE id = %s", (1,)).fetchone()[0] == 1
+    conn.execute("SET statement_timeout = 1234")
+    assert conn.execute("SHOW statement_timeout").fetchone()[0] == "1234ms"
+    conn.execute("RESET ALL")
+    assert conn.execute("SHOW statement_timeout").fetchone()[0] == "0"
+    conn.execute("SET statement_timeout = 1234")
+    conn.execute("DISCARD ALL")
+    assert conn.execute("SHOW statement_timeout").fetchone()[0] == "0"
+
+    # psql-style: several statements in one simple query.
+    conn.execute("BEGIN; INSERT INTO tx VALUES ('2026-01-03', 40, 'one string'); ROLLBACK",
+                 prepare=False)
+    assert count(conn) == 4, "a rolled-back simple query wrote rows"
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

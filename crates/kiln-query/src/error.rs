@@ -36,6 +36,9 @@ pub enum Error {
     /// fail again (a transaction staging more than it may).
     #[error("{0}")]
     LimitExceeded(String),
+    /// `RELEASE` or `ROLLBACK TO` a savepoint the transaction does not have.
+    #[error("savepoint \"{0}\" does not exist")]
+    NoSavepoint(String),
     /// The query ran past its deadline (`--query-timeout`) and was stopped.
     #[error("canceling statement due to statement timeout ({})", humantime_ms(*.0))]
     Timeout(std::time::Duration),
@@ -69,6 +72,8 @@ pub enum ErrorKind {
     TooComplex,
     /// A size limit of the request (a transaction's staged rows).
     LimitExceeded,
+    /// A savepoint that does not exist.
+    NoSavepoint,
     Timeout,
     Cancelled,
     /// A failure inside Kiln or DataFusion; a bug or the environment.
@@ -86,6 +91,7 @@ impl Error {
             Error::Overloaded(_) => ErrorKind::Overloaded,
             Error::TooComplex(_) => ErrorKind::TooComplex,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
+            Error::NoSavepoint(_) => ErrorKind::NoSavepoint,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),

@@ -56,5 +56,5 @@ pub use error::{Error, ErrorKind, Result};
 pub use executor::Executor;
 pub use plan_cache::PlanCache;
 pub use scan::KilnTable;
-pub use transaction::Transaction;
 pub use session::{CATALOG, SCHEMA, build_session, query_state};
+pub use transaction::Transaction;

@@ -28,11 +28,29 @@ pub struct Transaction {
     staged: Mutex<Staged>,
 }
 
+#[derive(Debug, Default, Clone)]
+struct Mark {
+    table: Option<String>,
+    batches: usize,
+    bytes: usize,
+}
+
 #[derive(Debug, Default)]
 struct Staged {
     table: Option<String>,
     batches: Vec<RecordBatch>,
     bytes: usize,
+    /// Savepoints, oldest first: a name and what was staged when it was set.
+    savepoints: Vec<(String, Mark)>,
+}
+
+impl Staged {
+    fn position(&self, name: &str) -> Result<usize> {
+        self.savepoints
+            .iter()
+            .rposition(|(n, _)| n == name)
+            .ok_or_else(|| Error::NoSavepoint(name.to_string()))
+    }
 }
 
 /// What COMMIT writes: one table's rows.
@@ -90,9 +108,47 @@ impl Transaction {
         })
     }
 
+    /// `SAVEPOINT name`: marks what is staged now.
+    pub fn savepoint(&self, name: &str) {
+        let mut s = self.staged.lock();
+        let mark = Mark {
+            table: s.table.clone(),
+            batches: s.batches.len(),
+            bytes: s.bytes,
+        };
+        s.savepoints.push((name.to_string(), mark));
+    }
+
+    /// `RELEASE SAVEPOINT name`: forgets it and every later savepoint,
+    /// keeping what they staged.
+    pub fn release(&self, name: &str) -> Result<()> {
+        let mut s = self.staged.lock();
+        let i = s.position(name)?;
+        s.savepoints.truncate(i);
+        Ok(())
+    }
+
+    /// `ROLLBACK TO SAVEPOINT name`: drops what was staged since it (it
+    /// stays set; later ones are forgotten).
+    pub fn rollback_to(&self, name: &str) -> Result<()> {
+        let mut s = self.staged.lock();
+        let i = s.position(name)?;
+        let mark = s.savepoints[i].1.clone();
+        s.savepoints.truncate(i + 1);
+        s.batches.truncate(mark.batches);
+        s.bytes = mark.bytes;
+        s.table = mark.table;
+        Ok(())
+    }
+
     /// Rows staged so far.
     pub fn rows(&self) -> usize {
-        self.staged.lock().batches.iter().map(|b| b.num_rows()).sum()
+        self.staged
+            .lock()
+            .batches
+            .iter()
+            .map(|b| b.num_rows())
+            .sum()
     }
 }
 

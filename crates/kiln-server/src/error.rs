@@ -63,6 +63,11 @@ impl ApiError {
         )
     }
 
+    /// A statement that runs only inside a transaction block.
+    pub fn no_transaction(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "no_transaction", "25P01", message)
+    }
+
     /// A statement that may not run inside a transaction block.
     pub fn in_transaction(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "in_transaction", "25001", message)
@@ -176,6 +181,7 @@ impl From<kiln_query::Error> for ApiError {
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
             K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),
             K::LimitExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "54000"),
+            K::NoSavepoint => (StatusCode::BAD_REQUEST, "no_savepoint", "3B001"),
             K::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", "57014"),
             K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
             K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),

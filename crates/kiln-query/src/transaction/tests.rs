@@ -48,3 +48,34 @@ fn an_empty_transaction_writes_nothing() {
     t.stage("a", batch(0)).unwrap();
     assert!(t.take().is_none());
 }
+
+#[test]
+fn rollback_to_a_savepoint_drops_only_what_came_after_it() {
+    let t = Transaction::new(1 << 20);
+    t.stage("a", batch(1)).unwrap();
+    t.savepoint("s1");
+    t.stage("a", batch(2)).unwrap();
+    t.savepoint("s2");
+    t.stage("a", batch(4)).unwrap();
+    t.rollback_to("s1").unwrap();
+    assert_eq!(t.rows(), 1);
+    // s1 stays, s2 is gone.
+    assert_eq!(
+        t.release("s2").unwrap_err().kind(),
+        crate::ErrorKind::NoSavepoint
+    );
+    t.stage("a", batch(8)).unwrap();
+    t.release("s1").unwrap();
+    assert_eq!(t.rows(), 9);
+    assert!(t.rollback_to("s1").is_err());
+}
+
+#[test]
+fn rolling_back_past_the_first_write_frees_the_table() {
+    let t = Transaction::new(1 << 20);
+    t.savepoint("s");
+    t.stage("a", batch(1)).unwrap();
+    t.rollback_to("s").unwrap();
+    t.stage("b", batch(1)).unwrap();
+    assert_eq!(t.take().unwrap().table, "b");
+}

@@ -131,7 +131,15 @@ async fn run_sql(
         .iter()
         .all(|s| matches!(s, DfStatement::Statement(s) if Engine::is_light([s.as_ref()])));
     let query = engine
-        .begin_with(Origin::HTTP, &text, Begin { timeout, light })
+        .begin_with(
+            Origin::HTTP,
+            &text,
+            Begin {
+                timeout,
+                light,
+                transaction: None,
+            },
+        )
         .await?;
     let last = stmts.len() - 1;
     let mut result = None;

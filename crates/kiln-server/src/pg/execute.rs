@@ -103,7 +103,7 @@ fn bind(portal: &Portal<PgStatement>, types: &[Option<&DataType>]) -> PgWireResu
 
 /// Rows as pgwire sends them, in the columns' `format`; an error while
 /// computing them gets its SQLSTATE.
-pub(super) fn encode<C: ClientInfo>(
+pub(super) fn encode<C: ClientInfo + ?Sized>(
     schema: &Schema,
     batches: SendableRecordBatchStream,
     format: &Format,

@@ -53,6 +53,7 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
 use datafusion_postgres::pgwire::messages::response::TransactionStatus;
+use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use datafusion_postgres::{DfSessionService, Parser};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use tokio::net::TcpListener;
@@ -326,6 +327,29 @@ pub struct PgSimple {
 
 #[async_trait]
 impl SimpleQueryHandler for PgSimple {
+    /// pgwire's handling, after giving an aborted transaction's `ROLLBACK
+    /// TO` its status back ([`transaction::resumes`]).
+    async fn on_query<C>(&self, client: &mut C, query: SimpleQuery) -> PgWireResult<()>
+    where
+        C: ClientInfo
+            + ClientPortalStore
+            + futures::Sink<PgWireBackendMessage>
+            + Unpin
+            + Send
+            + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
+    {
+        if client.transaction_status() == TransactionStatus::Error
+            && let Ok(stmts) = self.parser.parse(&query.query)
+            && let [stmt] = stmts.as_slice()
+        {
+            transaction::resumes(stmt, client);
+        }
+        self._on_query(client, query).await
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo

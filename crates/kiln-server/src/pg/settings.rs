@@ -1,5 +1,6 @@
 //! What clients read to learn which server they talk to: `version()`,
-//! `current_setting()`, `SHOW name` and `SHOW ALL`.
+//! `current_setting()`, `SHOW name`, `SHOW ALL`, and `to_regtype()` (the
+//! types psycopg looks up when SQLAlchemy connects).
 //!
 //! Why: drivers and BI tools decide how to talk from these. SQLAlchemy
 //! parses `version()` for `PostgreSQL X.Y` and refused to connect to
@@ -46,28 +47,104 @@ pub fn version() -> String {
 /// Settings clients read: name as PostgreSQL spells it, server default,
 /// description.
 const SETTINGS: &[(&str, &str, &str)] = &[
-    ("application_name", "", "Sets the application name to be reported in statistics and logs."),
+    (
+        "application_name",
+        "",
+        "Sets the application name to be reported in statistics and logs.",
+    ),
     ("bytea_output", "hex", "Sets the output format for bytea."),
-    ("client_encoding", "UTF8", "Sets the client's character set encoding."),
-    ("DateStyle", "ISO, MDY", "Sets the display format for date and time values."),
-    ("default_transaction_isolation", "read committed", "Sets the transaction isolation level of each new transaction."),
-    ("default_transaction_read_only", "off", "Sets the default read-only status of new transactions."),
-    ("extra_float_digits", "1", "Sets the number of digits displayed for floating-point values."),
-    ("integer_datetimes", "on", "Shows whether datetimes are integer based."),
-    ("IntervalStyle", "postgres", "Sets the display format for interval values."),
-    ("is_superuser", "on", "Shows whether the current user is a superuser."),
+    (
+        "client_encoding",
+        "UTF8",
+        "Sets the client's character set encoding.",
+    ),
+    (
+        "DateStyle",
+        "ISO, MDY",
+        "Sets the display format for date and time values.",
+    ),
+    (
+        "default_transaction_isolation",
+        "read committed",
+        "Sets the transaction isolation level of each new transaction.",
+    ),
+    (
+        "default_transaction_read_only",
+        "off",
+        "Sets the default read-only status of new transactions.",
+    ),
+    (
+        "extra_float_digits",
+        "1",
+        "Sets the number of digits displayed for floating-point values.",
+    ),
+    (
+        "integer_datetimes",
+        "on",
+        "Shows whether datetimes are integer based.",
+    ),
+    (
+        "IntervalStyle",
+        "postgres",
+        "Sets the display format for interval values.",
+    ),
+    (
+        "is_superuser",
+        "on",
+        "Shows whether the current user is a superuser.",
+    ),
     ("lc_collate", "C.UTF-8", "Shows the collation order locale."),
-    ("lc_ctype", "C.UTF-8", "Shows the character classification and case conversion locale."),
-    ("max_identifier_length", "63", "Shows the maximum identifier length."),
-    ("search_path", "\"$user\", public", "Sets the schema search order for names that are not schema-qualified."),
-    ("server_encoding", "UTF8", "Shows the server (database) character set encoding."),
+    (
+        "lc_ctype",
+        "C.UTF-8",
+        "Shows the character classification and case conversion locale.",
+    ),
+    (
+        "max_identifier_length",
+        "63",
+        "Shows the maximum identifier length.",
+    ),
+    (
+        "search_path",
+        "\"$user\", public",
+        "Sets the schema search order for names that are not schema-qualified.",
+    ),
+    (
+        "server_encoding",
+        "UTF8",
+        "Shows the server (database) character set encoding.",
+    ),
     ("server_version", PG_VERSION, "Shows the server version."),
-    ("server_version_num", PG_VERSION_NUM, "Shows the server version as an integer."),
-    ("standard_conforming_strings", "on", "Causes '...' strings to treat backslashes literally."),
-    ("statement_timeout", "0", "Sets the maximum allowed duration of any statement."),
-    ("TimeZone", "UTC", "Sets the time zone for displaying and interpreting time stamps."),
-    ("transaction_isolation", "read committed", "Sets the current transaction's isolation level."),
-    ("transaction_read_only", "off", "Sets the current transaction's read-only status."),
+    (
+        "server_version_num",
+        PG_VERSION_NUM,
+        "Shows the server version as an integer.",
+    ),
+    (
+        "standard_conforming_strings",
+        "on",
+        "Causes '...' strings to treat backslashes literally.",
+    ),
+    (
+        "statement_timeout",
+        "0",
+        "Sets the maximum allowed duration of any statement.",
+    ),
+    (
+        "TimeZone",
+        "UTC",
+        "Sets the time zone for displaying and interpreting time stamps.",
+    ),
+    (
+        "transaction_isolation",
+        "read committed",
+        "Sets the current transaction's isolation level.",
+    ),
+    (
+        "transaction_read_only",
+        "off",
+        "Sets the current transaction's read-only status.",
+    ),
 ];
 
 /// The setting `name` names (case-insensitively), if Kiln knows it.
@@ -98,6 +175,119 @@ fn session_value(client: &dyn ClientInfo, name: &str, default: &str) -> String {
 pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(Constant::version()));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
+    ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
+    ctx.register_udf(ScalarUDF::from(NoSerialSequence::new()));
+}
+
+/// `pg_get_serial_sequence(table, column)`: NULL, since Kiln has no
+/// sequences (what PostgreSQL answers for a column without one).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NoSerialSequence {
+    signature: Signature,
+}
+
+impl NoSerialSequence {
+    fn new() -> Self {
+        Self {
+            signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for NoSerialSequence {
+    fn name(&self) -> &str {
+        "pg_get_serial_sequence"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
+    }
+}
+
+/// Built-in PostgreSQL types by name (and common alias), with their OIDs.
+const TYPES: &[(&str, i32)] = &[
+    ("bool", 16),
+    ("boolean", 16),
+    ("bytea", 17),
+    ("int8", 20),
+    ("bigint", 20),
+    ("int2", 21),
+    ("smallint", 21),
+    ("int4", 23),
+    ("integer", 23),
+    ("int", 23),
+    ("text", 25),
+    ("json", 114),
+    ("float4", 700),
+    ("real", 700),
+    ("float8", 701),
+    ("double precision", 701),
+    ("varchar", 1043),
+    ("character varying", 1043),
+    ("date", 1082),
+    ("time", 1083),
+    ("timestamp", 1114),
+    ("timestamp without time zone", 1114),
+    ("timestamptz", 1184),
+    ("timestamp with time zone", 1184),
+    ("interval", 1186),
+    ("numeric", 1700),
+    ("uuid", 2950),
+    ("jsonb", 3802),
+];
+
+/// `to_regtype(name)`: the OID of the type `name` names, NULL when there
+/// is none (as for extension types such as `hstore`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ToRegtype {
+    signature: Signature,
+}
+
+impl ToRegtype {
+    fn new() -> Self {
+        Self {
+            signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for ToRegtype {
+    fn name(&self) -> &str {
+        "to_regtype"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Int32)
+    }
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        let oid = |name: Option<&str>| {
+            let name = name?.trim().trim_start_matches("pg_catalog.");
+            TYPES
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, oid)| *oid)
+        };
+        match &args.args[0] {
+            ColumnarValue::Scalar(s) => Ok(ColumnarValue::Scalar(ScalarValue::Int32(oid(s
+                .try_as_str()
+                .flatten())))),
+            ColumnarValue::Array(a) => {
+                let names = datafusion::common::cast::as_string_array(a)?;
+                let oids: arrow::array::Int32Array = names.iter().map(oid).collect();
+                Ok(ColumnarValue::Array(Arc::new(oids)))
+            }
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -118,9 +308,6 @@ impl Constant {
 }
 
 impl ScalarUDFImpl for Constant {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
     fn name(&self) -> &str {
         self.name
     }
@@ -157,9 +344,6 @@ impl CurrentSetting {
 }
 
 impl ScalarUDFImpl for CurrentSetting {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
     fn name(&self) -> &str {
         "current_setting"
     }
@@ -207,10 +391,7 @@ pub(crate) struct ShowHook;
 
 impl ShowHook {
     /// The columns and rows `stmt` shows (None: not a SHOW this answers).
-    fn rows(
-        stmt: &Statement,
-        client: &dyn ClientInfo,
-    ) -> Option<Result<RecordBatch, String>> {
+    fn rows(stmt: &Statement, client: &dyn ClientInfo) -> Option<Result<RecordBatch, String>> {
         let Statement::ShowVariable { variable } = stmt else {
             return None;
         };
@@ -228,7 +409,10 @@ impl ShowHook {
         Some(Ok(batch(&[(canonical, vec![value])])))
     }
 
-    async fn respond(stmt: &Statement, client: &mut dyn HookClient) -> Option<PgWireResult<Response>> {
+    async fn respond(
+        stmt: &Statement,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
         let rows = match Self::rows(stmt, &*client)? {
             Ok(rows) => rows,
             Err(msg) => {
@@ -241,7 +425,10 @@ impl ShowHook {
             schema.clone(),
             futures::stream::iter([Ok(rows)]),
         ));
-        Some(super::execute::encode(&schema, stream, &Format::UnifiedText, &*client).map(Response::Query))
+        Some(
+            super::execute::encode(&schema, stream, &Format::UnifiedText, &*client)
+                .map(Response::Query),
+        )
     }
 }
 
@@ -253,7 +440,11 @@ fn show_all(client: &dyn ClientInfo) -> RecordBatch {
         .map(|(n, d, _)| session_value(client, n, d))
         .collect();
     let descriptions = SETTINGS.iter().map(|(.., d)| d.to_string()).collect();
-    batch(&[("name", names), ("setting", values), ("description", descriptions)])
+    batch(&[
+        ("name", names),
+        ("setting", values),
+        ("description", descriptions),
+    ])
 }
 
 /// A batch of text columns.
@@ -289,7 +480,11 @@ impl QueryHook for ShowHook {
         // The plan carries the columns Describe reports; Execute answers.
         let schema = match Self::rows(stmt, client)? {
             Ok(rows) => rows.schema(),
-            Err(_) => Arc::new(Schema::new(vec![Field::new("setting", DataType::Utf8, false)])),
+            Err(_) => Arc::new(Schema::new(vec![Field::new(
+                "setting",
+                DataType::Utf8,
+                false,
+            )])),
         };
         Some(
             DFSchema::try_from(schema)

@@ -11,7 +11,9 @@
 //! them as one atomic write and `ROLLBACK` drops them. After an error the
 //! transaction is aborted: every statement but `COMMIT`/`ROLLBACK` gets
 //! 25P02 until it ends, and ending it writes nothing, as in PostgreSQL.
-//! Savepoints are refused (0A000) rather than pretended.
+//! Savepoints mark what was staged: `ROLLBACK TO` drops what came after
+//! (and, after an error, resumes the transaction, see [`resumes`]).
+//! `AND CHAIN` is refused (0A000) rather than pretended.
 
 use std::sync::Arc;
 
@@ -111,15 +113,22 @@ impl TransactionHook {
                 Some(Ok(Response::TransactionEnd(Tag::new("ROLLBACK"))))
             }
             Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
-                Some(Err(ApiError::unsupported("AND CHAIN is not supported").to_pg()))
+                Some(Err(
+                    ApiError::unsupported("AND CHAIN is not supported").to_pg()
+                ))
             }
-            Statement::Savepoint { .. }
-            | Statement::ReleaseSavepoint { .. }
-            | Statement::Rollback { .. } => Some(Err(ApiError::unsupported(
-                "savepoints are not supported: a transaction commits or rolls back as a whole",
-            )
-            .to_pg())),
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => Some(self.savepoint(client, "ROLLBACK", |t| t.rollback_to(&name.value))),
             _ if aborted => Some(Err(ApiError::in_failed_transaction().to_pg())),
+            Statement::Savepoint { name } => Some(self.savepoint(client, "SAVEPOINT", |t| {
+                t.savepoint(&name.value);
+                Ok(())
+            })),
+            Statement::ReleaseSavepoint { name } => {
+                Some(self.savepoint(client, "RELEASE", |t| t.release(&name.value)))
+            }
             Statement::Deallocate { name, .. } => {
                 if !name.value.eq_ignore_ascii_case("all") || name.quote_style.is_some() {
                     client.portal_store().rm_statement(&name.value);
@@ -149,6 +158,52 @@ impl TransactionHook {
             _ => None,
         }
     }
+}
+
+impl TransactionHook {
+    /// Applies a savepoint statement to the open transaction.
+    fn savepoint(
+        &self,
+        client: &mut dyn HookClient,
+        tag: &str,
+        apply: impl FnOnce(&Transaction) -> kiln_query::Result<()>,
+    ) -> PgWireResult<Response> {
+        let open = client
+            .session_extensions()
+            .get::<Open>()
+            .and_then(|o| o.0.lock().clone());
+        let Some(txn) = open else {
+            let msg = format!("{tag} can only be used in transaction blocks");
+            return Err(ApiError::no_transaction(msg).to_pg());
+        };
+        apply(&txn).map_err(|e| ApiError::from(e).to_pg())?;
+        Ok(Response::Execution(Tag::new(tag)))
+    }
+}
+
+/// Whether `stmt`, sent while `client`'s transaction is aborted, may
+/// resume it: `ROLLBACK TO` a savepoint of the open transaction. The
+/// connection's status is set back to in-transaction before it runs (the
+/// protocol reports the status it started with plus the transitions of
+/// its responses, and none leads from aborted back to in-transaction); if
+/// the savepoint does not exist the error aborts it again.
+pub(crate) fn resumes(stmt: &Statement, client: &mut (dyn ClientInfo + Send + Sync)) -> bool {
+    let rollback_to = matches!(
+        stmt,
+        Statement::Rollback {
+            savepoint: Some(_),
+            chain: false
+        }
+    );
+    let open = client
+        .session_extensions()
+        .get::<Open>()
+        .is_some_and(|o| o.0.lock().is_some());
+    if rollback_to && open && client.transaction_status() == TransactionStatus::Error {
+        client.set_transaction_status(TransactionStatus::Transaction);
+        return true;
+    }
+    false
 }
 
 /// Clears the session's `name` setting (None: every one) back to the

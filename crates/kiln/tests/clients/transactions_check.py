@@ -1,8 +1,8 @@
 """Transactions that do not lie, driven by psycopg 3 (autocommit off, as
 its default): ROLLBACK discards INSERTs and COPYs, COMMIT makes them
 visible at once, an error aborts the transaction (25P02 until it ends,
-nothing written), savepoints are refused with 0A000, a second table is
-refused with 0A000, and the session resets pooled clients send
+nothing written), savepoints mark what ROLLBACK TO drops (also after an
+error, which it resumes from), a second table is refused with 0A000, and the session resets pooled clients send
 (DEALLOCATE ALL, DISCARD ALL, RESET ALL) work.
 
 Usage: python3 transactions_check.py PORT   (prints "ok" on success)
@@ -66,17 +66,43 @@ def main(port):
     conn.commit()  # ends it; PostgreSQL (and Kiln) roll an aborted transaction back
     assert count(conn) == 4, "an aborted transaction wrote rows"
 
-    # Savepoints and a second table are refused, never ignored.
-    conn.execute(ins, (30, "y"))
-    assert sqlstate(conn, "SAVEPOINT s1") == "0A000"
+    # Savepoints: ROLLBACK TO drops what came after, also after an error.
+    conn.execute(ins, (30, "kept"))
+    conn.execute("SAVEPOINT s1")
+    conn.execute(ins, (31, "dropped"))
+    conn.execute("ROLLBACK TO SAVEPOINT s1")
+    conn.execute("SAVEPOINT s2")
+    assert sqlstate(conn, "INSERT INTO tx VALUES ('2026-01-01', NULL, 'bad')") == "23502"
+    conn.execute("ROLLBACK TO SAVEPOINT s2")
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    conn.execute(ins, (32, "kept too"))
+    conn.execute("RELEASE SAVEPOINT s1")
+    assert sqlstate(conn, "ROLLBACK TO SAVEPOINT s1") == "3B001"
     conn.rollback()
-    conn.execute(ins, (31, "z"))
+    conn.execute(ins, (30, "kept"))
+    with conn.transaction():  # psycopg's nested block: a savepoint
+        conn.execute(ins, (31, "inner"))
+    try:
+        with conn.transaction():
+            conn.execute(ins, (33, "inner, rolled back"))
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as other:
+        ids = [r[0] for r in other.execute("SELECT id FROM tx WHERE id >= 30 ORDER BY id")]
+    assert ids == [30, 31], ids
+    with psycopg.connect(dsn, autocommit=True) as other:
+        assert sqlstate(other, "SAVEPOINT outside") == "25P01"
+
+    # A second table is refused, never half-applied.
+    conn.execute(ins, (34, "z"))
     assert sqlstate(conn, "INSERT INTO tx2 VALUES ('2026-01-01', 1)") == "0A000"
     conn.rollback()
-    assert count(conn) == 4 and count(conn, "tx2") == 0
+    assert count(conn) == 6 and count(conn, "tx2") == 0
 
     # Reads inside a transaction work and see committed rows.
-    assert conn.execute("SELECT count(*) FROM tx").fetchone()[0] == 4
+    assert conn.execute("SELECT count(*) FROM tx").fetchone()[0] == 6
     conn.commit()
 
     # Session resets of pooled clients.
@@ -96,7 +122,7 @@ def main(port):
     # psql-style: several statements in one simple query.
     conn.execute("BEGIN; INSERT INTO tx VALUES ('2026-01-03', 40, 'one string'); ROLLBACK",
                  prepare=False)
-    assert count(conn) == 4, "a rolled-back simple query wrote rows"
+    assert count(conn) == 6, "a rolled-back simple query wrote rows"
     print("ok")
 
 

@@ -1,3 +1,4 @@
+use arrow::array::Array;
 use datafusion::prelude::SessionContext;
 
 use super::*;
@@ -5,7 +6,10 @@ use super::*;
 async fn one(ctx: &SessionContext, sql: &str) -> String {
     let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     let col = batches[0].column(0);
-    datafusion::common::cast::as_string_array(col).unwrap().value(0).to_string()
+    datafusion::common::cast::as_string_array(col)
+        .unwrap()
+        .value(0)
+        .to_string()
 }
 
 #[tokio::test]
@@ -20,7 +24,10 @@ async fn version_is_postgresql_s_format_naming_kiln() {
 async fn current_setting_knows_what_clients_read() {
     let ctx = SessionContext::new();
     register_functions(&ctx);
-    assert_eq!(one(&ctx, "SELECT current_setting('server_version_num')").await, "160006");
+    assert_eq!(
+        one(&ctx, "SELECT current_setting('server_version_num')").await,
+        "160006"
+    );
     assert_eq!(one(&ctx, "SELECT current_setting('TIMEZONE')").await, "UTC");
     let e = ctx
         .sql("SELECT current_setting('no_such')")
@@ -30,7 +37,10 @@ async fn current_setting_knows_what_clients_read() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(e.contains("unrecognized configuration parameter \"no_such\""), "{e}");
+    assert!(
+        e.contains("unrecognized configuration parameter \"no_such\""),
+        "{e}"
+    );
     let missing = ctx
         .sql("SELECT current_setting('no_such', true) IS NULL")
         .await
@@ -39,4 +49,28 @@ async fn current_setting_knows_what_clients_read() {
         .await
         .unwrap();
     assert_eq!(missing[0].num_rows(), 1);
+}
+
+#[tokio::test]
+async fn to_regtype_finds_built_in_types_only() {
+    let ctx = SessionContext::new();
+    register_functions(&ctx);
+    let batches = ctx
+        .sql("SELECT to_regtype('int8'), to_regtype('timestamp without time zone'), to_regtype('hstore')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let col = |i: usize| {
+        batches[0]
+            .column(i)
+            .as_any()
+            .downcast_ref::<arrow::array::Int32Array>()
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(col(0).value(0), 20);
+    assert_eq!(col(1).value(0), 1114);
+    assert!(col(2).is_null(0));
 }

@@ -23,9 +23,9 @@
 //! - [`pruning`] (min/max statistics against filters) and [`functions`]
 //!   (Kiln's SQL functions);
 //! - [`shape`] (how deep a statement may nest; long chains balanced);
+//! - [`transaction`] (an explicit transaction's writes, staged until COMMIT);
 //! - leaves: [`memory`] (the execution memory pool, a share per query),
-//!   [`executor`] (the runtime heavy queries execute on), [`transaction`]
-//!   (writes staged until COMMIT) and [`error`].
+//!   [`executor`] (the runtime heavy queries execute on) and [`error`].
 
 pub mod admission;
 pub mod cache;

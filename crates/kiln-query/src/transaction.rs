@@ -13,7 +13,8 @@
 //! the transaction's own queries (there is no read-your-writes before
 //! COMMIT), and they are bounded by `limit` bytes.
 //!
-//! A leaf: it holds rows, and knows nothing of sessions or protocols.
+//! Above the error module only: it holds rows, and knows nothing of
+//! sessions or protocols.
 
 use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;

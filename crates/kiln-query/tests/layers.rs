@@ -8,7 +8,8 @@ use std::path::Path;
 
 /// Top-level modules, lowest layer first; a module may use those before it.
 const LAYERS: &[&[&str]] = &[
-    &["error", "memory", "executor", "transaction"],
+    &["error", "memory", "executor"],
+    &["transaction"],
     &["shape"],
     &["functions", "pruning"],
     &["admission"],

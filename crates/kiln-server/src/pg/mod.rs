@@ -85,6 +85,15 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The plan Parse gives a statement answered at Execute by a hook or by
+/// Kiln's DDL: no rows, `schema`'s columns (what Describe reports).
+fn no_rows(schema: DFSchema) -> LogicalPlan {
+    LogicalPlan::EmptyRelation(EmptyRelation {
+        produce_one_row: false,
+        schema: Arc::new(schema),
+    })
+}
+
 fn to_pg(e: kiln_query::Error) -> PgWireError {
     ApiError::from(e).to_pg()
 }
@@ -122,10 +131,7 @@ impl QueryHook for KilnParseHook {
             Err(e) => Some(Err(to_pg(e))),
             // No parameters and no result columns; the engine runs the
             // statement itself at Execute.
-            Ok(true) => Some(Ok(LogicalPlan::EmptyRelation(EmptyRelation {
-                produce_one_row: false,
-                schema: Arc::new(DFSchema::empty()),
-            }))),
+            Ok(true) => Some(Ok(no_rows(DFSchema::empty()))),
         }
     }
 

@@ -19,8 +19,8 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use datafusion::common::{DFSchema, ParamValues, ScalarValue, exec_err};
 use datafusion::logical_expr::{
-    ColumnarValue, EmptyRelation, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TypeSignature, Volatility,
+    ColumnarValue, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    TypeSignature, Volatility,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
@@ -488,12 +488,7 @@ impl QueryHook for ShowHook {
         };
         Some(
             DFSchema::try_from(schema)
-                .map(|schema| {
-                    LogicalPlan::EmptyRelation(EmptyRelation {
-                        produce_one_row: false,
-                        schema: Arc::new(schema),
-                    })
-                })
+                .map(super::no_rows)
                 .map_err(|e| PgWireError::ApiError(Box::new(e))),
         )
     }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::common::{DFSchema, ParamValues};
-use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{DiscardObject, Reset, ResetStatement, Statement};
 use datafusion_postgres::hooks::{HookClient, QueryHook};
@@ -250,12 +250,7 @@ impl QueryHook for TransactionHook {
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         // No parameters, no columns: answered at Execute.
-        is_control(stmt).then(|| {
-            Ok(LogicalPlan::EmptyRelation(EmptyRelation {
-                produce_one_row: false,
-                schema: Arc::new(DFSchema::empty()),
-            }))
-        })
+        is_control(stmt).then(|| Ok(super::no_rows(DFSchema::empty())))
     }
 
     async fn handle_extended_query(

@@ -19,7 +19,7 @@ use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::{Statement, visit_relations};
+use datafusion::sql::sqlparser::ast::{self, Statement, visit_expressions, visit_relations};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::TryStreamExt;
 use kiln_storage::Db;
@@ -428,9 +428,9 @@ impl Engine {
             ddl::check_insert_values(s, &self.db)?;
         }
         let state = self.ctx.state();
-        // The names it reads, for a typed error should planning fail: a
+        // The names it uses, for a typed error should planning fail: a
         // walk of the statement, cheaper than keeping a copy of it.
-        let names = state.resolve_table_references(&stmt).unwrap_or_default();
+        let names = self.names(&stmt);
         let mut plan = match state.statement_to_plan(stmt).await {
             Ok(plan) => plan,
             Err(e) => return Err(self.planning_error(&names, e)),
@@ -441,13 +441,14 @@ impl Engine {
         self.start_plan(plan, txn).await
     }
 
-    /// The error of planning a statement that reads `names`, typed: one
+    /// The error of planning a statement that uses `names`, typed: one
     /// that names a table that does not exist (not a table function) fails
-    /// with that table ([`kiln_storage::Error::TableNotFound`]), whatever
-    /// DataFusion's message.
-    pub fn planning_error(&self, names: &[TableReference], e: DataFusionError) -> Error {
+    /// with that table ([`kiln_storage::Error::TableNotFound`]), one that
+    /// failed to plan while calling a function no registry has, with that
+    /// function ([`Error::UndefinedFunction`]), whatever DataFusion's message.
+    pub fn planning_error(&self, names: &Names, e: DataFusionError) -> Error {
         let state = self.ctx.state();
-        let missing = names.iter().find(|r| {
+        let missing = names.tables.iter().find(|r| {
             let r = (*r)
                 .clone()
                 .resolve(crate::session::CATALOG, crate::session::SCHEMA);
@@ -458,18 +459,57 @@ impl Engine {
                     .and_then(|c| c.schema(&r.schema))
                     .is_none_or(|s| !s.table_exist(&r.table))
         });
-        match missing {
-            Some(name) => kiln_storage::Error::TableNotFound(name.to_string()).into(),
-            None => e.into(),
+        if let Some(name) = missing {
+            return kiln_storage::Error::TableNotFound(name.to_string()).into();
+        }
+        let unknown = names.functions.iter().find(|f| {
+            !(state.scalar_functions().contains_key(*f)
+                || state.aggregate_functions().contains_key(*f)
+                || state.window_functions().contains_key(*f)
+                || state.table_functions().contains_key(*f))
+        });
+        match unknown {
+            Some(f) if matches!(e.find_root(), DataFusionError::Plan(_)) => {
+                Error::UndefinedFunction(f.clone())
+            }
+            _ => e.into(),
         }
     }
 
-    /// The table names `stmt` reads (table functions and CTEs included).
-    pub fn table_references(&self, stmt: &DfStatement) -> Vec<TableReference> {
-        self.ctx
+    /// The tables (table functions and CTEs included) and functions `stmt`
+    /// names.
+    pub fn names(&self, stmt: &DfStatement) -> Names {
+        let tables = self
+            .ctx
             .state()
             .resolve_table_references(stmt)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let mut functions = vec![];
+        let inner = match stmt {
+            DfStatement::Statement(s) => Some(s.as_ref()),
+            DfStatement::Explain(e) => match e.statement.as_ref() {
+                DfStatement::Statement(s) => Some(s.as_ref()),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(s) = inner {
+            let _ = visit_expressions(s, |e| {
+                if let ast::Expr::Function(f) = e
+                    && let Some(name) = f.name.0.last().and_then(|p| p.as_ident())
+                {
+                    let name = match name.quote_style {
+                        Some(_) => name.value.clone(),
+                        None => name.value.to_lowercase(),
+                    };
+                    if !functions.contains(&name) {
+                        functions.push(name);
+                    }
+                }
+                ControlFlow::<()>::Continue(())
+            });
+        }
+        Names { tables, functions }
     }
 
     /// Executes a logical plan: INSERTs run to completion (staged in `txn`
@@ -554,6 +594,14 @@ impl Engine {
             rows: 0,
         })
     }
+}
+
+/// The tables and functions a statement names ([`Engine::names`]).
+#[derive(Debug, Default)]
+pub struct Names {
+    pub tables: Vec<TableReference>,
+    /// Function names as they are looked up (unquoted ones lower-cased).
+    pub functions: Vec<String>,
 }
 
 /// Binds positional parameters, casting each value to the type the plan

@@ -4,6 +4,8 @@
 //! so a caller maps every kind in one place (the server's status codes and
 //! SQLSTATEs) by matching kinds, never messages.
 
+use arrow::error::ArrowError;
+use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 
 /// Errors raised while planning or running SQL, or importing files.
@@ -19,9 +21,13 @@ pub enum Error {
     /// SQL Kiln understands but does not support.
     #[error("not supported: {0}")]
     Unsupported(String),
-    /// Planning or execution failure inside DataFusion.
-    #[error("{0}")]
+    /// Planning or execution failure inside DataFusion; shown by its
+    /// innermost cause ([`user_message`]), without the planner's internals.
+    #[error("{}", user_message(.0))]
     DataFusion(Box<DataFusionError>),
+    /// A function no registry knows (found by name when planning fails).
+    #[error("function {0} does not exist")]
+    UndefinedFunction(String),
     /// A file that cannot be imported; names file, line and column where known.
     #[error("{file}: {msg}")]
     Import { file: String, msg: String },
@@ -59,6 +65,12 @@ pub enum ErrorKind {
     Storage(kiln_storage::ErrorKind),
     /// SQL that does not parse or plan.
     Syntax,
+    /// A column the statement names that its tables do not have.
+    UndefinedColumn,
+    /// A column name more than one of the statement's tables has.
+    AmbiguousColumn,
+    /// A function that does not exist.
+    UndefinedFunction,
     /// SQL Kiln or DataFusion does not support.
     Unsupported,
     /// Values that do not fit: a bad cast, a bad file or body.
@@ -87,6 +99,7 @@ impl Error {
             Error::Sql(_) => ErrorKind::Syntax,
             Error::Unsupported(_) => ErrorKind::Unsupported,
             Error::DataFusion(df) => datafusion_kind(df),
+            Error::UndefinedFunction(_) => ErrorKind::UndefinedFunction,
             Error::Import { .. } => ErrorKind::InvalidData,
             Error::Overloaded(_) => ErrorKind::Overloaded,
             Error::TooComplex(_) => ErrorKind::TooComplex,
@@ -112,9 +125,12 @@ fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
             _ => ErrorKind::Internal,
         },
         DataFusionError::NotImplemented(_) => ErrorKind::Unsupported,
-        DataFusionError::Plan(_) | DataFusionError::SQL(..) | DataFusionError::SchemaError(..) => {
-            ErrorKind::Syntax
-        }
+        DataFusionError::SchemaError(s, _) => match s.as_ref() {
+            SchemaError::FieldNotFound { .. } => ErrorKind::UndefinedColumn,
+            SchemaError::AmbiguousReference { .. } => ErrorKind::AmbiguousColumn,
+            _ => ErrorKind::Syntax,
+        },
+        DataFusionError::Plan(_) | DataFusionError::SQL(..) => ErrorKind::Syntax,
         DataFusionError::Execution(_) => ErrorKind::InvalidData,
         DataFusionError::ResourcesExhausted(_) => ErrorKind::ResourcesExhausted,
         DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
@@ -154,6 +170,29 @@ impl From<DataFusionError> for Error {
 impl From<arrow::error::ArrowError> for Error {
     fn from(e: arrow::error::ArrowError) -> Self {
         Error::DataFusion(Box::new(e.into()))
+    }
+}
+
+/// What a client is told of a DataFusion error: its innermost cause (the
+/// optimizer rule or operator it passed through is not the client's
+/// business), in PostgreSQL's words where it has them.
+fn user_message(e: &DataFusionError) -> String {
+    let root = e.find_root();
+    match root {
+        DataFusionError::SchemaError(s, _) => match s.as_ref() {
+            SchemaError::FieldNotFound { field, .. } => match &field.relation {
+                Some(r) => format!("column {r}.{} does not exist", field.name),
+                None => format!("column \"{}\" does not exist", field.name),
+            },
+            SchemaError::AmbiguousReference { field } => {
+                format!("column reference \"{}\" is ambiguous", field.name)
+            }
+            _ => root.message().into_owned(),
+        },
+        DataFusionError::ArrowError(a, _) if matches!(**a, ArrowError::DivideByZero) => {
+            "division by zero".into()
+        }
+        _ => root.message().into_owned(),
     }
 }
 

@@ -51,7 +51,7 @@ pub use admission::{
 };
 pub use cache::{Caches, PartialCache, SegmentCache};
 pub use config::{PlanCacheMode, QueryConfig};
-pub use engine::{Engine, Origin, Output, Query, Streamed};
+pub use engine::{Engine, Names, Origin, Output, Query, Streamed};
 pub use error::{Error, ErrorKind, Result};
 pub use executor::Executor;
 pub use plan_cache::PlanCache;

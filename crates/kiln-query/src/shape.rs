@@ -34,7 +34,9 @@ pub fn parse_error(e: ParserError) -> Error {
             "statement too complex: parentheses, subqueries or prefix operators nest too deep"
                 .into(),
         ),
-        other => Error::Sql(format!("SQL error: {other}")),
+        ParserError::ParserError(msg) | ParserError::TokenizerError(msg) => {
+            Error::Sql(format!("syntax error: {msg}"))
+        }
     }
 }
 

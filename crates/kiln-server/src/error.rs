@@ -7,6 +7,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use datafusion::error::DataFusionError;
+use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError};
 
 /// A client-facing error: what to answer on HTTP and on the PostgreSQL wire.
@@ -174,6 +175,9 @@ impl From<kiln_query::Error> for ApiError {
         let (status, code, sqlstate) = match e.kind() {
             K::Storage(kind) => return storage_error(kind, msg),
             K::Syntax => (StatusCode::BAD_REQUEST, "syntax_error", "42601"),
+            K::UndefinedColumn => (StatusCode::BAD_REQUEST, "undefined_column", "42703"),
+            K::AmbiguousColumn => (StatusCode::BAD_REQUEST, "ambiguous_column", "42702"),
+            K::UndefinedFunction => (StatusCode::BAD_REQUEST, "undefined_function", "42883"),
             K::Unsupported => (StatusCode::BAD_REQUEST, "not_supported", "0A000"),
             K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
             K::DivisionByZero => (StatusCode::BAD_REQUEST, "division_by_zero", "22012"),
@@ -204,7 +208,10 @@ pub fn pg_error(e: PgWireError) -> PgWireError {
             Ok(kiln) => ApiError::from(*kiln).to_pg(),
             Err(inner) => match inner.downcast::<DataFusionError>() {
                 Ok(df) => ApiError::from(*df).to_pg(),
-                Err(other) => PgWireError::ApiError(other),
+                Err(inner) => match inner.downcast::<ParserError>() {
+                    Ok(parse) => ApiError::from(kiln_query::shape::parse_error(*parse)).to_pg(),
+                    Err(other) => PgWireError::ApiError(other),
+                },
             },
         },
         other => other,

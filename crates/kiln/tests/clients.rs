@@ -22,3 +22,8 @@ fn transactions_commit_roll_back_and_abort_as_postgresql_does() {
 fn sqlalchemy_connects_pools_and_commits() {
     check("sqlalchemy_check.py");
 }
+
+#[test]
+fn errors_have_postgresql_sqlstates_on_every_door() {
+    check("errors_check.py");
+}

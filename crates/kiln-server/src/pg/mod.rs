@@ -254,10 +254,8 @@ impl KilnParser {
                     // Parsed again on this error path only, for its names.
                     let stmt = self.sql.parse(sql).ok().and_then(|s| s.into_iter().next());
                     let names = match stmt {
-                        Some(s) => self
-                            .engine
-                            .table_references(&DfStatement::Statement(Box::new(s))),
-                        None => vec![],
+                        Some(s) => self.engine.names(&DfStatement::Statement(Box::new(s))),
+                        None => Default::default(),
                     };
                     self.engine.planning_error(&names, *df)
                 }

@@ -238,13 +238,15 @@ pub fn psql_sqlstate(s: &Server, sql: &str) -> String {
         .to_string()
 }
 
-/// Runs the client script `tests/clients/{script}` against `s`'s
-/// PostgreSQL port; it must print `ok`.
+/// Runs the client script `tests/clients/{script}` with `s`'s PostgreSQL
+/// and HTTP ports as arguments; it must print `ok`.
 pub fn client_check(s: &Server, script: &str) {
     let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let http_port = s.http.rsplit(':').next().expect("host:port");
     let out = Command::new("python3")
         .arg(&path)
         .arg(s.pg_port.to_string())
+        .arg(http_port)
         .output()
         .expect("python3 (scripts/test.sh installs the client libraries)");
     assert!(

@@ -1,0 +1,76 @@
+"""SQLSTATEs and messages as PostgreSQL gives them, identical over the
+simple protocol, the extended protocol (psycopg prepare=True) and HTTP's
+JSON `code`; no planner internals in messages.
+
+Usage: python3 errors_check.py PG_PORT HTTP_PORT   (prints "ok" on success)
+"""
+import json
+import sys
+import urllib.error
+import urllib.request
+
+import psycopg
+
+# statement, SQLSTATE, HTTP code, a word the message must contain
+CASES = [
+    ("SELEC 1", "42601", "syntax_error", "syntax error"),
+    ("SELECT * FROM er WHERE", "42601", "syntax_error", "syntax error"),
+    ("SELECT * FROM nope", "42P01", "table_not_found", "nope"),
+    ("SELECT nope FROM er", "42703", "undefined_column", 'column "nope" does not exist'),
+    ("SELECT er.nope FROM er", "42703", "undefined_column", "column er.nope does not exist"),
+    ("SELECT nofunc(id) FROM er", "42883", "undefined_function", "function nofunc does not exist"),
+    ("SELECT 1/0", "22012", "division_by_zero", "division by zero"),
+    ("SELECT CAST('abc' AS INT)", "22P02", "invalid_data", "abc"),
+    ("INSERT INTO er VALUES ('2026-01-01', NULL)", "23502", "not_null_violation", "id"),
+]
+
+INTERNALS = ["Optimizer rule", "Arrow error", "Schema error", "Error during planning", "SQL error"]
+
+
+def http(port, sql):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sql", data=sql.encode(),
+                                 headers={"Content-Type": "text/plain"})
+    try:
+        urllib.request.urlopen(req).read()
+    except urllib.error.HTTPError as e:
+        body = json.loads(e.read())["error"]
+        return body["code"], body["message"]
+    raise AssertionError(f"HTTP accepted {sql}")
+
+
+def pg(conn, sql, prepare):
+    try:
+        conn.execute(sql, prepare=prepare)
+    except psycopg.Error as e:
+        return e.sqlstate, e.diag.message_primary or str(e)
+    raise AssertionError(f"accepted {sql} (prepare={prepare})")
+
+
+def main(pg_port, http_port):
+    conn = psycopg.connect(f"host=127.0.0.1 port={pg_port} user=kiln dbname=kiln",
+                           autocommit=True)
+    conn.execute("CREATE TABLE er (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL)")
+    failures = []
+    for sql, state, code, word in CASES:
+        got = {
+            "simple": pg(conn, sql, False),
+            "extended": pg(conn, sql, True),
+        }
+        h_code, h_msg = http(http_port, sql)
+        for how, (s, msg) in got.items():
+            if s != state:
+                failures.append(f"{sql!r} over {how}: {s}, expected {state} ({msg})")
+            if word not in msg or any(i in msg for i in INTERNALS):
+                failures.append(f"{sql!r} over {how}: message {msg!r}")
+        if h_code != code:
+            failures.append(f"{sql!r} over HTTP: {h_code}, expected {code} ({h_msg})")
+        if word not in h_msg or any(i in h_msg for i in INTERNALS):
+            failures.append(f"{sql!r} over HTTP: message {h_msg!r}")
+    assert not failures, "\n".join(failures)
+    # The connection is fine afterwards.
+    assert conn.execute("SELECT count(*) FROM er").fetchone()[0] == 0
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -146,7 +146,7 @@ fn sql_errors_exit_nonzero_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
     let out = kiln(&dir, &["sql", "SELEC 1"]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("SQL error"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("syntax error"));
 }
 
 #[test]

@@ -27,3 +27,8 @@ fn sqlalchemy_connects_pools_and_commits() {
 fn errors_have_postgresql_sqlstates_on_every_door() {
     check("errors_check.py");
 }
+
+#[test]
+fn server_side_cursors_describe_and_fetch_in_chunks() {
+    check("cursors_check.py");
+}

@@ -33,14 +33,22 @@ async fn an_unknown_table_is_typed_and_a_table_function_is_not_one() {
     // A planning error over a table function or a CTE is not "no table".
     assert_eq!(
         kind(e.execute("SELECT no_col FROM generate_series(1, 3)").await),
-        ErrorKind::Syntax
+        ErrorKind::UndefinedColumn
     );
     assert_eq!(
         kind(e.execute("WITH c AS (SELECT 1 AS a) SELECT b FROM c").await),
-        ErrorKind::Syntax
+        ErrorKind::UndefinedColumn
     );
     assert_eq!(
         kind(e.execute("SELECT no_col FROM t").await),
+        ErrorKind::UndefinedColumn
+    );
+    // An unknown function is named; a known one failing to plan is not it.
+    let unknown = e.execute("SELECT no_such_fn(1)").await.unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::UndefinedFunction);
+    assert_eq!(unknown.to_string(), "function no_such_fn does not exist");
+    assert_eq!(
+        kind(e.execute("SELECT abs('a', 'b')").await),
         ErrorKind::Syntax
     );
 }

@@ -33,7 +33,6 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
-use datafusion_postgres::hooks::cursor::CursorStatementHook;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire::api::Type;
@@ -65,6 +64,7 @@ use crate::metrics::{Metrics, PG};
 
 mod conn;
 mod copy;
+mod cursor;
 mod execute;
 mod settings;
 mod transaction;
@@ -194,7 +194,7 @@ const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
 /// Registers `text` as a query of `client`'s connection at the engine's
 /// door, under the session's `statement_timeout`, in the light lane when
 /// `light`, in the connection's open transaction if there is one.
-async fn begin<C: ClientInfo + Send + Sync>(
+async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
     engine: &Engine,
     text: &str,
     client: &C,
@@ -519,7 +519,9 @@ impl Handlers {
                 engine: engine.clone(),
                 copy_limit,
             }),
-            Arc::new(CursorStatementHook),
+            Arc::new(cursor::CursorHook {
+                engine: engine.clone(),
+            }),
             Arc::new(settings::ShowHook),
             Arc::new(SetShowHook),
         ];

@@ -39,7 +39,7 @@ struct Open(Mutex<Option<Arc<Transaction>>>);
 
 /// The transaction `client`'s statements run in: `Some` between `BEGIN`
 /// and its end, while no error has aborted it.
-pub(crate) fn current(client: &(dyn ClientInfo + Send + Sync)) -> Option<Arc<Transaction>> {
+pub(crate) fn current<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<Transaction>> {
     if client.transaction_status() != TransactionStatus::Transaction {
         return None;
     }

@@ -1,0 +1,234 @@
+//! Server-side cursors: `DECLARE name CURSOR FOR query`, `FETCH`, `CLOSE`
+//! (psycopg's named cursors, pandas' chunked reads through SQLAlchemy's
+//! `stream_results`).
+//!
+//! Why not datafusion-postgres's cursor hook: it runs the query on the
+//! DataFusion session directly (past Kiln's door: no admission, no
+//! `system.queries`, no cancel) and keeps no plan with the cursor, so
+//! Describe of the cursor's portal reported no columns and a FETCH over
+//! the extended protocol sent rows after a NoData, which crashed psycopg.
+//! Here the query is one registered query at the engine's door; its rows
+//! are computed as FETCH asks for them (the cursor holds the stream, so a
+//! cursor read slowly holds a few batches, not the result). The cursor's
+//! portal carries a plan with the query's columns, and so does a FETCH at
+//! Parse, so both describe the rows they return. Cursors scan forward only
+//! (PostgreSQL's default without SCROLL); they live until CLOSE or the end
+//! of the connection (as WITH HOLD).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::common::{DFSchema, ParamValues};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{
+    CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value,
+};
+use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::api::portal::{Format, Portal};
+use datafusion_postgres::pgwire::api::results::{Response, Tag};
+use datafusion_postgres::pgwire::api::stmt::StoredStatement;
+use datafusion_postgres::pgwire::api::store::PortalStore;
+use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
+use kiln_query::{Engine, Streamed};
+use parking_lot::Mutex;
+
+use crate::error::ApiError;
+
+/// The columns of the connection's open cursors, by name (for FETCH's
+/// Parse, which sees no portal), in its session extensions.
+#[derive(Default)]
+struct Cursors(Mutex<HashMap<String, SchemaRef>>);
+
+pub(crate) struct CursorHook {
+    pub(crate) engine: Arc<Engine>,
+}
+
+fn error(sqlstate: &str, msg: String) -> PgWireError {
+    PgWireError::UserError(Box::new(
+        datafusion_postgres::pgwire::error::ErrorInfo::new("ERROR".into(), sqlstate.into(), msg),
+    ))
+}
+
+impl CursorHook {
+    async fn declare(
+        &self,
+        declares: &[Declare],
+        client: &mut dyn HookClient,
+    ) -> PgWireResult<Response> {
+        for declare in declares {
+            if declare.declare_type != Some(DeclareType::Cursor) {
+                return Err(ApiError::unsupported("DECLARE supports cursors only").to_pg());
+            }
+            if declare.scroll == Some(true) {
+                return Err(ApiError::unsupported("cursors scan forward only (no SCROLL)").to_pg());
+            }
+            let (Some(name), Some(query)) = (declare.names.first(), &declare.for_query) else {
+                return Err(error(
+                    "42601",
+                    "DECLARE needs a cursor name and FOR query".into(),
+                ));
+            };
+            let stmt = Statement::Query(query.clone());
+            let text = stmt.to_string();
+            let light = Engine::is_light([&stmt]);
+            let q = super::begin(&self.engine, &text, &*client, light).await?;
+            let streamed = self
+                .engine
+                .run(&q, DfStatement::Statement(Box::new(stmt.clone())), &[])
+                .await
+                .map_err(|e| ApiError::from(e).to_pg())?;
+            let Streamed::Rows { schema, stream } = streamed else {
+                return Err(error("42601", "a cursor's query must return rows".into()));
+            };
+            let mut rows = super::execute::encode(&schema, stream, &Format::UnifiedText, &*client)?;
+            rows.set_command_tag("FETCH");
+            let columns = DFSchema::try_from(schema.clone())
+                .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+            let statement = StoredStatement::new(
+                name.value.clone(),
+                (text, Some((stmt, super::no_rows(columns)))),
+                vec![],
+            );
+            let portal = Portal::new_cursor(name.value.clone(), Arc::new(statement));
+            portal.start(rows).await;
+            client.portal_store().put_portal(Arc::new(portal));
+            client
+                .session_extensions()
+                .get_or_insert_with(Cursors::default)
+                .0
+                .lock()
+                .insert(name.value.clone(), schema);
+        }
+        Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
+    }
+
+    async fn fetch(
+        &self,
+        name: &str,
+        direction: &FetchDirection,
+        client: &mut dyn HookClient,
+    ) -> PgWireResult<Response> {
+        let count = |v: &Value| match v {
+            Value::Number(n, _) => n
+                .parse::<usize>()
+                .map_err(|_| error("22023", format!("bad FETCH count {n}"))),
+            other => Err(error("22023", format!("bad FETCH count {other}"))),
+        };
+        // 0: every remaining row.
+        let max_rows = match direction {
+            FetchDirection::Next | FetchDirection::Forward { limit: None } => 1,
+            FetchDirection::Forward { limit: Some(v) } | FetchDirection::Count { limit: v } => {
+                match count(v)? {
+                    0 => return Err(ApiError::unsupported("FETCH 0 is not supported").to_pg()),
+                    n => n,
+                }
+            }
+            FetchDirection::ForwardAll | FetchDirection::All => 0,
+            _ => {
+                return Err(ApiError::unsupported("cursors scan forward only (no SCROLL)").to_pg());
+            }
+        };
+        let Some(portal) = client
+            .portal_store()
+            .get_portal(name)
+            .and_then(|e| e.value().cloned())
+        else {
+            return Err(error("34000", format!("cursor \"{name}\" does not exist")));
+        };
+        let fetched = portal.fetch(max_rows).await?;
+        let mut rows = fetched.response;
+        rows.set_command_tag("FETCH");
+        Ok(Response::Query(rows))
+    }
+
+    fn close(cursor: &CloseCursor, client: &mut dyn HookClient) -> PgWireResult<Response> {
+        let cursors = client
+            .session_extensions()
+            .get_or_insert_with(Cursors::default);
+        match cursor {
+            CloseCursor::All => {
+                for name in cursors.0.lock().drain().map(|(n, _)| n) {
+                    client.portal_store().rm_portal(&name);
+                }
+            }
+            CloseCursor::Specific { name } => {
+                if cursors.0.lock().remove(&name.value).is_none() {
+                    return Err(error(
+                        "34000",
+                        format!("cursor \"{}\" does not exist", name.value),
+                    ));
+                }
+                client.portal_store().rm_portal(&name.value);
+            }
+        }
+        Ok(Response::Execution(Tag::new("CLOSE CURSOR")))
+    }
+
+    async fn respond(
+        &self,
+        stmt: &Statement,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        Some(match stmt {
+            Statement::Declare { stmts } => self.declare(stmts, client).await,
+            Statement::Fetch {
+                name, direction, ..
+            } => self.fetch(&name.value, direction, client).await,
+            Statement::Close { cursor } => Self::close(cursor, client),
+            _ => return None,
+        })
+    }
+}
+
+#[async_trait]
+impl QueryHook for CursorHook {
+    async fn handle_simple_query(
+        &self,
+        stmt: &Statement,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.respond(stmt, client).await
+    }
+
+    async fn handle_extended_parse_query(
+        &self,
+        stmt: &Statement,
+        _ctx: &SessionContext,
+        client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        let columns = match stmt {
+            Statement::Declare { .. } | Statement::Close { .. } => DFSchema::empty(),
+            // A FETCH describes its cursor's columns.
+            Statement::Fetch { name, .. } => {
+                let schema = client
+                    .session_extensions()
+                    .get::<Cursors>()
+                    .and_then(|c| c.0.lock().get(&name.value).cloned());
+                match schema.map(DFSchema::try_from) {
+                    Some(Ok(s)) => s,
+                    Some(Err(e)) => return Some(Err(PgWireError::ApiError(Box::new(e)))),
+                    None => DFSchema::empty(),
+                }
+            }
+            _ => return None,
+        };
+        Some(Ok(super::no_rows(columns)))
+    }
+
+    async fn handle_extended_query(
+        &self,
+        stmt: &Statement,
+        _plan: &LogicalPlan,
+        _params: &ParamValues,
+        _ctx: &SessionContext,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        self.respond(stmt, client).await
+    }
+}

@@ -32,3 +32,59 @@ fn errors_have_postgresql_sqlstates_on_every_door() {
 fn server_side_cursors_describe_and_fetch_in_chunks() {
     check("cursors_check.py");
 }
+
+/// Resident memory of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+#[test]
+fn a_slow_reader_over_the_extended_protocol_holds_memory_bounded() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    let baseline = rss(s.child.id());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/slow_reader.py");
+    let mut reader = std::process::Command::new("python3")
+        .args([script, &s.pg_port.to_string(), "6"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(reader.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "waiting");
+    // 20M rows are about 700 MB on the wire; unread, the server must stop
+    // computing them once the socket is full.
+    let mut peak = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        peak = peak.max(rss(s.child.id()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        peak < baseline + (150 << 20),
+        "RSS grew from {baseline} to {peak} with a client reading nothing"
+    );
+    reader.wait().unwrap();
+    // The client left: its query stops and is recorded as cancelled.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = s.rows(
+            "SELECT status FROM system.queries WHERE query LIKE '%row number%' AND query NOT LIKE '%system.queries%'",
+        );
+        if status == serde_json::json!([["cancelled"]]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

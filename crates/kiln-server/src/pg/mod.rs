@@ -40,20 +40,23 @@ use datafusion_postgres::pgwire::api::auth::StartupHandler;
 use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
 use datafusion_postgres::pgwire::api::copy::CopyHandler;
-use datafusion_postgres::pgwire::api::portal::{Format, Portal};
+use datafusion_postgres::pgwire::api::portal::{Format, Portal, PortalExecutionState};
 use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use datafusion_postgres::pgwire::api::results::{FieldInfo, Response, Tag};
+use datafusion_postgres::pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use datafusion_postgres::pgwire::api::stmt::QueryParser;
-use datafusion_postgres::pgwire::api::store::PortalStore;
+use datafusion_postgres::pgwire::api::store::{Entry, PortalStore};
 use datafusion_postgres::pgwire::api::{
-    ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers,
+    ClientInfo, ClientPortalStore, ConnectionManager, DEFAULT_NAME, PgWireConnectionState,
+    PgWireServerHandlers,
 };
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
+use datafusion_postgres::pgwire::messages::extendedquery::Execute;
 use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use datafusion_postgres::{DfSessionService, Parser};
+use futures::{SinkExt, StreamExt};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -427,6 +430,62 @@ impl ExtendedQueryHandler for PgExtended {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Execute: pgwire's handling, except that a query portal executed for
+    /// all its rows (max rows 0, what most drivers send) streams them to
+    /// the socket as they are computed. pgwire's portal fetch gathers the
+    /// rows it returns in memory, so a 20M-row result read by a slow
+    /// client was held whole (2.5 GiB) and computed to the end even after
+    /// the client left; streamed, the socket's backpressure paces the
+    /// query and a client that leaves stops it.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo
+            + ClientPortalStore
+            + futures::Sink<PgWireBackendMessage>
+            + Unpin
+            + Send
+            + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(p)) if message.max_rows == 0 => p,
+            _ => return self._on_execute(client, message).await,
+        };
+        let is_query = matches!(
+            &portal.statement.statement.1,
+            Some((Statement::Query(_), _))
+        );
+        let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
+        if !is_query || !fresh || !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return self._on_execute(client, message).await;
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let Response::Query(mut rows) = self.do_query(client, &portal, 0).await? else {
+            return Err(ApiError::internal("a query's portal answered without rows").to_pg());
+        };
+        // Finished: a second Execute of the portal returns no rows.
+        let columns = rows.row_schema();
+        portal
+            .start(QueryResponse::new(columns, futures::stream::empty()))
+            .await;
+        let tag = rows.command_tag().to_owned();
+        let mut sent = 0;
+        let data = rows.data_rows();
+        while let Some(row) = data.next().await {
+            client.feed(PgWireBackendMessage::DataRow(row?)).await?;
+            sent += 1;
+        }
+        let done = Tag::new(&tag).with_rows(sent);
+        client
+            .send(PgWireBackendMessage::CommandComplete(done.into()))
+            .await?;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        Ok(())
     }
 
     async fn do_query<C>(

@@ -1,4 +1,4 @@
-//! End-to-end: `COPY ... FROM STDIN` from psql (`\copy` and plain COPY) into
+//! End-to-end: `COPY ... FROM STDIN` and `COPY ... TO STDOUT` from psql (`\copy` and plain COPY) with
 //! the real binary, in CSV and text formats; a bad value fails the whole
 //! copy with its line named, and nothing of it is written.
 
@@ -118,4 +118,54 @@ fn psql_copies_csv_and_text_atomically() {
     assert!(status.success(), "exit status {status}");
     let s = Server::start(&tmp.path().join("data"), &[]);
     assert_eq!(s.rows(all), want);
+}
+
+#[test]
+fn copy_to_stdout_writes_what_copy_from_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    let ddl = "(ts TIMESTAMP NOT NULL, n BIGINT, s VARCHAR, b BOOLEAN)";
+    s.sql(&format!("CREATE TABLE src {ddl}"));
+    s.sql(&format!("CREATE TABLE dst {ddl}"));
+    s.sql(
+        "INSERT INTO src VALUES ('2026-01-01 00:00:00', 1, 'tab\there, back\\slash', true), \
+         ('2026-01-02 00:00:00.250', NULL, '', false), ('2026-01-03 00:00:00', 3, NULL, NULL)",
+    );
+    // psql's \copy of a query, CSV with a header: quoting, empty vs NULL.
+    let (ok, out, err) = psql_with_stdin(
+        &s,
+        "\\copy (SELECT n, s, b FROM src ORDER BY ts) to stdout csv header",
+        "",
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "n,s,b\n1,\"tab\there, back\\slash\",t\n,\"\",f\n3,,\n");
+    // Text format out of one table and into another: the same rows.
+    let (ok, text, err) = psql_with_stdin(&s, "COPY src TO STDOUT", "");
+    assert!(ok, "{err}");
+    assert!(text.contains("tab\\there, back\\\\slash"), "{text}");
+    assert!(text.contains("2026-01-02 00:00:00.250\t\\N\t\tf"), "{text}");
+    let (ok, out, err) = psql_with_stdin(&s, "COPY dst FROM STDIN", &text);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "COPY 3");
+    let rows = |t: &str| s.rows(&format!("SELECT * FROM {t} ORDER BY ts"));
+    assert_eq!(rows("src"), rows("dst"));
+    // Files stay out of reach, and the statement's errors are typed.
+    let (ok, _, err) = psql_with_stdin(&s, "COPY src TO '/tmp/kiln-copy-out'", "");
+    assert!(!ok && err.contains("STDOUT"), "{err}");
+    let (ok, _, err) = psql_with_stdin(&s, "COPY nope TO STDOUT", "");
+    assert!(!ok && err.contains("42P01"), "{err}");
+}
+
+#[test]
+fn copy_from_decodes_octal_and_hex_escapes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    s.sql(DDL);
+    let (ok, _, err) = psql_with_stdin(
+        &s,
+        "COPY ev (ts, user_id, url) FROM STDIN",
+        "2026-05-01 00:00:00\t1\t\\101\\x42C\n",
+    );
+    assert!(ok, "{err}");
+    assert_eq!(s.psql("SELECT url FROM ev"), "ABC\n");
 }

@@ -80,10 +80,12 @@ fn decode(copy: &CopyLayout, data: &[u8]) -> Result<(RecordBatch, Vec<usize>), S
                 if (i == 0 && copy.header) || text.is_empty() {
                     continue;
                 }
-                let mut fields = line
+                let fields = line
                     .split(copy.delimiter as char)
-                    .map(|f| (f != copy.null).then(|| unescape(f)));
-                push(i + 1, &mut fields)?;
+                    .map(|f| (f != copy.null).then(|| unescape(f)).transpose())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("line {}: {e}", i + 1))?;
+                push(i + 1, &mut fields.into_iter())?;
             }
         }
         CopyFormat::Csv => {
@@ -122,30 +124,64 @@ fn decode(copy: &CopyLayout, data: &[u8]) -> Result<(RecordBatch, Vec<usize>), S
     Ok((batch, lines))
 }
 
-/// Undoes the text format's backslash escapes (`\t`, `\n`, `\\`, ...).
-fn unescape(field: &str) -> String {
+/// Undoes the text format's backslash escapes: `\t`, `\n`, `\\` and the
+/// other letters, `\NNN` (one to three octal digits) and `\xHH` (one or
+/// two hex digits) for a byte; the bytes must still be UTF-8.
+fn unescape(field: &str) -> Result<String, String> {
     if !field.contains('\\') {
-        return field.to_string();
+        return Ok(field.to_string());
     }
-    let mut out = String::with_capacity(field.len());
-    let mut chars = field.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    // Up to `max` digits of `radix` from `bytes[at..]`: (value, count).
+    let digits = |at: usize, radix: u32, max: usize| {
+        let mut value = 0u32;
+        let mut n = 0;
+        while n < max && at + n < bytes.len() {
+            match (bytes[at + n] as char).to_digit(radix) {
+                Some(d) => value = value * radix + d,
+                None => break,
+            }
+            n += 1;
+        }
+        (value, n)
+    };
+    while i < bytes.len() {
+        let b = bytes[i];
+        i += 1;
+        if b != b'\\' {
+            out.push(b);
             continue;
         }
-        match chars.next() {
-            Some('b') => out.push('\u{8}'),
-            Some('f') => out.push('\u{c}'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('t') => out.push('\t'),
-            Some('v') => out.push('\u{b}'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
+        let Some(&e) = bytes.get(i) else {
+            out.push(b'\\');
+            break;
+        };
+        i += 1;
+        match e {
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'0'..=b'7' => {
+                let (v, n) = digits(i - 1, 8, 3);
+                out.push((v & 0xff) as u8);
+                i += n - 1;
+            }
+            b'x' => match digits(i, 16, 2) {
+                (_, 0) => out.push(b'x'),
+                (v, n) => {
+                    out.push(v as u8);
+                    i += n;
+                }
+            },
+            other => out.push(other),
         }
     }
-    out
+    String::from_utf8(out).map_err(|_| format!("\"{field}\" is not valid UTF-8 once unescaped"))
 }
 
 #[cfg(test)]
@@ -197,6 +233,15 @@ mod tests {
             [Some("x\ty"), None, Some("a\\b")].map(|v| v.map(String::from))
         );
         assert_eq!(lines, [1, 2, 3]);
+    }
+
+    #[test]
+    fn octal_and_hex_escapes_are_bytes() {
+        assert_eq!(unescape("\\101\\x41\\x4a\\7").unwrap(), "AAJ\u{7}");
+        assert_eq!(unescape("caf\\303\\251").unwrap(), "café");
+        assert_eq!(unescape("\\xg").unwrap(), "xg");
+        let e = unescape("\\377").unwrap_err();
+        assert!(e.contains("not valid UTF-8"), "{e}");
     }
 
     #[test]

@@ -53,9 +53,11 @@ pub(crate) async fn start(
     limit: usize,
     client: &(dyn ClientInfo + Send + Sync),
 ) -> Option<PgWireResult<Response>> {
+    if let Some(out) = super::copy_out::start(stmt, engine, client).await {
+        return Some(out);
+    }
     let Statement::Copy {
         source,
-        to,
         target,
         options,
         legacy_options,
@@ -64,7 +66,7 @@ pub(crate) async fn start(
     else {
         return None;
     };
-    let copy = parse(source, *to, target, options, legacy_options, engine, limit);
+    let copy = parse(source, target, options, legacy_options, engine, limit);
     let pid = client.pid_and_secret_key().0;
     Some(match copy {
         Ok(mut copy) => {
@@ -98,7 +100,6 @@ fn fold(ident: &Ident) -> String {
 
 fn parse(
     source: &CopySource,
-    to: bool,
     target: &CopyTarget,
     options: &[CopyOption],
     legacy: &[CopyLegacyOption],
@@ -106,9 +107,6 @@ fn parse(
     limit: usize,
 ) -> Result<CopyIn, ApiError> {
     let bad = |m: &str| Err(ApiError::bad_input(m.to_string()));
-    if to {
-        return bad("COPY ... TO is not supported; run a SELECT instead");
-    }
     let CopySource::Table {
         table_name,
         columns,
@@ -142,28 +140,39 @@ fn parse(
             )));
         }
     }
-    let mut copy = CopyIn {
+    Ok(CopyIn {
         query: None,
         table: name,
-        layout: CopyLayout::text(columns),
+        layout: layout(columns, options, legacy)?,
         data: vec![],
         limit,
         too_large: false,
         transaction: None,
-    };
+    })
+}
+
+/// The data layout COPY's options ask for, over `columns`: text (the
+/// default) or CSV, header, delimiter and NULL string, in the current
+/// syntax or the pre-9.0 one psql's `\copy` still sends.
+pub(crate) fn layout(
+    columns: Vec<String>,
+    options: &[CopyOption],
+    legacy: &[CopyLegacyOption],
+) -> Result<CopyLayout, ApiError> {
+    let mut layout = CopyLayout::text(columns);
     let (mut delimiter, mut null) = (None, None);
     for o in options {
         match o {
             CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
-                "text" => copy.layout.format = CopyFormat::Text,
-                "csv" => copy.layout.format = CopyFormat::Csv,
+                "text" => layout.format = CopyFormat::Text,
+                "csv" => layout.format = CopyFormat::Csv,
                 other => {
                     return Err(ApiError::bad_input(format!(
                         "COPY format '{other}' is not supported (text, csv)"
                     )));
                 }
             },
-            CopyOption::Header(h) => copy.layout.header = *h,
+            CopyOption::Header(h) => layout.header = *h,
             CopyOption::Delimiter(d) => delimiter = Some(*d),
             CopyOption::Null(n) => null = Some(n.clone()),
             CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") => {}
@@ -179,10 +188,10 @@ fn parse(
     for o in legacy {
         match o {
             CopyLegacyOption::Csv(opts) => {
-                copy.layout.format = CopyFormat::Csv;
+                layout.format = CopyFormat::Csv;
                 for c in opts {
                     match c {
-                        CopyLegacyCsvOption::Header => copy.layout.header = true,
+                        CopyLegacyCsvOption::Header => layout.header = true,
                         other => {
                             return Err(ApiError::bad_input(format!(
                                 "COPY option {other} is not supported"
@@ -191,7 +200,7 @@ fn parse(
                     }
                 }
             }
-            CopyLegacyOption::Header => copy.layout.header = true,
+            CopyLegacyOption::Header => layout.header = true,
             CopyLegacyOption::Delimiter(d) => delimiter = Some(*d),
             CopyLegacyOption::Null(n) => null = Some(n.clone()),
             other => {
@@ -201,20 +210,22 @@ fn parse(
             }
         }
     }
-    if copy.layout.format == CopyFormat::Csv {
-        copy.layout.delimiter = b',';
-        copy.layout.null = String::new();
+    if layout.format == CopyFormat::Csv {
+        layout.delimiter = b',';
+        layout.null = String::new();
     }
     if let Some(d) = delimiter {
         if !d.is_ascii() || d == '\n' || d == '\r' {
-            return bad("COPY delimiter must be one ASCII character other than a newline");
+            return Err(ApiError::bad_input(
+                "COPY delimiter must be one ASCII character other than a newline",
+            ));
         }
-        copy.layout.delimiter = d as u8;
+        layout.delimiter = d as u8;
     }
     if let Some(n) = null {
-        copy.layout.null = n;
+        layout.null = n;
     }
-    Ok(copy)
+    Ok(layout)
 }
 
 /// Receives COPY data for the connections' pending copies.

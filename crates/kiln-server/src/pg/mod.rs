@@ -67,6 +67,7 @@ use crate::metrics::{Metrics, PG};
 
 mod conn;
 mod copy;
+mod copy_out;
 mod cursor;
 mod execute;
 mod settings;

@@ -1,0 +1,219 @@
+//! `COPY table [(columns)] TO STDOUT` and `COPY (query) TO STDOUT` [WITH
+//! (FORMAT text | csv, HEADER, DELIMITER 'c', NULL 's')]: psql's `\copy
+//! ... to`, psycopg's `cursor.copy()` reading, JDBC's `CopyManager`.
+//!
+//! The rows are one registered query at the engine's door, computed as
+//! they are sent (one CopyData message per row, as PostgreSQL sends them,
+//! so the socket paces the query). Values are written as PostgreSQL
+//! writes them: timestamps `2026-01-01 00:00:00`, booleans `t`/`f`, NULL
+//! as `\N` (text) or an empty field (CSV), text-format backslash escapes,
+//! CSV quoting of fields that need it (an empty string is `""`, not NULL).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::DataType;
+use arrow::record_batch::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use bytes::Bytes;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
+use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::api::results::{CopyResponse, Response};
+use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
+use datafusion_postgres::pgwire::messages::copy::CopyData;
+use futures::StreamExt;
+use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
+use kiln_query::{Engine, Streamed};
+
+use crate::error::ApiError;
+
+/// Answers a `COPY ... TO STDOUT` statement (None: not one).
+pub(crate) async fn start(
+    stmt: &Statement,
+    engine: &Engine,
+    client: &(dyn ClientInfo + Send + Sync),
+) -> Option<PgWireResult<Response>> {
+    let Statement::Copy {
+        source,
+        to: true,
+        target,
+        options,
+        legacy_options,
+        ..
+    } = stmt
+    else {
+        return None;
+    };
+    Some(copy_out(source, target, options, legacy_options, stmt, engine, client).await)
+}
+
+async fn copy_out(
+    source: &CopySource,
+    target: &CopyTarget,
+    options: &[datafusion::sql::sqlparser::ast::CopyOption],
+    legacy: &[datafusion::sql::sqlparser::ast::CopyLegacyOption],
+    stmt: &Statement,
+    engine: &Engine,
+    client: &(dyn ClientInfo + Send + Sync),
+) -> PgWireResult<Response> {
+    if !matches!(target, CopyTarget::Stdout) {
+        let msg = "only COPY ... TO STDOUT is supported: the server writes no files";
+        return Err(ApiError::bad_input(msg).to_pg());
+    }
+    let query = match source {
+        CopySource::Query(q) => Statement::Query(q.clone()),
+        CopySource::Table {
+            table_name,
+            columns,
+        } => {
+            let list = match columns.is_empty() {
+                true => "*".to_string(),
+                false => columns
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            let sql = format!("SELECT {list} FROM {table_name}");
+            match engine.parse(&sql).map(|mut s| s.pop()) {
+                Ok(Some(DfStatement::Statement(s))) => *s,
+                Ok(_) => return Err(ApiError::bad_input("COPY needs a table").to_pg()),
+                Err(e) => return Err(ApiError::from(e).to_pg()),
+            }
+        }
+    };
+    let light = Engine::is_light([&query]);
+    let q = super::begin(engine, &stmt.to_string(), client, light).await?;
+    let streamed = engine
+        .run(&q, DfStatement::Statement(Box::new(query)), &[])
+        .await
+        .map_err(|e| ApiError::from(e).to_pg())?;
+    let Streamed::Rows { schema, stream } = streamed else {
+        return Err(ApiError::bad_input("COPY's query returns no rows").to_pg());
+    };
+    let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let layout = super::copy::layout(names, options, legacy)?;
+    let layout = Arc::new(layout);
+    let header = layout.header.then(|| header_line(&layout));
+    let columns = schema.fields().len();
+    let mut header = header;
+    let rows = stream.flat_map(move |batch| {
+        let lines: Vec<PgWireResult<CopyData>> = match batch {
+            Ok(batch) => match lines(&batch, &layout) {
+                Ok(mut lines) => {
+                    // The header travels with the first row, so the COPY
+                    // count (one per message) counts rows only.
+                    if let Some(h) = header.take() {
+                        match lines.first_mut() {
+                            Some(first) => first.splice(0..0, h),
+                            None => lines.push(h),
+                        };
+                    }
+                    lines.into_iter().map(|l| Ok(CopyData::new(Bytes::from(l)))).collect()
+                }
+                Err(e) => vec![Err(e)],
+            },
+            Err(e) => vec![Err(ApiError::from(e).to_pg())],
+        };
+        futures::stream::iter(lines)
+    });
+    Ok(Response::CopyOut(CopyResponse::new(0, columns, rows)))
+}
+
+fn header_line(layout: &CopyLayout) -> Vec<u8> {
+    let mut line = vec![];
+    for (i, name) in layout.columns.iter().enumerate() {
+        if i > 0 {
+            line.push(layout.delimiter);
+        }
+        field(&mut line, name, layout);
+    }
+    line.push(b'\n');
+    line
+}
+
+/// `batch`'s rows, each a line ending in a newline.
+fn lines(batch: &RecordBatch, layout: &CopyLayout) -> PgWireResult<Vec<Vec<u8>>> {
+    let options = FormatOptions::default()
+        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f%:z"))
+        .with_date_format(Some("%Y-%m-%d"));
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
+    let mut out = Vec::with_capacity(batch.num_rows());
+    let mut value = String::new();
+    for row in 0..batch.num_rows() {
+        let mut line = Vec::with_capacity(64);
+        for (i, (column, format)) in batch.columns().iter().zip(&formatters).enumerate() {
+            if i > 0 {
+                line.push(layout.delimiter);
+            }
+            if column.is_null(row) {
+                line.extend_from_slice(layout.null.as_bytes());
+                continue;
+            }
+            value.clear();
+            write_value(&mut value, column, row, format);
+            field(&mut line, &value, layout);
+        }
+        line.push(b'\n');
+        out.push(line);
+    }
+    Ok(out)
+}
+
+/// One non-null value as PostgreSQL prints it.
+fn write_value(out: &mut String, column: &ArrayRef, row: usize, format: &ArrayFormatter) {
+    use std::fmt::Write;
+    match column.data_type() {
+        DataType::Boolean => out.push(if column.as_boolean().value(row) { 't' } else { 'f' }),
+        _ => {
+            let _ = write!(out, "{}", format.value(row));
+        }
+    }
+}
+
+/// Appends `value` to `line`, escaped or quoted as the format needs.
+fn field(line: &mut Vec<u8>, value: &str, layout: &CopyLayout) {
+    match layout.format {
+        CopyFormat::Text => {
+            for b in value.bytes() {
+                match b {
+                    b'\\' => line.extend_from_slice(b"\\\\"),
+                    b'\n' => line.extend_from_slice(b"\\n"),
+                    b'\r' => line.extend_from_slice(b"\\r"),
+                    b'\t' => line.extend_from_slice(b"\\t"),
+                    d if d == layout.delimiter => line.extend_from_slice(&[b'\\', d]),
+                    b => line.push(b),
+                }
+            }
+        }
+        CopyFormat::Csv => {
+            let quote = value.is_empty()
+                || value == layout.null
+                || value
+                    .bytes()
+                    .any(|b| b == layout.delimiter || b == b'"' || b == b'\n' || b == b'\r');
+            if !quote {
+                line.extend_from_slice(value.as_bytes());
+                return;
+            }
+            line.push(b'"');
+            for b in value.bytes() {
+                if b == b'"' {
+                    line.push(b'"');
+                }
+                line.push(b);
+            }
+            line.push(b'"');
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

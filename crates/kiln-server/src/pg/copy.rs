@@ -167,7 +167,7 @@ pub(crate) fn layout(
                 "text" => layout.format = CopyFormat::Text,
                 "csv" => layout.format = CopyFormat::Csv,
                 other => {
-                    return Err(ApiError::bad_input(format!(
+                    return Err(ApiError::unsupported(format!(
                         "COPY format '{other}' is not supported (text, csv)"
                     )));
                 }

@@ -45,7 +45,18 @@ pub(crate) async fn start(
     else {
         return None;
     };
-    Some(copy_out(source, target, options, legacy_options, stmt, engine, client).await)
+    Some(
+        copy_out(
+            source,
+            target,
+            options,
+            legacy_options,
+            stmt,
+            engine,
+            client,
+        )
+        .await,
+    )
 }
 
 async fn copy_out(
@@ -93,7 +104,7 @@ async fn copy_out(
         return Err(ApiError::bad_input("COPY's query returns no rows").to_pg());
     };
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let layout = super::copy::layout(names, options, legacy)?;
+    let layout = super::copy::layout(names, options, legacy).map_err(|e| e.to_pg())?;
     let layout = Arc::new(layout);
     let header = layout.header.then(|| header_line(&layout));
     let columns = schema.fields().len();
@@ -106,11 +117,16 @@ async fn copy_out(
                     // count (one per message) counts rows only.
                     if let Some(h) = header.take() {
                         match lines.first_mut() {
-                            Some(first) => first.splice(0..0, h),
+                            Some(first) => {
+                                first.splice(0..0, h);
+                            }
                             None => lines.push(h),
-                        };
+                        }
                     }
-                    lines.into_iter().map(|l| Ok(CopyData::new(Bytes::from(l)))).collect()
+                    lines
+                        .into_iter()
+                        .map(|l| Ok(CopyData::new(Bytes::from(l))))
+                        .collect()
                 }
                 Err(e) => vec![Err(e)],
             },
@@ -171,7 +187,11 @@ fn lines(batch: &RecordBatch, layout: &CopyLayout) -> PgWireResult<Vec<Vec<u8>>>
 fn write_value(out: &mut String, column: &ArrayRef, row: usize, format: &ArrayFormatter) {
     use std::fmt::Write;
     match column.data_type() {
-        DataType::Boolean => out.push(if column.as_boolean().value(row) { 't' } else { 'f' }),
+        DataType::Boolean => out.push(if column.as_boolean().value(row) {
+            't'
+        } else {
+            'f'
+        }),
         _ => {
             let _ = write!(out, "{}", format.value(row));
         }

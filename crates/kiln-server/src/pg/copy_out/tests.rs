@@ -7,7 +7,11 @@ use super::*;
 
 fn batch() -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![
-        Field::new("ts", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        ),
         Field::new("n", DataType::Int64, true),
         Field::new("s", DataType::Utf8, true),
         Field::new("b", DataType::Boolean, true),

@@ -8,7 +8,9 @@
 //! - tests (`stats.rs`, `distributions.rs`): `welch_t_test` and
 //!   `proportion_z_test`;
 //! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
-//!   `array_repeat`, refusing a result too large before allocating it.
+//!   `array_repeat`, refusing a result too large before allocating it;
+//! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
+//!   template patterns and TimescaleDB's `time_bucket`.
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.
@@ -18,6 +20,7 @@ mod bitmap;
 mod bitmap_scalar;
 mod distributions;
 mod funnel;
+mod pg_format;
 mod sized;
 mod stats;
 #[cfg(test)]
@@ -45,6 +48,9 @@ pub fn register(ctx: &SessionContext) {
     }
     let state = ctx.state();
     for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {
+        ctx.register_udf(udf);
+    }
+    for udf in pg_format::wrap(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);
     }
 }

@@ -3,6 +3,7 @@
 
 use super::distributions::{t_quantile, t_two_sided_p, z_quantile, z_two_sided_p};
 use super::funnel::funnel_level;
+use super::pg_format::translate;
 use super::stats::Moments;
 
 fn close(got: f64, want: f64, rel: f64) {
@@ -79,4 +80,12 @@ fn funnel_follows_clickhouse_default_mode() {
     assert_eq!(funnel_level(&mut [], 10, 3), 0);
     assert_eq!(funnel_level(&mut [(1, 0)], 10, 1), 1);
     assert_eq!(funnel_level(&mut [(1, 1)], 10, 2), 0);
+}
+
+#[test]
+fn postgresql_templates_become_strftime() {
+    assert_eq!(translate("YYYY-MM-DD HH24:MI:SS"), "%Y-%m-%d %H:%M:%S");
+    assert_eq!(translate("FMDD Mon, HH12 AM"), "%-d %b, %I %p");
+    assert_eq!(translate("\"100%\" YY"), "100%% %y");
+    assert_eq!(translate("DDD IW MS US"), "%j %V %3f %6f");
 }

@@ -197,11 +197,12 @@ impl ScalarUDFImpl for TimeBucket {
             }
             other => return exec_err!("time_bucket needs a timestamp, not {other}"),
         };
-        args.arg_fields.push(std::sync::Arc::new(arrow::datatypes::Field::new(
-            "origin",
-            origin.data_type(),
-            false,
-        )));
+        args.arg_fields
+            .push(std::sync::Arc::new(arrow::datatypes::Field::new(
+                "origin",
+                origin.data_type(),
+                false,
+            )));
         args.args.push(ColumnarValue::Scalar(origin));
         self.inner.invoke_with_args(args)
     }

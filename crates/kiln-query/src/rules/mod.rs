@@ -5,6 +5,8 @@
 //!   rule and a query planner);
 //! - [`time_predicates`]: time predicates on the bare time column (a
 //!   logical optimizer rule);
+//! - [`float_division`]: a float divided by zero fails as in PostgreSQL
+//!   (an analyzer rule after type coercion);
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
 //!   physical optimizer rule);
 //! - [`partials`]: partial aggregates kept per held segment (a physical
@@ -16,6 +18,7 @@
 
 pub mod balance;
 pub mod dedup;
+pub mod float_division;
 pub mod partials;
 pub mod shared;
 pub mod time_predicates;

@@ -70,7 +70,12 @@ fn rewrite(e: Expr, schema: &DFSchema, udf: &Arc<ScalarUDF>) -> Transformed<Expr
     else {
         return Transformed::no(e);
     };
-    let float = |x: &Expr| matches!(x.get_type(schema), Ok(DataType::Float32 | DataType::Float64));
+    let float = |x: &Expr| {
+        matches!(
+            x.get_type(schema),
+            Ok(DataType::Float32 | DataType::Float64)
+        )
+    };
     if !(float(left) && float(right)) {
         return Transformed::no(e);
     }

@@ -20,6 +20,7 @@ CASES = [
     ("SELECT er.nope FROM er", "42703", "undefined_column", "column er.nope does not exist"),
     ("SELECT nofunc(id) FROM er", "42883", "undefined_function", "function nofunc does not exist"),
     ("SELECT 1/0", "22012", "division_by_zero", "division by zero"),
+    ("SELECT 1.0/0.0", "22012", "division_by_zero", "division by zero"),
     ("SELECT CAST('abc' AS INT)", "22P02", "invalid_data", "abc"),
     ("INSERT INTO er VALUES ('2026-01-01', NULL)", "23502", "not_null_violation", "id"),
 ]

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
-use datafusion::prelude::SessionContext;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionContext;
 
 use super::*;
 
@@ -34,12 +34,18 @@ async fn a_float_divided_by_zero_is_an_error() {
 
 #[tokio::test]
 async fn other_divisions_and_names_are_unchanged() {
-    let batches = run("SELECT CAST(x AS DOUBLE) / 4.0, CAST(NULL AS DOUBLE) / 0.0 AS n FROM (VALUES (1)) t(x)")
-        .await
-        .unwrap();
+    let batches = run(
+        "SELECT CAST(x AS DOUBLE) / 4.0, CAST(NULL AS DOUBLE) / 0.0 AS n FROM (VALUES (1)) t(x)",
+    )
+    .await
+    .unwrap();
     let schema = batches[0].schema();
     assert_eq!(schema.field(0).name(), "t.x / Float64(4)");
-    let col = batches[0].column(0).as_any().downcast_ref::<arrow::array::Float64Array>().unwrap();
+    let col = batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::Float64Array>()
+        .unwrap();
     assert_eq!(col.value(0), 0.25);
     assert!(batches[0].column(1).is_null(0));
 }

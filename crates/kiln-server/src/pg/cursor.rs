@@ -20,14 +20,13 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
-use datafusion::common::{DFSchema, ParamValues};
+use datafusion::common::DFSchema;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value,
 };
-use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::portal::{Format, Portal};
 use datafusion_postgres::pgwire::api::results::{Response, Tag};
@@ -37,6 +36,7 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use kiln_query::{Engine, Streamed};
 use parking_lot::Mutex;
 
+use super::hook::Answer;
 use crate::error::ApiError;
 
 /// The columns of the connection's open cursors, by name (for FETCH's
@@ -168,7 +168,10 @@ impl CursorHook {
         }
         Ok(Response::Execution(Tag::new("CLOSE CURSOR")))
     }
+}
 
+#[async_trait]
+impl Answer for CursorHook {
     async fn respond(
         &self,
         stmt: &Statement,
@@ -183,23 +186,10 @@ impl CursorHook {
             _ => return None,
         })
     }
-}
 
-#[async_trait]
-impl QueryHook for CursorHook {
-    async fn handle_simple_query(
+    fn plan(
         &self,
         stmt: &Statement,
-        _ctx: &SessionContext,
-        client: &mut dyn HookClient,
-    ) -> Option<PgWireResult<Response>> {
-        self.respond(stmt, client).await
-    }
-
-    async fn handle_extended_parse_query(
-        &self,
-        stmt: &Statement,
-        _ctx: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         let columns = match stmt {
@@ -219,16 +209,5 @@ impl QueryHook for CursorHook {
             _ => return None,
         };
         Some(Ok(super::no_rows(columns)))
-    }
-
-    async fn handle_extended_query(
-        &self,
-        stmt: &Statement,
-        _plan: &LogicalPlan,
-        _params: &ParamValues,
-        _ctx: &SessionContext,
-        client: &mut dyn HookClient,
-    ) -> Option<PgWireResult<Response>> {
-        self.respond(stmt, client).await
     }
 }

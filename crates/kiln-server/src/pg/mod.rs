@@ -63,6 +63,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
+use hook::Hook;
 use crate::metrics::{Metrics, PG};
 
 mod conn;
@@ -70,6 +71,7 @@ mod copy;
 mod copy_out;
 mod cursor;
 mod execute;
+mod hook;
 mod settings;
 mod transaction;
 
@@ -571,18 +573,18 @@ impl Handlers {
     /// `copy_limit`: the most bytes one COPY FROM STDIN may send.
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, copy_limit: usize) -> Self {
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
-            Arc::new(transaction::TransactionHook {
+            Arc::new(Hook(transaction::TransactionHook {
                 engine: engine.clone(),
                 limit: copy_limit,
-            }),
+            })),
             Arc::new(KilnParseHook {
                 engine: engine.clone(),
                 copy_limit,
             }),
-            Arc::new(cursor::CursorHook {
+            Arc::new(Hook(cursor::CursorHook {
                 engine: engine.clone(),
-            }),
-            Arc::new(settings::ShowHook),
+            })),
+            Arc::new(Hook(settings::ShowHook)),
             Arc::new(SetShowHook),
         ];
         let ctx = Arc::new(engine.session().clone());

@@ -25,7 +25,9 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
-use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::hooks::HookClient;
+
+use super::hook::Answer;
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::portal::Format;
 use datafusion_postgres::pgwire::api::results::Response;
@@ -409,7 +411,7 @@ impl ShowHook {
         Some(Ok(batch(&[(canonical, vec![value])])))
     }
 
-    async fn respond(
+    async fn answer(
         stmt: &Statement,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
@@ -461,20 +463,18 @@ fn batch(columns: &[(&str, Vec<String>)]) -> RecordBatch {
 }
 
 #[async_trait::async_trait]
-impl QueryHook for ShowHook {
-    async fn handle_simple_query(
+impl Answer for ShowHook {
+    async fn respond(
         &self,
         stmt: &Statement,
-        _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        Self::respond(stmt, client).await
+        Self::answer(stmt, client).await
     }
 
-    async fn handle_extended_parse_query(
+    fn plan(
         &self,
         stmt: &Statement,
-        _ctx: &SessionContext,
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         // The plan carries the columns Describe reports; Execute answers.
@@ -491,17 +491,6 @@ impl QueryHook for ShowHook {
                 .map(super::no_rows)
                 .map_err(|e| PgWireError::ApiError(Box::new(e))),
         )
-    }
-
-    async fn handle_extended_query(
-        &self,
-        stmt: &Statement,
-        _plan: &LogicalPlan,
-        _params: &ParamValues,
-        _ctx: &SessionContext,
-        client: &mut dyn HookClient,
-    ) -> Option<PgWireResult<Response>> {
-        Self::respond(stmt, client).await
     }
 }
 

@@ -22,7 +22,7 @@ use datafusion::common::{DFSchema, ParamValues};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{DiscardObject, Reset, ResetStatement, Statement};
-use datafusion_postgres::hooks::{HookClient, QueryHook};
+use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::results::{Response, Tag};
 use datafusion_postgres::pgwire::api::store::PortalStore;
@@ -31,6 +31,7 @@ use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use kiln_query::{Engine, Transaction};
 use parking_lot::Mutex;
 
+use super::hook::Answer;
 use crate::error::ApiError;
 
 /// The connection's open transaction, in its session extensions.
@@ -67,7 +68,7 @@ pub(crate) struct TransactionHook {
 }
 
 impl TransactionHook {
-    async fn respond(
+    async fn answer(
         &self,
         stmt: &Statement,
         client: &mut dyn HookClient,
@@ -233,34 +234,21 @@ fn is_control(stmt: &Statement) -> bool {
 }
 
 #[async_trait]
-impl QueryHook for TransactionHook {
-    async fn handle_simple_query(
+impl Answer for TransactionHook {
+    async fn respond(
         &self,
         stmt: &Statement,
-        _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.respond(stmt, client).await
+        self.answer(stmt, client).await
     }
 
-    async fn handle_extended_parse_query(
+    fn plan(
         &self,
         stmt: &Statement,
-        _ctx: &SessionContext,
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         // No parameters, no columns: answered at Execute.
         is_control(stmt).then(|| Ok(super::no_rows(DFSchema::empty())))
-    }
-
-    async fn handle_extended_query(
-        &self,
-        stmt: &Statement,
-        _plan: &LogicalPlan,
-        _params: &ParamValues,
-        _ctx: &SessionContext,
-        client: &mut dyn HookClient,
-    ) -> Option<PgWireResult<Response>> {
-        self.respond(stmt, client).await
     }
 }

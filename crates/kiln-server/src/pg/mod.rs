@@ -63,8 +63,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
-use hook::Hook;
 use crate::metrics::{Metrics, PG};
+use hook::Hook;
 
 mod conn;
 mod copy;

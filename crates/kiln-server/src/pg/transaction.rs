@@ -18,9 +18,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::common::{DFSchema, ParamValues};
+use datafusion::common::DFSchema;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{DiscardObject, Reset, ResetStatement, Statement};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire::api::ClientInfo;

@@ -455,6 +455,14 @@ impl ExtendedQueryHandler for PgExtended {
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        // An aborted transaction's `ROLLBACK TO` (pgjdbc sends it this
+        // way) gets its status back first ([`transaction::resumes`]).
+        if client.transaction_status() == TransactionStatus::Error
+            && let Some(Entry::Value(p)) = client.portal_store().get_portal(name)
+            && let Some((stmt, _)) = &p.statement.statement.1
+        {
+            transaction::resumes(stmt, client);
+        }
         let portal = match client.portal_store().get_portal(name) {
             Some(Entry::Value(p)) if message.max_rows == 0 => p,
             _ => return self._on_execute(client, message).await,

@@ -75,6 +75,11 @@ def main(port):
     assert sqlstate(conn, "INSERT INTO tx VALUES ('2026-01-01', NULL, 'bad')") == "23502"
     conn.execute("ROLLBACK TO SAVEPOINT s2")
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    # The same over the extended protocol (as pgjdbc sends it).
+    conn.execute("SAVEPOINT s3", prepare=True)
+    assert sqlstate(conn, "INSERT INTO tx VALUES ('2026-01-01', NULL, 'bad')") == "23502"
+    conn.execute("ROLLBACK TO SAVEPOINT s3", prepare=True)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
     conn.execute(ins, (32, "kept too"))
     conn.execute("RELEASE SAVEPOINT s1")
     assert sqlstate(conn, "ROLLBACK TO SAVEPOINT s1") == "3B001"

@@ -17,7 +17,7 @@ use arrow::compute::kernels::numeric::div;
 use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
@@ -37,8 +37,25 @@ impl AnalyzerRule for FloatDivision {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let udf = Arc::new(ScalarUDF::new_from_impl(FloatDivide::new()));
+        let mut udf = None;
         plan.transform_up_with_subqueries(|plan| {
+            // Most nodes divide nothing: they cost one look at their
+            // expressions, no schema and no function.
+            let mut divides = false;
+            plan.apply_expressions(|e| {
+                divides =
+                    e.exists(|e| Ok(matches!(e, Expr::BinaryExpr(b) if b.op == Operator::Divide)))?;
+                Ok(match divides {
+                    true => TreeNodeRecursion::Stop,
+                    false => TreeNodeRecursion::Continue,
+                })
+            })?;
+            if !divides {
+                return Ok(Transformed::no(plan));
+            }
+            let udf = udf
+                .get_or_insert_with(|| Arc::new(ScalarUDF::new_from_impl(FloatDivide::new())))
+                .clone();
             // The expressions of a node read its inputs' columns.
             let mut schema = DFSchema::empty();
             for input in plan.inputs() {

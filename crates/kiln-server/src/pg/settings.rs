@@ -178,37 +178,7 @@ pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(Constant::version()));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
-    ctx.register_udf(ScalarUDF::from(NoSerialSequence::new()));
-}
-
-/// `pg_get_serial_sequence(table, column)`: NULL, since Kiln has no
-/// sequences (what PostgreSQL answers for a column without one).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct NoSerialSequence {
-    signature: Signature,
-}
-
-impl NoSerialSequence {
-    fn new() -> Self {
-        Self {
-            signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable),
-        }
-    }
-}
-
-impl ScalarUDFImpl for NoSerialSequence {
-    fn name(&self) -> &str {
-        "pg_get_serial_sequence"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
-    }
+    ctx.register_udf(ScalarUDF::from(Constant::no_serial_sequence()));
 }
 
 /// Built-in PostgreSQL types by name (and common alias), with their OIDs.
@@ -292,10 +262,11 @@ impl ScalarUDFImpl for ToRegtype {
     }
 }
 
+/// A function whose answer does not depend on its arguments.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Constant {
     name: &'static str,
-    value: String,
+    value: Option<String>,
     signature: Signature,
 }
 
@@ -303,8 +274,18 @@ impl Constant {
     fn version() -> Self {
         Self {
             name: "version",
-            value: version(),
+            value: Some(version()),
             signature: Signature::exact(vec![], Volatility::Stable),
+        }
+    }
+
+    /// `pg_get_serial_sequence(table, column)`: NULL, since Kiln has no
+    /// sequences (what PostgreSQL answers for a column without one).
+    fn no_serial_sequence() -> Self {
+        Self {
+            name: "pg_get_serial_sequence",
+            value: None,
+            signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable),
         }
     }
 }
@@ -320,9 +301,7 @@ impl ScalarUDFImpl for Constant {
         Ok(DataType::Utf8)
     }
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
-            self.value.clone(),
-        ))))
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(self.value.clone())))
     }
 }
 

@@ -74,3 +74,17 @@ async fn to_regtype_finds_built_in_types_only() {
     assert_eq!(col(1).value(0), 1114);
     assert!(col(2).is_null(0));
 }
+
+#[tokio::test]
+async fn no_column_has_a_serial_sequence() {
+    let ctx = SessionContext::new();
+    register_functions(&ctx);
+    let batches = ctx
+        .sql("SELECT pg_get_serial_sequence('t', 'id')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(batches[0].column(0).is_null(0));
+}

@@ -38,9 +38,8 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool};
-
 use crate::error::{Error, Result};
+use crate::memory::ServerPool;
 use crate::transaction::Transaction;
 
 /// Shards of the running-query map.
@@ -233,14 +232,18 @@ pub struct QueryRegistry {
     recent: Vec<ArcSwapOption<QueryInfo>>,
     recent_next: AtomicU64,
     observer: OnceLock<Observer>,
-    /// The execution memory pool heavy queries are admitted against.
-    memory: OnceLock<Arc<dyn MemoryPool>>,
+    /// The execution memory pool heavy queries are admitted against (what
+    /// is reserved or, where larger, what the heap holds for queries).
+    memory: OnceLock<Arc<ServerPool>>,
 }
 
 /// Share of the memory pool in use past which a heavy query waits (with
 /// its slot) before it starts: under memory pressure queries queue rather
 /// than all start and fail with "out of memory".
 const MEMORY_HIGH_WATER: f64 = 0.8;
+
+/// How often a query past its slot time looks again at memory pressure.
+const MEMORY_POLL: Duration = Duration::from_millis(50);
 
 /// Called once per finished query (metrics, slow-query log).
 pub type Observer = Box<dyn Fn(&QueryInfo) + Send + Sync>;
@@ -302,23 +305,28 @@ impl QueryRegistry {
 
     /// The memory pool heavy queries are admitted against (once; later
     /// calls are ignored).
-    pub fn set_memory_pool(&self, pool: Arc<dyn MemoryPool>) {
+    pub fn set_memory_pool(&self, pool: Arc<ServerPool>) {
         let _ = self.memory.set(pool);
+    }
+
+    /// The execution memory pool, once the session has set it.
+    pub fn memory_pool(&self) -> Option<&Arc<ServerPool>> {
+        self.memory.get()
+    }
+
+    /// Whether query memory is above the pool's high-water mark.
+    fn memory_pressed(&self) -> bool {
+        self.memory
+            .get()
+            .is_some_and(|pool| pool.in_use() as f64 > pool.limit() as f64 * MEMORY_HIGH_WATER)
     }
 
     /// Waits while the memory pool is above its high-water mark and other
     /// queries run that can free it (a query alone always starts).
     async fn memory_room(&self, handle: &QueryHandle) -> Result<()> {
-        let Some(pool) = self.memory.get() else {
-            return Ok(());
-        };
-        let MemoryLimit::Finite(limit) = pool.memory_limit() else {
-            return Ok(());
-        };
-        let high = (limit as f64 * MEMORY_HIGH_WATER) as usize;
         handle
             .run(async {
-                while pool.reserved() > high && self.running() > 1 {
+                while self.memory_pressed() && self.running() > 1 {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             })
@@ -392,10 +400,20 @@ impl QueryRegistry {
             .store(Status::Running as u8, Ordering::Release);
         if let Some(t) = self.limits.slot_time {
             let slot = Arc::downgrade(&handle.slot);
+            let registry = Arc::downgrade(self);
             tokio::spawn(async move {
                 tokio::time::sleep(t).await;
-                if let Some(slot) = slot.upgrade() {
-                    slot.lock().take();
+                // Past its slot time a query makes room for the next one,
+                // unless memory is under pressure: then it keeps its slot
+                // until memory is free or it ends, so the slot count
+                // bounds how many queries grow at once.
+                while let Some(slot) = slot.upgrade() {
+                    if registry.upgrade().is_none_or(|r| !r.memory_pressed()) {
+                        slot.lock().take();
+                        return;
+                    }
+                    drop(slot);
+                    tokio::time::sleep(MEMORY_POLL).await;
                 }
             });
         }

@@ -24,7 +24,8 @@
 //!   (Kiln's SQL functions);
 //! - [`shape`] (how deep a statement may nest; long chains balanced);
 //! - [`transaction`] (an explicit transaction's writes, staged until COMMIT);
-//! - leaves: [`memory`] (the execution memory pool, a share per query),
+//! - leaves: [`memory`] (the execution memory pool, a share per query,
+//!   the heap counted at the allocator),
 //!   [`executor`] (the runtime heavy queries execute on) and [`error`].
 
 pub mod admission;

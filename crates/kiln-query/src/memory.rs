@@ -11,21 +11,171 @@
 //! [`QueryPool`] over it, which also stops it at `--query-memory-limit`,
 //! so one query cannot take the whole pool from the rest.
 //!
-//! The server pool is DataFusion's `GreedyMemoryPool`: one atomic counter,
-//! no lock on the query path (its fair-spill pool takes a mutex on every
-//! reservation change); the per-query limit provides the fairness.
+//! The server pool ([`ServerPool`]) is DataFusion's `GreedyMemoryPool`:
+//! one atomic counter, no lock on the query path (its fair-spill pool takes
+//! a mutex on every reservation change); the per-query limit provides the
+//! fairness. Since DataFusion does not account everything a query holds,
+//! the server pool also refuses to grow while the heap, counted at the
+//! allocator ([`heap`]), holds more than the limit beyond what the server
+//! keeps outside queries (memstores, caches, its state at start).
+
+pub mod heap;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
 };
 
-/// The server's pool of `limit` bytes.
-pub fn server_pool(limit: usize) -> Arc<dyn MemoryPool> {
-    Arc::new(GreedyMemoryPool::new(limit))
+/// Bytes live on the heap, if known ([`heap::allocated`]).
+pub type HeapGauge = Box<dyn Fn() -> Option<usize> + Send + Sync>;
+
+/// Bytes the server holds outside queries now (memstores, caches).
+pub type Outside = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// How often the server pool re-reads what is held outside queries.
+const OUTSIDE_REFRESH_MS: u64 = 100;
+
+/// The server's pool of `limit` bytes for query execution: what operators
+/// reserve, and what the heap holds beyond the rest of the server.
+pub struct ServerPool {
+    accounted: GreedyMemoryPool,
+    limit: usize,
+    heap: HeapGauge,
+    /// The gauge when the pool was made, less what `outside` counted then.
+    baseline: usize,
+    outside: Outside,
+    outside_now: AtomicUsize,
+    refreshed_ms: AtomicU64,
+    started: Instant,
+}
+
+impl std::fmt::Debug for ServerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerPool")
+            .field("limit", &self.limit)
+            .field("reserved", &self.accounted.reserved())
+            .field("heap_in_queries", &self.heap_in_queries())
+            .finish()
+    }
+}
+
+impl std::fmt::Display for ServerPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "server pool: {} of {} reserved",
+            human(self.accounted.reserved()),
+            human(self.limit)
+        )
+    }
+}
+
+impl ServerPool {
+    /// A pool of `limit` bytes that also watches the heap through `heap`,
+    /// leaving out what `outside` says the server holds apart from queries.
+    pub fn new(limit: usize, heap: HeapGauge, outside: Outside) -> Self {
+        let held = outside();
+        let baseline = heap().map_or(0, |h| h.saturating_sub(held));
+        Self {
+            accounted: GreedyMemoryPool::new(limit),
+            limit,
+            heap,
+            baseline,
+            outside,
+            outside_now: AtomicUsize::new(held),
+            refreshed_ms: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    /// A pool that only accounts reservations (no heap figure).
+    pub fn accounted_only(limit: usize) -> Self {
+        Self::new(limit, Box::new(|| None), Box::new(|| 0))
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Heap held for queries, accounted or not: the heap less what the
+    /// server holds apart from them. `None` without a heap figure.
+    pub fn heap_in_queries(&self) -> Option<usize> {
+        let heap = (self.heap)()?;
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.refreshed_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= OUTSIDE_REFRESH_MS
+            && self
+                .refreshed_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.outside_now.store((self.outside)(), Ordering::Relaxed);
+        }
+        let outside = self.baseline + self.outside_now.load(Ordering::Relaxed);
+        Some(heap.saturating_sub(outside))
+    }
+
+    /// Query memory in use: the larger of what is reserved and what the
+    /// heap holds for queries. Admission waits on this.
+    pub fn in_use(&self) -> usize {
+        self.accounted
+            .reserved()
+            .max(self.heap_in_queries().unwrap_or(0))
+    }
+}
+
+impl MemoryPool for ServerPool {
+    fn name(&self) -> &str {
+        "kiln_server"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.accounted.register(consumer);
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.accounted.unregister(consumer);
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.accounted.grow(reservation, additional);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.accounted.shrink(reservation, shrink);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+        let heap = self.heap_in_queries();
+        let refused = match heap {
+            Some(heap) if heap + additional > self.limit => true,
+            _ => self.accounted.try_grow(reservation, additional).is_err(),
+        };
+        if refused {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "out of memory: queries are using the server's {} (--memory-limit: {} \
+                 reserved, {} on the heap); {} could not get {} more",
+                human(self.limit),
+                human(self.accounted.reserved()),
+                heap.map_or("unknown".into(), human),
+                reservation.consumer().name(),
+                human(additional)
+            )));
+        }
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.accounted.reserved()
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        MemoryLimit::Finite(self.limit)
+    }
 }
 
 /// One query's view of the server pool: every reservation goes to the
@@ -95,21 +245,7 @@ impl MemoryPool for QueryPool {
         }
         if let Err(e) = self.server.try_grow(reservation, additional) {
             self.used.fetch_sub(additional, Ordering::Relaxed);
-            return Err(match e {
-                DataFusionError::ResourcesExhausted(_) => {
-                    DataFusionError::ResourcesExhausted(format!(
-                        "out of memory: queries are using the server's {} (--memory-limit); \
-                         {} of this query could not get {}",
-                        human(match self.server.memory_limit() {
-                            MemoryLimit::Finite(n) => n,
-                            _ => usize::MAX,
-                        }),
-                        reservation.consumer().name(),
-                        human(additional)
-                    ))
-                }
-                other => other,
-            });
+            return Err(e);
         }
         Ok(())
     }
@@ -123,45 +259,14 @@ impl MemoryPool for QueryPool {
     }
 }
 
-/// `n` bytes as `1.5 GiB`.
+/// `n` bytes as `1.5GiB` or `812.3MiB`.
 fn human(n: usize) -> String {
-    kiln_storage::ByteSize::b(n as u64).to_string()
+    const MIB: f64 = (1u64 << 20) as f64;
+    match n as f64 / MIB {
+        m if m >= 1024.0 => format!("{:.1}GiB", m / 1024.0),
+        m => format!("{m:.1}MiB"),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reservation(pool: &Arc<dyn MemoryPool>, name: &str) -> MemoryReservation {
-        MemoryConsumer::new(name).register(pool)
-    }
-
-    #[test]
-    fn a_query_stops_at_its_own_limit_and_frees_what_it_held() {
-        let server = server_pool(1 << 20);
-        let query: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(server.clone(), 1000));
-        let r = reservation(&query, "sort");
-        r.try_grow(800).unwrap();
-        assert_eq!(server.reserved(), 800);
-        let e = r.try_grow(300).unwrap_err().to_string();
-        assert!(e.contains("--query-memory-limit"), "{e}");
-        assert_eq!(query.reserved(), 800);
-        drop(r);
-        assert_eq!((server.reserved(), query.reserved()), (0, 0));
-    }
-
-    #[test]
-    fn queries_together_stop_at_the_server_limit() {
-        let server = server_pool(1000);
-        let a: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(server.clone(), 900));
-        let b: Arc<dyn MemoryPool> = Arc::new(QueryPool::new(server.clone(), 900));
-        let ra = reservation(&a, "agg a");
-        let rb = reservation(&b, "agg b");
-        ra.try_grow(700).unwrap();
-        let e = rb.try_grow(700).unwrap_err().to_string();
-        assert!(e.contains("--memory-limit"), "{e}");
-        assert_eq!(b.reserved(), 0);
-        rb.try_grow(300).unwrap();
-        assert_eq!(server.reserved(), 1000);
-    }
-}
+mod tests;

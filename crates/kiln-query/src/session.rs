@@ -19,7 +19,7 @@ use datafusion::optimizer::{Analyzer, AnalyzerRule};
 use crate::admission::QueryRegistry;
 use crate::cache::Caches;
 use crate::config::QueryConfig;
-use crate::memory::{QueryPool, server_pool};
+use crate::memory::{QueryPool, ServerPool, heap};
 use crate::rules::balance::BalanceChains;
 use crate::scan::KilnTable;
 
@@ -73,14 +73,18 @@ pub fn build_session(
     let opts = config.options_mut();
     opts.execution.parquet.pushdown_filters = false;
     opts.execution.parquet.enable_page_index = true;
-    let mut runtime = RuntimeEnvBuilder::new()
-        .with_memory_pool(server_pool(query_config.memory_limit.as_usize()));
+    let pool = Arc::new(ServerPool::new(
+        query_config.memory_limit.as_usize(),
+        Box::new(heap::allocated),
+        held_outside_queries(db.clone(), caches.clone()),
+    ));
+    let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone());
     if let Some(dir) = &query_config.spill_dir {
         std::fs::create_dir_all(dir)?;
         runtime = runtime.with_temp_file_path(dir);
     }
     let runtime = runtime.build_arc()?;
-    queries.set_memory_pool(runtime.memory_pool.clone());
+    queries.set_memory_pool(pool);
     let url = ObjectStoreUrl::parse(STORE_URL)?;
     runtime.register_object_store(url.as_ref(), db.store().object_store());
     let state = SessionStateBuilder::new()
@@ -144,6 +148,15 @@ pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionStat
         state.config_mut().options_mut().execution.target_partitions = n;
     }
     state
+}
+
+/// What the server holds on the heap apart from queries: memstores and
+/// caches ([`ServerPool`] leaves it out of query memory).
+fn held_outside_queries(db: Db, caches: Arc<Caches>) -> crate::memory::Outside {
+    Box::new(move || {
+        let memstores: usize = db.tables().iter().map(|t| t.mem.bytes()).sum();
+        memstores + caches.segments.usage() + caches.partials.usage()
+    })
 }
 
 /// The context to execute one query's plan in: `state`'s, with the

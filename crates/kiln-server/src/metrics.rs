@@ -41,6 +41,8 @@ pub const QUERIES_QUEUED: &str = "kiln_queries_queued";
 pub const QUERY_WAIT: &str = "kiln_query_wait_seconds_total";
 pub const QUERY_MEMORY: &str = "kiln_query_memory_bytes";
 pub const QUERY_MEMORY_LIMIT: &str = "kiln_query_memory_limit_bytes";
+pub const QUERY_MEMORY_HEAP: &str = "kiln_query_memory_heap_bytes";
+pub const HEAP: &str = "kiln_heap_bytes";
 pub const DEGRADED: &str = "kiln_degraded";
 
 /// Protocol labels.
@@ -312,6 +314,11 @@ impl Metrics {
             datafusion::execution::memory_pool::MemoryLimit::Finite(n) => n as f64,
             _ => f64::INFINITY,
         };
+        let heap_in_queries = queries
+            .memory_pool()
+            .and_then(|p| p.heap_in_queries())
+            .map_or(f64::NAN, |n| n as f64);
+        let heap = kiln_query::memory::heap::allocated().map_or(f64::NAN, |n| n as f64);
         let gauges = [
             (
                 QUERIES_RUNNING,
@@ -342,6 +349,18 @@ impl Metrics {
                 "gauge",
                 "The execution memory limit.",
                 limit,
+            ),
+            (
+                QUERY_MEMORY_HEAP,
+                "gauge",
+                "Heap held for queries, reserved or not: the heap's growth since start less memstores and caches.",
+                heap_in_queries,
+            ),
+            (
+                HEAP,
+                "gauge",
+                "Bytes live on the process heap, counted at the allocator.",
+                heap,
             ),
             (
                 DEGRADED,

@@ -189,8 +189,9 @@ async fn a_query_past_its_slot_time_lets_the_next_one_start() {
 async fn heavy_queries_wait_while_the_memory_pool_is_nearly_spent() {
     use datafusion::execution::memory_pool::MemoryConsumer;
     let r = registry(4, 4, Some(Duration::from_secs(5)));
-    let pool = crate::memory::server_pool(1000);
-    r.set_memory_pool(pool.clone());
+    let server = Arc::new(crate::memory::ServerPool::accounted_only(1000));
+    r.set_memory_pool(server.clone());
+    let pool: Arc<dyn datafusion::execution::memory_pool::MemoryPool> = server;
     let first = r.begin("http", "SELECT big", None).await.unwrap();
     let held = MemoryConsumer::new("sort").register(&pool);
     held.try_grow(900).unwrap();
@@ -215,4 +216,38 @@ async fn heavy_queries_wait_while_the_memory_pool_is_nearly_spent() {
         .unwrap();
     assert_eq!(next.info().status(), Status::Running);
     drop(first);
+}
+
+#[tokio::test(start_paused = true)]
+async fn past_its_slot_time_a_query_keeps_its_slot_while_memory_is_short() {
+    use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
+    let r = QueryRegistry::new(QueryLimits {
+        max_concurrent: 1,
+        slot_time: Some(Duration::from_secs(1)),
+        max_queued: 8,
+        ..Default::default()
+    });
+    let server = Arc::new(crate::memory::ServerPool::accounted_only(1000));
+    r.set_memory_pool(server.clone());
+    let pool: Arc<dyn MemoryPool> = server;
+    let long = r.begin("pg", "long", None).await.unwrap();
+    let held = MemoryConsumer::new("agg").register(&pool);
+    held.try_grow(900).unwrap();
+    let r2 = r.clone();
+    let next = tokio::spawn(async move { r2.begin("pg", "next", None).await });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !next.is_finished(),
+        "started past the slot time under memory pressure"
+    );
+    assert_eq!(r.running(), 1);
+    // Memory freed: the slot passes on at the next look.
+    held.shrink(800);
+    let next = tokio::time::timeout(Duration::from_secs(1), next)
+        .await
+        .expect("the next query started")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.info().status(), Status::Running);
+    drop((long, next, held));
 }

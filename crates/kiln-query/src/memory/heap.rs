@@ -1,0 +1,99 @@
+//! The process's heap, counted at the allocator.
+//!
+//! Why: DataFusion's pool holds what operators reserve, not everything a
+//! query allocates (batches an aggregation emits, generated input, encoded
+//! results). Counting every allocation, as ClickHouse's memory tracker
+//! does, gives the server pool ([`super::ServerPool`]) the real figure, at
+//! once, and including memory reserved before it is touched.
+//!
+//! The binary installs [`Counting`] as its global allocator. Each thread
+//! keeps its own running difference and adds it to the shared counter only
+//! once it passes [`FLUSH_BYTES`], so an allocation costs a thread-local
+//! add, not a contended atomic; the figure is exact to within that much per
+//! thread. Where the allocator is not installed (tests, embedding), there
+//! is no figure and only the pool's accounting applies.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+
+/// How far a thread's count may drift before it is added to the total.
+pub const FLUSH_BYTES: isize = 256 << 10;
+
+static TOTAL: AtomicIsize = AtomicIsize::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static PENDING: Cell<isize> = const { Cell::new(0) };
+}
+
+/// A global allocator that counts the bytes live on the heap around
+/// another one: `#[global_allocator] static A: Counting<MiMalloc> =
+/// Counting(MiMalloc);`.
+pub struct Counting<A>(pub A);
+
+/// Bytes live on the heap now, if [`Counting`] is the global allocator.
+pub fn allocated() -> Option<usize> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| TOTAL.load(Ordering::Relaxed).max(0) as usize)
+}
+
+fn count(delta: isize) {
+    // A const-initialised `Cell` needs no registration or destructor, so
+    // this is safe inside the allocator and during thread teardown.
+    PENDING.with(|p| {
+        let pending = p.get() + delta;
+        if pending.abs() >= FLUSH_BYTES {
+            TOTAL.fetch_add(pending, Ordering::Relaxed);
+            p.set(0);
+        } else {
+            p.set(pending);
+        }
+    });
+}
+
+fn installed() {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call forwards to the wrapped allocator with the same
+// arguments; counting touches no allocator state.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as received.
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            installed();
+            count(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as received.
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            installed();
+            count(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as received.
+        unsafe { self.0.dealloc(ptr, layout) };
+        count(-(layout.size() as isize));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded as received.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            count(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}

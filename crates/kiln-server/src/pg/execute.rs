@@ -13,6 +13,7 @@
 //! at Parse; its parameter types come from the plan where it infers them,
 //! else from the client's Parse message.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use arrow::datatypes::Schema;
@@ -73,7 +74,7 @@ pub(super) async fn execute(
                 .map_err(to_pg);
         }
     }
-    let inferred = plan.get_parameter_types().map_err(api)?;
+    let inferred = inferred_types(plan)?;
     let ordered: Vec<Option<DataType>> = (1..=portal.parameter_len())
         .map(|i| inferred.get(&format!("${i}")).cloned().flatten())
         .collect();
@@ -169,6 +170,31 @@ impl<S> ParamTypes<S> {
     }
 }
 
+/// The plan's parameter types by id: where the plan does not infer one,
+/// the type a parameter is cast to (`$1::INT`), as Describe reports it, so
+/// a value the client sends in binary for that type decodes as that type.
+fn inferred_types(plan: &LogicalPlan) -> PgWireResult<HashMap<String, Option<DataType>>> {
+    let mut types = plan.get_parameter_types().map_err(api)?;
+    if types.values().all(Option::is_some) {
+        return Ok(types);
+    }
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Cast(cast) = e
+                    && let Expr::Placeholder(p) = cast.expr.as_ref()
+                    && let Some(slot @ None) = types.get_mut(&p.id)
+                {
+                    *slot = Some(cast.field.data_type().clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })
+    .map_err(api)?;
+    Ok(types)
+}
+
 /// The plan's parameter types in order (`$1`, `$2`, ...), if every one is
 /// inferred and none carries field metadata (the catalog's OID columns).
 fn parameter_types(plan: &LogicalPlan) -> PgWireResult<Option<Vec<DataType>>> {
@@ -190,7 +216,7 @@ fn parameter_types(plan: &LogicalPlan) -> PgWireResult<Option<Vec<DataType>>> {
         return Ok(None);
     }
     let mut types = Vec::new();
-    for (id, ty) in plan.get_parameter_types().map_err(api)? {
+    for (id, ty) in inferred_types(plan)? {
         let (Some(n), Some(ty)) = (
             id.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()),
             ty,

@@ -41,8 +41,12 @@ use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
 use datafusion_postgres::pgwire::api::copy::CopyHandler;
 use datafusion_postgres::pgwire::api::portal::{Format, Portal, PortalExecutionState};
-use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use datafusion_postgres::pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use datafusion_postgres::pgwire::api::query::{
+    ExtendedQueryHandler, SimpleQueryHandler, send_describe_response,
+};
+use datafusion_postgres::pgwire::api::results::{
+    DescribePortalResponse, FieldInfo, QueryResponse, Response, Tag,
+};
 use datafusion_postgres::pgwire::api::stmt::QueryParser;
 use datafusion_postgres::pgwire::api::store::{Entry, PortalStore};
 use datafusion_postgres::pgwire::api::{
@@ -52,7 +56,10 @@ use datafusion_postgres::pgwire::api::{
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
-use datafusion_postgres::pgwire::messages::extendedquery::Execute;
+use datafusion_postgres::pgwire::messages::data::ParameterDescription;
+use datafusion_postgres::pgwire::messages::extendedquery::{
+    Describe, Execute, TARGET_TYPE_BYTE_STATEMENT,
+};
 use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use datafusion_postgres::{DfSessionService, Parser};
@@ -324,7 +331,9 @@ impl QueryParser for KilnParser {
         stmt: &Self::Statement,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        self.inner.get_result_schema(stmt, column_format)
+        self.inner
+            .get_result_schema(stmt, column_format)
+            .map(execute::described)
     }
 }
 
@@ -433,6 +442,39 @@ impl ExtendedQueryHandler for PgExtended {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Describe: pgwire's, except that a statement with parameters and no
+    /// result columns (an INSERT) is described by NoData, as PostgreSQL
+    /// does, not by an empty RowDescription. pgjdbc reads an empty
+    /// RowDescription as a query's and its batches then counted 0 rows.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo
+            + ClientPortalStore
+            + futures::Sink<PgWireBackendMessage>
+            + Unpin
+            + Send
+            + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT
+            && let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name)
+        {
+            let described = self.do_describe_statement(client, &stmt).await?;
+            let oids = described.parameters.iter().map(Type::oid).collect();
+            client
+                .send(PgWireBackendMessage::ParameterDescription(
+                    ParameterDescription::new(oids),
+                ))
+                .await?;
+            let columns = DescribePortalResponse::new(described.fields);
+            return send_describe_response(client, &columns).await;
+        }
+        self._on_describe(client, message).await
     }
 
     /// Execute: pgwire's handling, except that a query portal executed for

@@ -179,6 +179,9 @@ pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
     ctx.register_udf(ScalarUDF::from(Constant::no_serial_sequence()));
+    for none in Constant::no_catalog_entry() {
+        ctx.register_udf(ScalarUDF::from(none));
+    }
 }
 
 /// Built-in PostgreSQL types by name (and common alias), with their OIDs.
@@ -287,6 +290,33 @@ impl Constant {
             value: None,
             signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable),
         }
+    }
+}
+
+impl Constant {
+    /// Catalog functions whose answer is NULL for every object Kiln has,
+    /// as PostgreSQL answers for an object without one: a comment
+    /// (`obj_description(oid, catalog)`, `col_description(table, column)`;
+    /// Kiln keeps none), an index's definition (`pg_get_indexdef(index
+    /// [, column, pretty])`; Kiln has no indexes) and a function's result
+    /// type (`pg_get_function_result(function)`; Kiln has no user-defined
+    /// functions). pgjdbc's `getUDTs`, `getIndexInfo` and `getFunctions`
+    /// call them.
+    fn no_catalog_entry() -> [Self; 4] {
+        let none = |name, args: &[usize]| Self {
+            name,
+            value: None,
+            signature: Signature::one_of(
+                args.iter().map(|&n| TypeSignature::Any(n)).collect(),
+                Volatility::Stable,
+            ),
+        };
+        [
+            none("obj_description", &[1, 2]),
+            none("col_description", &[2]),
+            none("pg_get_indexdef", &[1, 3]),
+            none("pg_get_function_result", &[1]),
+        ]
     }
 }
 

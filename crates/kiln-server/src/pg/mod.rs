@@ -73,6 +73,7 @@ use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 use hook::Hook;
 
+mod catalog;
 mod conn;
 mod copy;
 mod copy_out;
@@ -95,6 +96,11 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     settings::register_functions(engine.session());
+    engine
+        .session()
+        .register_udf(datafusion::logical_expr::ScalarUDF::from(
+            catalog::ExpandArray::new(),
+        ));
     Ok(())
 }
 
@@ -305,19 +311,32 @@ impl QueryParser for KilnParser {
             return Err(to_pg(e));
         }
         // Only text this long can nest past the limit (each level takes a
-        // term and an operator): short statements skip the second parse.
-        if sql.len() > 2 * self.engine.max_expression_depth()
-            && let Ok(stmts) = self.sql.parse(sql)
-        {
-            for mut stmt in stmts {
-                if let Err(e) = self.engine.check_shape(&mut stmt) {
-                    self.engine.record_failed(Origin::pg(pid), sql, &e);
-                    return Err(to_pg(e));
+        // term and an operator), and only some text has PostgreSQL syntax
+        // the planner is given rewritten (`(expr).field`, set-returning
+        // functions; `shape::postgres`): other statements skip the second
+        // parse.
+        let deep = sql.len() > 2 * self.engine.max_expression_depth();
+        let mut rewritten = None;
+        if deep || kiln_query::shape::postgres::may_rewrite(sql) {
+            if let Ok(mut stmts) = self.sql.parse(sql) {
+                let mut rewrote = false;
+                for stmt in &mut stmts {
+                    match self.engine.check_shape(stmt) {
+                        Ok(r) => rewrote |= r,
+                        Err(e) => {
+                            self.engine.record_failed(Origin::pg(pid), sql, &e);
+                            return Err(to_pg(e));
+                        }
+                    }
+                }
+                if rewrote {
+                    let text: Vec<String> = stmts.iter().map(ToString::to_string).collect();
+                    rewritten = Some(text.join("; "));
                 }
             }
         }
         self.inner
-            .parse_sql(client, sql, types)
+            .parse_sql(client, rewritten.as_deref().unwrap_or(sql), types)
             .await
             .map_err(|e| self.error(sql, pid, e))
     }

@@ -11,10 +11,9 @@
 //! arrays, and DataFusion may evaluate a struct's fields below a filter,
 //! on rows the query excludes.)
 //!
-//! The catalog (datafusion-postgres's pg_catalog) keeps `int2vector` and
-//! `int2[]` columns (`pg_index.indkey`, `pg_constraint.conkey`) as their
-//! text (`1 2`, `[1]`, `{1,2}`), so text is read as such an array of
-//! `int2`.
+//! [`super::pg_catalog`] gives the catalog's `int2vector` and `int2[]`
+//! columns as `smallint[]`; text (what datafusion-postgres's catalog keeps
+//! them as) is read as such an array too.
 
 use std::sync::Arc;
 
@@ -24,7 +23,7 @@ use arrow::array::{
 };
 use arrow::buffer::OffsetBuffer;
 use arrow::datatypes::{DataType, Field, Fields};
-use datafusion::common::{DataFusionError, Result, ScalarValue, exec_err};
+use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
@@ -64,19 +63,6 @@ fn element(arg: &DataType) -> Result<DataType> {
         }
         other => exec_err!("_pg_expandarray expects an array, not {other}"),
     }
-}
-
-/// The elements of an `int2vector` (`1 2`) or `int2[]` (`[1, 2]`, `{1,2}`)
-/// as text.
-fn int2s(text: &str) -> Result<Vec<i16>> {
-    text.trim_matches(|c| matches!(c, '[' | ']' | '{' | '}'))
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<i16>()
-                .map_err(|_| DataFusionError::Execution(format!("not an int2 array: {text:?}")))
-        })
-        .collect()
 }
 
 impl ScalarUDFImpl for ExpandArray {
@@ -124,7 +110,10 @@ impl ScalarUDFImpl for ExpandArray {
             let text = arrow::compute::cast(&input, &DataType::Utf8)?;
             for s in text.as_string::<i32>().iter() {
                 nulls.append(s.is_some());
-                let elements = s.map(int2s).transpose()?.unwrap_or_default();
+                let elements = s
+                    .map(super::pg_catalog::int2s)
+                    .transpose()?
+                    .unwrap_or_default();
                 lengths.push(elements.len());
                 xs.extend(elements.into_iter().map(|x| ScalarValue::Int16(Some(x))));
             }
@@ -150,19 +139,5 @@ impl ScalarUDFImpl for ExpandArray {
             nulls.finish(),
         )?;
         Ok(ColumnarValue::Array(Arc::new(list)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn int2_arrays_are_read_from_their_text() {
-        assert_eq!(int2s("1 2").unwrap(), vec![1, 2]);
-        assert_eq!(int2s("[3]").unwrap(), vec![3]);
-        assert_eq!(int2s("{4,5}").unwrap(), vec![4, 5]);
-        assert!(int2s("").unwrap().is_empty());
-        assert!(int2s("x").is_err());
     }
 }

@@ -80,6 +80,7 @@ mod copy_out;
 mod cursor;
 mod execute;
 mod hook;
+mod pg_catalog;
 mod settings;
 mod transaction;
 
@@ -95,6 +96,8 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    pg_catalog::wrap(engine.session(), kiln_query::CATALOG, settings::all())
+        .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     settings::register_functions(engine.session());
     engine
         .session()

@@ -107,6 +107,11 @@ const SETTINGS: &[(&str, &str, &str)] = &[
         "Shows the maximum identifier length.",
     ),
     (
+        "max_index_keys",
+        "32",
+        "Shows the maximum number of index keys.",
+    ),
+    (
         "search_path",
         "\"$user\", public",
         "Sets the schema search order for names that are not schema-qualified.",
@@ -148,6 +153,14 @@ const SETTINGS: &[(&str, &str, &str)] = &[
         "Sets the current transaction's read-only status.",
     ),
 ];
+
+/// Every setting: name, server default, description (`pg_settings`).
+pub(super) fn all() -> Vec<(String, String, String)> {
+    SETTINGS
+        .iter()
+        .map(|(n, v, d)| (n.to_string(), v.to_string(), d.to_string()))
+        .collect()
+}
 
 /// The setting `name` names (case-insensitively), if Kiln knows it.
 fn setting(name: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {

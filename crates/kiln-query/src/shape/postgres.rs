@@ -11,13 +11,20 @@
 //!   identifier);
 //! - a call of a set-returning function in a select list becomes `unnest`
 //!   of the list the function returns ([`SET_RETURNING`]), so each element
-//!   is a row, as in PostgreSQL.
+//!   is a row, as in PostgreSQL;
+//! - an unnamed select-list expression repeated in the same list (`SELECT
+//!   NULL, NULL`, pgjdbc's `getProcedures`) gets a label of its own,
+//!   `?column?N` for the Nth column: PostgreSQL allows duplicate output
+//!   names, DataFusion refuses them ("Projections require unique
+//!   expression names"). The first keeps DataFusion's label.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, Statement, Subscript, Value, VisitMut, VisitorMut,
+    FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, Subscript, Value,
+    VisitMut, VisitorMut,
 };
 
 /// Set-returning functions implemented as functions returning a list of
@@ -27,7 +34,18 @@ pub const SET_RETURNING: &[&str] = &["_pg_expandarray", "information_schema._pg_
 /// Whether `sql` may hold something [`rewrite`] rewrites: lets a protocol
 /// skip parsing the text a second time.
 pub fn may_rewrite(sql: &str) -> bool {
-    sql.contains(").") || sql.to_ascii_lowercase().contains("_pg_expandarray")
+    let lower = sql.to_ascii_lowercase();
+    sql.contains(").") || lower.contains("_pg_expandarray") || repeats_a_term(&lower)
+}
+
+/// Whether some select-list term may repeat: two equal comma-separated
+/// pieces of the text (`select null, null`), without a parse.
+fn repeats_a_term(lower: &str) -> bool {
+    let mut seen = HashSet::new();
+    lower
+        .split(',')
+        .map(|p| p.trim().trim_start_matches("select").trim())
+        .any(|p| !p.is_empty() && !seen.insert(p))
 }
 
 /// Rewrites `stmt` (module docs); whether anything was rewritten.
@@ -43,6 +61,11 @@ struct Rewrite {
 
 impl VisitorMut for Rewrite {
     type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        self.rewrote |= labels(&mut query.body);
+        ControlFlow::Continue(())
+    }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         match expr {
@@ -73,6 +96,36 @@ impl VisitorMut for Rewrite {
             _ => {}
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Labels repeated unnamed terms of `body`'s select lists (module docs);
+/// whether there were any.
+fn labels(body: &mut SetExpr) -> bool {
+    match body {
+        SetExpr::SetOperation { left, right, .. } => labels(left) | labels(right),
+        SetExpr::Select(select) => {
+            let mut seen = HashSet::new();
+            let mut rewrote = false;
+            for (i, item) in select.projection.iter_mut().enumerate() {
+                let SelectItem::UnnamedExpr(e) = item else {
+                    continue;
+                };
+                if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+                    || seen.insert(e.to_string())
+                {
+                    continue;
+                }
+                let expr = std::mem::replace(e, Expr::value(Value::Null));
+                *item = SelectItem::ExprWithAlias {
+                    expr,
+                    alias: Ident::with_quote('"', format!("?column?{}", i + 1)),
+                };
+                rewrote = true;
+            }
+            rewrote
+        }
+        _ => false,
     }
 }
 
@@ -140,6 +193,23 @@ mod tests {
             )
         );
         assert!(may_rewrite("select _PG_EXPANDARRAY(k)"));
+        assert!(may_rewrite("SELECT a, NULL, NULL, d FROM t"));
+        assert!(may_rewrite("SELECT 1, 1"));
+        assert!(!may_rewrite("SELECT a, b FROM t WHERE c IN (1, 2)"));
         assert!(!may_rewrite("SELECT f(a) FROM t"));
+    }
+
+    #[test]
+    fn repeated_terms_get_labels_of_their_own() {
+        assert_eq!(
+            rewritten("SELECT a, NULL, NULL, 1, NULL AS x, a FROM t UNION SELECT 1, 2, 2, 2, 2, 2"),
+            (
+                true,
+                "SELECT a, NULL, NULL AS \"?column?3\", 1, NULL AS x, a FROM t \
+                 UNION SELECT 1, 2, 2 AS \"?column?3\", 2 AS \"?column?4\", 2 AS \"?column?5\", \
+                 2 AS \"?column?6\""
+                    .into()
+            )
+        );
     }
 }

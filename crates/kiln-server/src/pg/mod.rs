@@ -81,6 +81,7 @@ mod cursor;
 mod execute;
 mod hook;
 mod pg_catalog;
+mod regproc;
 mod settings;
 mod transaction;
 
@@ -98,6 +99,9 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     pg_catalog::wrap(engine.session(), kiln_query::CATALOG, settings::all())
         .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    let regproc = regproc::RegprocComparisons::new()
+        .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    engine.session().add_analyzer_rule(Arc::new(regproc));
     settings::register_functions(engine.session());
     engine
         .session()

@@ -11,10 +11,12 @@
 //! (`getImportedKeys`, `getExportedKeys`). Each table named here is
 //! answered as a view over the catalog's own table, built when a query
 //! names it (so `pg_class` still lists the tables of that moment): the
-//! text columns parsed into `smallint[]`, missing columns added as NULL.
+//! text columns parsed into `smallint[]`, `regproc` columns (kept as
+//! names) marked for [`super::regproc`], missing columns added as NULL.
 //! `pg_settings` lists [`super::settings`]' settings with their defaults.
 //! Written so it could move into datafusion-postgres's catalog as is.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -24,6 +26,7 @@ use arrow::datatypes::{DataType, Field};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
+use datafusion::common::metadata::FieldMetadata;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{ViewTable, provider_as_source};
 use datafusion::logical_expr::{
@@ -36,6 +39,21 @@ const INT2_ARRAYS: &[(&str, &[&str])] = &[
     ("pg_index", &["indkey", "indoption"]),
     ("pg_constraint", &["conkey", "confkey"]),
 ];
+
+/// `regproc` columns kept as function names, marked for
+/// [`super::regproc`] (field metadata).
+const REGPROCS: &[(&str, &[&str])] = &[(
+    "pg_type",
+    &[
+        "typinput",
+        "typoutput",
+        "typreceive",
+        "typsend",
+        "typmodin",
+        "typmodout",
+        "typanalyze",
+    ],
+)];
 
 /// Text columns PostgreSQL has and the catalog lacks, answered NULL.
 const MISSING: &[(&str, &[&str])] = &[("pg_class", &["relacl"])];
@@ -82,13 +100,17 @@ impl PgCatalog {
     }
 }
 
-/// `table` as a view with `int2` columns parsed and `missing` added.
+/// `table` as a view with `int2` columns parsed, `regproc` columns marked
+/// and `missing` added.
 fn retyped(
     name: &str,
     table: Arc<dyn TableProvider>,
-    int2: &[&str],
-    missing: &[&str],
+    [int2, regproc, missing]: [&[&str]; 3],
 ) -> Result<Arc<dyn TableProvider>> {
+    let regproc_mark = FieldMetadata::from(BTreeMap::from([(
+        super::regproc::KEY.to_string(),
+        super::regproc::REGPROC.to_string(),
+    )]));
     let parse = Arc::new(ScalarUDF::from(Int2Array::new()));
     let schema = table.schema();
     let mut exprs: Vec<Expr> = schema
@@ -96,9 +118,14 @@ fn retyped(
         .iter()
         .map(|f| {
             let c = col(format!("\"{}\"", f.name()));
-            match int2.contains(&f.name().as_str()) && f.data_type() == &DataType::Utf8 {
-                true => parse.call(vec![c]).alias(f.name()),
-                false => c,
+            let utf8 = f.data_type() == &DataType::Utf8;
+            let name = f.name().as_str();
+            if utf8 && int2.contains(&name) {
+                parse.call(vec![c]).alias(name)
+            } else if utf8 && regproc.contains(&name) {
+                c.alias_with_metadata(name, Some(regproc_mark.clone()))
+            } else {
+                c
             }
         })
         .collect();
@@ -132,11 +159,11 @@ impl SchemaProvider for PgCatalog {
                 .find(|(t, _)| *t == lower)
                 .map_or(&[][..], |(_, c)| *c)
         };
-        let (int2, missing) = (find(INT2_ARRAYS), find(MISSING));
-        if int2.is_empty() && missing.is_empty() {
+        let columns = [find(INT2_ARRAYS), find(REGPROCS), find(MISSING)];
+        if columns.iter().all(|c| c.is_empty()) {
             return Ok(Some(table));
         }
-        retyped(&lower, table, int2, missing).map(Some)
+        retyped(&lower, table, columns).map(Some)
     }
 
     fn table_exist(&self, name: &str) -> bool {

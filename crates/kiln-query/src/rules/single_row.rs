@@ -12,7 +12,12 @@
 //! `single_row(value)` with no grouping, which DataFusion then decorrelates
 //! as any aggregated subquery (grouped by the correlated columns). The
 //! aggregate keeps the value of the one row it sees and fails on a second,
-//! so a key that is not unique is an error, never an arbitrary row.
+//! so a key that is not unique is an error, never an arbitrary row. The
+//! groups are computed for every correlated value of the inner table, so
+//! a value with two rows fails the query even if no outer row asks for it
+//! (PostgreSQL would not look): an error where PostgreSQL answers, never a
+//! wrong answer. (datafusion-postgres's SQL rewrite answers a correlated
+//! subquery in a select list NULL before planning; this sees the others.)
 
 use std::sync::Arc;
 

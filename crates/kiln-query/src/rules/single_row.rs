@@ -81,7 +81,7 @@ fn unaggregated(sq: &Subquery) -> bool {
         inner = f.input.as_ref();
     }
     let aggregated = matches!(inner, LogicalPlan::Aggregate(a) if !a.aggr_expr.is_empty());
-    !aggregated && !sq.subquery.max_rows().is_some_and(|n| n <= 1)
+    !aggregated && sq.subquery.max_rows().is_none_or(|n| n > 1)
 }
 
 /// `sq` with `single_row` of its one column on top, under the same name.
@@ -213,7 +213,7 @@ mod tests {
         acc.update_batch(&[empty]).unwrap();
         assert_eq!(acc.evaluate().unwrap(), ScalarValue::Int64(None));
         let one: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![7]));
-        acc.update_batch(&[one.clone()]).unwrap();
+        acc.update_batch(std::slice::from_ref(&one)).unwrap();
         assert_eq!(acc.evaluate().unwrap(), ScalarValue::Int64(Some(7)));
         let err = acc.update_batch(&[one]).unwrap_err();
         assert!(err.to_string().contains(MORE_THAN_ONE_ROW), "{err}");

@@ -39,12 +39,18 @@ pub fn may_rewrite(sql: &str) -> bool {
 }
 
 /// Whether some select-list term may repeat: two equal comma-separated
-/// pieces of the text (`select null, null`), without a parse.
+/// pieces of a `SELECT`'s text before its first `FROM` (`select null,
+/// null from`), found without a parse. Other statements (a long
+/// multi-row `INSERT ... VALUES` repeats pieces too) are not parsed twice
+/// for it.
 fn repeats_a_term(lower: &str) -> bool {
+    let Some(rest) = lower.trim_start().strip_prefix("select") else {
+        return false;
+    };
+    let list = rest.split(" from ").next().unwrap_or(rest);
     let mut seen = HashSet::new();
-    lower
-        .split(',')
-        .map(|p| p.trim().trim_start_matches("select").trim())
+    list.split(',')
+        .map(str::trim)
         .any(|p| !p.is_empty() && !seen.insert(p))
 }
 
@@ -195,7 +201,8 @@ mod tests {
         assert!(may_rewrite("select _PG_EXPANDARRAY(k)"));
         assert!(may_rewrite("SELECT a, NULL, NULL, d FROM t"));
         assert!(may_rewrite("SELECT 1, 1"));
-        assert!(!may_rewrite("SELECT a, b FROM t WHERE c IN (1, 2)"));
+        assert!(!may_rewrite("SELECT a, b FROM t WHERE c IN (1, 1)"));
+        assert!(!may_rewrite("INSERT INTO t VALUES (1, 'a'), (1, 'a')"));
         assert!(!may_rewrite("SELECT f(a) FROM t"));
     }
 

@@ -324,22 +324,22 @@ impl QueryParser for KilnParser {
         // parse.
         let deep = sql.len() > 2 * self.engine.max_expression_depth();
         let mut rewritten = None;
-        if deep || kiln_query::shape::postgres::may_rewrite(sql) {
-            if let Ok(mut stmts) = self.sql.parse(sql) {
-                let mut rewrote = false;
-                for stmt in &mut stmts {
-                    match self.engine.check_shape(stmt) {
-                        Ok(r) => rewrote |= r,
-                        Err(e) => {
-                            self.engine.record_failed(Origin::pg(pid), sql, &e);
-                            return Err(to_pg(e));
-                        }
+        if (deep || kiln_query::shape::postgres::may_rewrite(sql))
+            && let Ok(mut stmts) = self.sql.parse(sql)
+        {
+            let mut rewrote = false;
+            for stmt in &mut stmts {
+                match self.engine.check_shape(stmt) {
+                    Ok(r) => rewrote |= r,
+                    Err(e) => {
+                        self.engine.record_failed(Origin::pg(pid), sql, &e);
+                        return Err(to_pg(e));
                     }
                 }
-                if rewrote {
-                    let text: Vec<String> = stmts.iter().map(ToString::to_string).collect();
-                    rewritten = Some(text.join("; "));
-                }
+            }
+            if rewrote {
+                let text: Vec<String> = stmts.iter().map(ToString::to_string).collect();
+                rewritten = Some(text.join("; "));
             }
         }
         self.inner

@@ -58,19 +58,19 @@ const REGPROCS: &[(&str, &[&str])] = &[(
 /// Text columns PostgreSQL has and the catalog lacks, answered NULL.
 const MISSING: &[(&str, &[&str])] = &[("pg_class", &["relacl"])];
 
+/// A setting: name, value, description.
+pub(super) type Setting = (String, String, String);
+
 /// The `pg_catalog` schema, some tables retyped (module docs).
 #[derive(Debug)]
 pub(super) struct PgCatalog {
     inner: Arc<dyn SchemaProvider>,
-    /// `(name, setting, description)` of each setting, for `pg_settings`.
-    settings: Vec<(String, String, String)>,
+    /// Each setting, for `pg_settings`.
+    settings: Vec<Setting>,
 }
 
 impl PgCatalog {
-    pub(super) fn new(
-        inner: Arc<dyn SchemaProvider>,
-        settings: Vec<(String, String, String)>,
-    ) -> Self {
+    pub(super) fn new(inner: Arc<dyn SchemaProvider>, settings: Vec<Setting>) -> Self {
         Self { inner, settings }
     }
 
@@ -78,7 +78,7 @@ impl PgCatalog {
     fn settings_table(&self, like: &dyn TableProvider) -> Result<Arc<dyn TableProvider>> {
         let schema = like.schema();
         let n = self.settings.len();
-        let text = |f: &dyn Fn(&(String, String, String)) -> Option<String>| -> ArrayRef {
+        let text = |f: &dyn Fn(&Setting) -> Option<String>| -> ArrayRef {
             Arc::new(self.settings.iter().map(f).collect::<StringArray>())
         };
         let columns = schema
@@ -230,7 +230,7 @@ impl ScalarUDFImpl for Int2Array {
 pub(super) fn wrap(
     ctx: &datafusion::prelude::SessionContext,
     catalog: &str,
-    settings: Vec<(String, String, String)>,
+    settings: Vec<Setting>,
 ) -> Result<()> {
     let catalog = ctx
         .catalog(catalog)

@@ -1,6 +1,8 @@
 //! What clients read to learn which server they talk to: `version()`,
 //! `current_setting()`, `SHOW name`, `SHOW ALL`, and `to_regtype()` (the
-//! types psycopg looks up when SQLAlchemy connects).
+//! types psycopg looks up when SQLAlchemy connects); and the catalog
+//! functions whose answer for any Kiln object is NULL (`obj_description`,
+//! `pg_get_indexdef`, ...; [`Constant::no_catalog_entry`]).
 //!
 //! Why: drivers and BI tools decide how to talk from these. SQLAlchemy
 //! parses `version()` for `PostgreSQL X.Y` and refused to connect to
@@ -155,7 +157,7 @@ const SETTINGS: &[(&str, &str, &str)] = &[
 ];
 
 /// Every setting: name, server default, description (`pg_settings`).
-pub(super) fn all() -> Vec<(String, String, String)> {
+pub(super) fn all() -> Vec<super::pg_catalog::Setting> {
     SETTINGS
         .iter()
         .map(|(n, v, d)| (n.to_string(), v.to_string(), d.to_string()))

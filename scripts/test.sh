@@ -16,11 +16,21 @@ if ! command -v cargo >/dev/null; then
 fi
 
 # Real clients used by the end-to-end tests: psql (Debian's postgresql-client),
-# psycopg and SQLAlchemy (PyPI) for the client conformance suite, and
-# pyroaring (PyPI) to read bitmaps Kiln writes.
+# psycopg and SQLAlchemy (PyPI) for the client conformance suite, pgjdbc
+# (Maven Central, fetched by mvn itself; run with a JDK 17+), and pyroaring
+# (PyPI) to read bitmaps Kiln writes.
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+APT_UPDATED=""
+apt_install() {
+  [ -n "$APT_UPDATED" ] || $SUDO apt-get update -qq
+  APT_UPDATED=1
+  $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 if ! command -v psql >/dev/null; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq postgresql-client >/dev/null
+  apt_install postgresql-client
+fi
+if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then
+  apt_install maven default-jdk-headless
 fi
 if ! python3 -c 'import pyroaring, psycopg, sqlalchemy' 2>/dev/null; then
   python3 -m pip install -q pyroaring "psycopg[binary]" "sqlalchemy>=2"

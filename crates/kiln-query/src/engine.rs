@@ -200,7 +200,9 @@ impl Engine {
         let mut out = Vec::with_capacity(stmts.len());
         for mut stmt in stmts {
             match &mut stmt {
-                DfStatement::Statement(s) => self.check_shape(s)?,
+                DfStatement::Statement(s) => {
+                    self.check_shape(s)?;
+                }
                 DfStatement::Explain(e) => {
                     if let DfStatement::Statement(s) = e.statement.as_mut() {
                         self.check_shape(s)?;
@@ -215,9 +217,12 @@ impl Engine {
 
     /// Rebalances long AND/OR chains of a parsed statement and refuses it
     /// if an expression nests deeper than `--max-expression-depth`
-    /// ([`crate::shape`]). Every protocol calls it on what it parsed.
-    pub fn check_shape(&self, stmt: &mut Statement) -> Result<()> {
-        shape::check(stmt, self.max_expression_depth)
+    /// ([`crate::shape`]); then writes PostgreSQL syntax DataFusion spells
+    /// otherwise as DataFusion plans it ([`shape::postgres`]); returns
+    /// whether it did. Every protocol calls it on what it parsed.
+    pub fn check_shape(&self, stmt: &mut Statement) -> Result<bool> {
+        shape::check(stmt, self.max_expression_depth)?;
+        Ok(shape::postgres::rewrite(stmt))
     }
 
     /// `--max-expression-depth`.

@@ -17,6 +17,8 @@
 
 use std::ops::ControlFlow;
 
+pub mod postgres;
+
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::parser::ParserError;
 

@@ -7,6 +7,8 @@
 //!   logical optimizer rule);
 //! - [`float_division`]: a float divided by zero fails as in PostgreSQL
 //!   (an analyzer rule after type coercion);
+//! - [`single_row`]: a correlated scalar subquery without an aggregate
+//!   gives its one row's value, as in PostgreSQL (an analyzer rule);
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
 //!   physical optimizer rule);
 //! - [`partials`]: partial aggregates kept per held segment (a physical
@@ -21,4 +23,5 @@ pub mod dedup;
 pub mod float_division;
 pub mod partials;
 pub mod shared;
+pub mod single_row;
 pub mod time_predicates;

@@ -31,7 +31,7 @@ use datafusion_postgres::arrow_pg::datatypes::{
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::Type;
 use datafusion_postgres::pgwire::api::portal::{Format, Portal};
-use datafusion_postgres::pgwire::api::results::QueryResponse;
+use datafusion_postgres::pgwire::api::results::{FieldInfo, QueryResponse};
 use datafusion_postgres::pgwire::api::stmt::StoredStatement;
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::types::format::FormatOptions;
@@ -111,7 +111,11 @@ pub(super) fn encode<C: ClientInfo + ?Sized>(
     client: &C,
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-    let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, Some(options))?);
+    let fields = Arc::new(described(arrow_schema_to_pg_fields(
+        schema,
+        format,
+        Some(options),
+    )?));
     let row_fields = fields.clone();
     let rows = batches
         .map(move |batch| {
@@ -123,6 +127,27 @@ pub(super) fn encode<C: ClientInfo + ?Sized>(
         })
         .flatten();
     Ok(QueryResponse::new(fields, rows))
+}
+
+/// Result columns as PostgreSQL describes them: a column of no type (a
+/// `NULL` literal, Arrow's `Null`) is `text`, as PostgreSQL 10+ resolves
+/// an unknown-typed output column, never `unknown` (OID 705), which
+/// pgjdbc cannot map to a JDBC type and looks up in `pg_type` instead.
+pub(super) fn described(fields: Vec<FieldInfo>) -> Vec<FieldInfo> {
+    fields
+        .into_iter()
+        .map(|f| match *f.datatype() == Type::UNKNOWN {
+            false => f,
+            true => FieldInfo::new(
+                f.name().to_string(),
+                f.table_id(),
+                f.column_id(),
+                Type::TEXT,
+                f.format(),
+            )
+            .with_format_options(f.format_options().clone()),
+        })
+        .collect()
 }
 
 /// At most this many statements' types are kept; past it, those of closed

@@ -41,8 +41,12 @@ use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
 use datafusion_postgres::pgwire::api::copy::CopyHandler;
 use datafusion_postgres::pgwire::api::portal::{Format, Portal, PortalExecutionState};
-use datafusion_postgres::pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use datafusion_postgres::pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use datafusion_postgres::pgwire::api::query::{
+    ExtendedQueryHandler, SimpleQueryHandler, send_describe_response,
+};
+use datafusion_postgres::pgwire::api::results::{
+    DescribePortalResponse, FieldInfo, QueryResponse, Response, Tag,
+};
 use datafusion_postgres::pgwire::api::stmt::QueryParser;
 use datafusion_postgres::pgwire::api::store::{Entry, PortalStore};
 use datafusion_postgres::pgwire::api::{
@@ -52,7 +56,10 @@ use datafusion_postgres::pgwire::api::{
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::cancel::CancelRequest;
-use datafusion_postgres::pgwire::messages::extendedquery::Execute;
+use datafusion_postgres::pgwire::messages::data::ParameterDescription;
+use datafusion_postgres::pgwire::messages::extendedquery::{
+    Describe, Execute, TARGET_TYPE_BYTE_STATEMENT,
+};
 use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use datafusion_postgres::{DfSessionService, Parser};
@@ -66,12 +73,15 @@ use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 use hook::Hook;
 
+mod catalog;
 mod conn;
 mod copy;
 mod copy_out;
 mod cursor;
 mod execute;
 mod hook;
+mod pg_catalog;
+mod regproc;
 mod settings;
 mod transaction;
 
@@ -87,7 +97,17 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    pg_catalog::wrap(engine.session(), kiln_query::CATALOG, settings::all())
+        .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    let regproc = regproc::RegprocComparisons::new()
+        .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    engine.session().add_analyzer_rule(Arc::new(regproc));
     settings::register_functions(engine.session());
+    engine
+        .session()
+        .register_udf(datafusion::logical_expr::ScalarUDF::from(
+            catalog::ExpandArray::new(),
+        ));
     Ok(())
 }
 
@@ -298,19 +318,32 @@ impl QueryParser for KilnParser {
             return Err(to_pg(e));
         }
         // Only text this long can nest past the limit (each level takes a
-        // term and an operator): short statements skip the second parse.
-        if sql.len() > 2 * self.engine.max_expression_depth()
-            && let Ok(stmts) = self.sql.parse(sql)
+        // term and an operator), and only some text has PostgreSQL syntax
+        // the planner is given rewritten (`(expr).field`, set-returning
+        // functions; `shape::postgres`): other statements skip the second
+        // parse.
+        let deep = sql.len() > 2 * self.engine.max_expression_depth();
+        let mut rewritten = None;
+        if (deep || kiln_query::shape::postgres::may_rewrite(sql))
+            && let Ok(mut stmts) = self.sql.parse(sql)
         {
-            for mut stmt in stmts {
-                if let Err(e) = self.engine.check_shape(&mut stmt) {
-                    self.engine.record_failed(Origin::pg(pid), sql, &e);
-                    return Err(to_pg(e));
+            let mut rewrote = false;
+            for stmt in &mut stmts {
+                match self.engine.check_shape(stmt) {
+                    Ok(r) => rewrote |= r,
+                    Err(e) => {
+                        self.engine.record_failed(Origin::pg(pid), sql, &e);
+                        return Err(to_pg(e));
+                    }
                 }
+            }
+            if rewrote {
+                let text: Vec<String> = stmts.iter().map(ToString::to_string).collect();
+                rewritten = Some(text.join("; "));
             }
         }
         self.inner
-            .parse_sql(client, sql, types)
+            .parse_sql(client, rewritten.as_deref().unwrap_or(sql), types)
             .await
             .map_err(|e| self.error(sql, pid, e))
     }
@@ -324,7 +357,9 @@ impl QueryParser for KilnParser {
         stmt: &Self::Statement,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
-        self.inner.get_result_schema(stmt, column_format)
+        self.inner
+            .get_result_schema(stmt, column_format)
+            .map(execute::described)
     }
 }
 
@@ -433,6 +468,39 @@ impl ExtendedQueryHandler for PgExtended {
 
     fn query_parser(&self) -> Arc<Self::QueryParser> {
         self.parser.clone()
+    }
+
+    /// Describe: pgwire's, except that a statement with parameters and no
+    /// result columns (an INSERT) is described by NoData, as PostgreSQL
+    /// does, not by an empty RowDescription. pgjdbc reads an empty
+    /// RowDescription as a query's and its batches then counted 0 rows.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo
+            + ClientPortalStore
+            + futures::Sink<PgWireBackendMessage>
+            + Unpin
+            + Send
+            + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT
+            && let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name)
+        {
+            let described = self.do_describe_statement(client, &stmt).await?;
+            let oids = described.parameters.iter().map(Type::oid).collect();
+            client
+                .send(PgWireBackendMessage::ParameterDescription(
+                    ParameterDescription::new(oids),
+                ))
+                .await?;
+            let columns = DescribePortalResponse::new(described.fields);
+            return send_describe_response(client, &columns).await;
+        }
+        self._on_describe(client, message).await
     }
 
     /// Execute: pgwire's handling, except that a query portal executed for

@@ -1,6 +1,8 @@
 //! What clients read to learn which server they talk to: `version()`,
 //! `current_setting()`, `SHOW name`, `SHOW ALL`, and `to_regtype()` (the
-//! types psycopg looks up when SQLAlchemy connects).
+//! types psycopg looks up when SQLAlchemy connects); and the catalog
+//! functions whose answer for any Kiln object is NULL (`obj_description`,
+//! `pg_get_indexdef`, ...; [`Constant::no_catalog_entry`]).
 //!
 //! Why: drivers and BI tools decide how to talk from these. SQLAlchemy
 //! parses `version()` for `PostgreSQL X.Y` and refused to connect to
@@ -107,6 +109,11 @@ const SETTINGS: &[(&str, &str, &str)] = &[
         "Shows the maximum identifier length.",
     ),
     (
+        "max_index_keys",
+        "32",
+        "Shows the maximum number of index keys.",
+    ),
+    (
         "search_path",
         "\"$user\", public",
         "Sets the schema search order for names that are not schema-qualified.",
@@ -149,6 +156,14 @@ const SETTINGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Every setting: name, server default, description (`pg_settings`).
+pub(super) fn all() -> Vec<super::pg_catalog::Setting> {
+    SETTINGS
+        .iter()
+        .map(|(n, v, d)| (n.to_string(), v.to_string(), d.to_string()))
+        .collect()
+}
+
 /// The setting `name` names (case-insensitively), if Kiln knows it.
 fn setting(name: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {
     SETTINGS.iter().find(|(n, ..)| n.eq_ignore_ascii_case(name))
@@ -179,6 +194,9 @@ pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
     ctx.register_udf(ScalarUDF::from(Constant::no_serial_sequence()));
+    for none in Constant::no_catalog_entry() {
+        ctx.register_udf(ScalarUDF::from(none));
+    }
 }
 
 /// Built-in PostgreSQL types by name (and common alias), with their OIDs.
@@ -287,6 +305,33 @@ impl Constant {
             value: None,
             signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable),
         }
+    }
+}
+
+impl Constant {
+    /// Catalog functions whose answer is NULL for every object Kiln has,
+    /// as PostgreSQL answers for an object without one: a comment
+    /// (`obj_description(oid, catalog)`, `col_description(table, column)`;
+    /// Kiln keeps none), an index's definition (`pg_get_indexdef(index
+    /// [, column, pretty])`; Kiln has no indexes) and a function's result
+    /// type (`pg_get_function_result(function)`; Kiln has no user-defined
+    /// functions). pgjdbc's `getUDTs`, `getIndexInfo` and `getFunctions`
+    /// call them.
+    fn no_catalog_entry() -> [Self; 4] {
+        let none = |name, args: &[usize]| Self {
+            name,
+            value: None,
+            signature: Signature::one_of(
+                args.iter().map(|&n| TypeSignature::Any(n)).collect(),
+                Volatility::Stable,
+            ),
+        };
+        [
+            none("obj_description", &[1, 2]),
+            none("col_description", &[2]),
+            none("pg_get_indexdef", &[1, 3]),
+            none("pg_get_function_result", &[1]),
+        ]
     }
 }
 

@@ -249,9 +249,15 @@ pub fn client_check(s: &Server, script: &str) {
         .arg(http_port)
         .output()
         .expect("python3 (scripts/test.sh installs the client libraries)");
+    assert_ok(s, script, &out);
+}
+
+/// A client check's run must succeed and print `ok`; else its output and
+/// `s`'s log are shown.
+pub fn assert_ok(s: &Server, check: &str, out: &std::process::Output) {
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
-        "{script} failed:\n{}\n{}\nserver log:\n{}",
+        "{check} failed:\n{}\n{}\nserver log:\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
         s.log.lock().unwrap()

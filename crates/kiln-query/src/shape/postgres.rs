@@ -1,0 +1,222 @@
+//! PostgreSQL syntax DataFusion plans under another spelling, rewritten
+//! right after parsing:
+//! - field selection from a composite value, `(expr).field`, becomes
+//!   DataFusion's struct access, `(expr)['field']`. DataFusion refuses the
+//!   first ("Dot access not supported for non-string expr"), which
+//!   PostgreSQL's catalogs and drivers use on row-valued functions:
+//!   pgjdbc's `getPrimaryKeys`, `getIndexInfo` and `getBestRowIdentifier`
+//!   read `(information_schema._pg_expandarray(...)).n`. A field name
+//!   follows PostgreSQL's identifier rules: folded to lower case unless
+//!   quoted. `a.b` without parentheses stays a column (a compound
+//!   identifier);
+//! - a call of a set-returning function in a select list becomes `unnest`
+//!   of the list the function returns ([`SET_RETURNING`]), so each element
+//!   is a row, as in PostgreSQL;
+//! - an unnamed select-list expression repeated in the same list (`SELECT
+//!   NULL, NULL`, pgjdbc's `getProcedures`) gets a label of its own,
+//!   `?column?N` for the Nth column: PostgreSQL allows duplicate output
+//!   names, DataFusion refuses them ("Projections require unique
+//!   expression names"). The first keeps DataFusion's label.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    AccessExpr, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, Subscript, Value,
+    VisitMut, VisitorMut,
+};
+
+/// Set-returning functions implemented as functions returning a list of
+/// their rows (lower case, as named in SQL, schema included if any).
+pub const SET_RETURNING: &[&str] = &["_pg_expandarray", "information_schema._pg_expandarray"];
+
+/// Whether `sql` may hold something [`rewrite`] rewrites: lets a protocol
+/// skip parsing the text a second time.
+pub fn may_rewrite(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    sql.contains(").") || lower.contains("_pg_expandarray") || repeats_a_term(&lower)
+}
+
+/// Whether some select-list term may repeat: two equal comma-separated
+/// pieces of a `SELECT`'s text before its first `FROM` (`select null,
+/// null from`), found without a parse. Other statements (a long
+/// multi-row `INSERT ... VALUES` repeats pieces too) are not parsed twice
+/// for it.
+fn repeats_a_term(lower: &str) -> bool {
+    let Some(rest) = lower.trim_start().strip_prefix("select") else {
+        return false;
+    };
+    let list = rest.split(" from ").next().unwrap_or(rest);
+    let mut seen = HashSet::new();
+    list.split(',')
+        .map(str::trim)
+        .any(|p| !p.is_empty() && !seen.insert(p))
+}
+
+/// Rewrites `stmt` (module docs); whether anything was rewritten.
+pub fn rewrite(stmt: &mut Statement) -> bool {
+    let mut v = Rewrite { rewrote: false };
+    let _ = stmt.visit(&mut v);
+    v.rewrote
+}
+
+struct Rewrite {
+    rewrote: bool,
+}
+
+impl VisitorMut for Rewrite {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        self.rewrote |= labels(&mut query.body);
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        match expr {
+            Expr::CompoundFieldAccess { root, access_chain } => {
+                // After an identifier, dots continue the compound name
+                // DataFusion resolves itself (`t.col.field`).
+                if matches!(**root, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+                    return ControlFlow::Continue(());
+                }
+                for access in access_chain {
+                    if let AccessExpr::Dot(Expr::Identifier(ident)) = access {
+                        let name = match ident.quote_style {
+                            Some(_) => ident.value.clone(),
+                            None => ident.value.to_lowercase(),
+                        };
+                        *access = AccessExpr::Subscript(Subscript::Index {
+                            index: Expr::value(Value::SingleQuotedString(name)),
+                        });
+                        self.rewrote = true;
+                    }
+                }
+            }
+            Expr::Function(f) if set_returning(f) => {
+                let call = std::mem::replace(expr, Expr::value(Value::Null));
+                *expr = unnest(call);
+                self.rewrote = true;
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Labels repeated unnamed terms of `body`'s select lists (module docs);
+/// whether there were any.
+fn labels(body: &mut SetExpr) -> bool {
+    match body {
+        SetExpr::SetOperation { left, right, .. } => labels(left) | labels(right),
+        SetExpr::Select(select) => {
+            let mut seen = HashSet::new();
+            let mut rewrote = false;
+            for (i, item) in select.projection.iter_mut().enumerate() {
+                let SelectItem::UnnamedExpr(e) = item else {
+                    continue;
+                };
+                if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+                    || seen.insert(e.to_string())
+                {
+                    continue;
+                }
+                let expr = std::mem::replace(e, Expr::value(Value::Null));
+                *item = SelectItem::ExprWithAlias {
+                    expr,
+                    alias: Ident::with_quote('"', format!("?column?{}", i + 1)),
+                };
+                rewrote = true;
+            }
+            rewrote
+        }
+        _ => false,
+    }
+}
+
+fn set_returning(f: &Function) -> bool {
+    let name = f.name.to_string().to_lowercase();
+    SET_RETURNING.contains(&name.as_str())
+}
+
+/// `unnest(call)`.
+fn unnest(call: Expr) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new("unnest")]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(call))],
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn rewritten(sql: &str) -> (bool, String) {
+        let mut stmt = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .unwrap()
+            .remove(0);
+        let changed = rewrite(&mut stmt);
+        (changed, stmt.to_string())
+    }
+
+    #[test]
+    fn parenthesized_values_have_their_fields_selected() {
+        assert_eq!(
+            rewritten("SELECT (f(a)).n, (t.keys).X, (t.keys).\"X\" FROM t"),
+            (
+                true,
+                "SELECT (f(a))['n'], (t.keys)['x'], (t.keys)['X'] FROM t".into()
+            )
+        );
+        assert_eq!(
+            rewritten("SELECT t.a, a[1], s['f'] FROM t"),
+            (false, "SELECT t.a, a[1], s['f'] FROM t".into())
+        );
+    }
+
+    #[test]
+    fn set_returning_functions_are_unnested() {
+        assert_eq!(
+            rewritten("SELECT (information_schema._pg_expandarray(k)).n, _pg_expandarray(k) AS r"),
+            (
+                true,
+                "SELECT (unnest(information_schema._pg_expandarray(k)))['n'], \
+                 unnest(_pg_expandarray(k)) AS r"
+                    .into()
+            )
+        );
+        assert!(may_rewrite("select _PG_EXPANDARRAY(k)"));
+        assert!(may_rewrite("SELECT a, NULL, NULL, d FROM t"));
+        assert!(may_rewrite("SELECT 1, 1"));
+        assert!(!may_rewrite("SELECT a, b FROM t WHERE c IN (1, 1)"));
+        assert!(!may_rewrite("INSERT INTO t VALUES (1, 'a'), (1, 'a')"));
+        assert!(!may_rewrite("SELECT f(a) FROM t"));
+    }
+
+    #[test]
+    fn repeated_terms_get_labels_of_their_own() {
+        assert_eq!(
+            rewritten("SELECT a, NULL, NULL, 1, NULL AS x, a FROM t UNION SELECT 1, 2, 2, 2, 2, 2"),
+            (
+                true,
+                "SELECT a, NULL, NULL AS \"?column?3\", 1, NULL AS x, a FROM t \
+                 UNION SELECT 1, 2, 2 AS \"?column?3\", 2 AS \"?column?4\", 2 AS \"?column?5\", \
+                 2 AS \"?column?6\""
+                    .into()
+            )
+        );
+    }
+}

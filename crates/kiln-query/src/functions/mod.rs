@@ -10,7 +10,9 @@
 //! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
 //!   `array_repeat`, refusing a result too large before allocating it;
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
-//!   template patterns and TimescaleDB's `time_bucket`.
+//!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
+//!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
+//!   (`pg_like.rs`).
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.
@@ -21,6 +23,8 @@ mod bitmap_scalar;
 mod distributions;
 mod funnel;
 mod pg_format;
+mod pg_json;
+mod pg_like;
 mod sized;
 mod stats;
 #[cfg(test)]
@@ -43,6 +47,8 @@ pub fn register(ctx: &SessionContext) {
     ] {
         ctx.register_udaf(udaf);
     }
+    ctx.register_udf(udf(pg_json::JsonBuildObject::default()));
+    ctx.register_udf(udf(pg_like::LikeEscape::default()));
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);
     }

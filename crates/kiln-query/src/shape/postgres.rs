@@ -12,6 +12,14 @@
 //! - a call of a set-returning function in a select list becomes `unnest`
 //!   of the list the function returns ([`SET_RETURNING`]), so each element
 //!   is a row, as in PostgreSQL;
+//! - `generate_subscripts(a, 1)` in a select list becomes
+//!   `unnest(generate_series(1, array_length(a, 1)))`: the subscripts of
+//!   `a`, one per row, beside `unnest(a)` as SQLAlchemy's reflection of
+//!   keys and indexes pairs them;
+//! - `LIKE pattern ESCAPE 'c'` with a literal pattern and another escape
+//!   than the backslash (SQLAlchemy's `ESCAPE '/'`) becomes the same
+//!   pattern escaped with the backslash, the only escape DataFusion
+//!   accepts;
 //! - an unnamed select-list expression repeated in the same list (`SELECT
 //!   NULL, NULL`, pgjdbc's `getProcedures`) gets a label of its own,
 //!   `?column?N` for the Nth column: PostgreSQL allows duplicate output
@@ -35,7 +43,11 @@ pub const SET_RETURNING: &[&str] = &["_pg_expandarray", "information_schema._pg_
 /// skip parsing the text a second time.
 pub fn may_rewrite(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
-    sql.contains(").") || lower.contains("_pg_expandarray") || repeats_a_term(&lower)
+    sql.contains(").")
+        || lower.contains("_pg_expandarray")
+        || lower.contains("generate_subscripts")
+        || lower.contains("escape")
+        || repeats_a_term(&lower)
 }
 
 /// Whether some select-list term may repeat: two equal comma-separated
@@ -99,6 +111,66 @@ impl VisitorMut for Rewrite {
                 *expr = unnest(call);
                 self.rewrote = true;
             }
+            Expr::Function(f)
+                if f.name
+                    .to_string()
+                    .eq_ignore_ascii_case("generate_subscripts") =>
+            {
+                if let FunctionArguments::List(list) = &f.args
+                    && let [FunctionArg::Unnamed(FunctionArgExpr::Expr(array)), dim] =
+                        list.args.as_slice()
+                {
+                    let dim = match dim {
+                        FunctionArg::Unnamed(FunctionArgExpr::Expr(d)) => d.clone(),
+                        _ => return ControlFlow::Continue(()),
+                    };
+                    let length = call("array_length", vec![array.clone(), dim]);
+                    let series = call("generate_series", vec![Expr::value(number("1")), length]);
+                    *expr = unnest(series);
+                    self.rewrote = true;
+                }
+            }
+            Expr::Like {
+                pattern,
+                escape_char: Some(escape),
+                ..
+            }
+            | Expr::ILike {
+                pattern,
+                escape_char: Some(escape),
+                ..
+            } => {
+                if let Value::SingleQuotedString(c) = &escape.value
+                    && let Some(c) = single_char(c)
+                    && c != '\\'
+                {
+                    let literal = match pattern.as_ref() {
+                        Expr::Value(p) => match &p.value {
+                            Value::SingleQuotedString(text) => Some(text.clone()),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    match literal {
+                        Some(text) => {
+                            **pattern = Expr::value(Value::SingleQuotedString(
+                                escape_with_backslash(&text, c),
+                            ));
+                        }
+                        // A bound pattern is rewritten as it is evaluated.
+                        None => {
+                            let bound =
+                                std::mem::replace(pattern.as_mut(), Expr::value(Value::Null));
+                            **pattern = call(
+                                LIKE_ESCAPE,
+                                vec![bound, Expr::value(Value::SingleQuotedString(c.into()))],
+                            );
+                        }
+                    }
+                    escape.value = Value::SingleQuotedString("\\".into());
+                    self.rewrote = true;
+                }
+            }
             _ => {}
         }
         ControlFlow::Continue(())
@@ -135,6 +207,42 @@ fn labels(body: &mut SetExpr) -> bool {
     }
 }
 
+/// The function that rewrites a pattern that is not a literal for the
+/// backslash escape (`functions::pg_like`).
+pub const LIKE_ESCAPE: &str = "kiln_like_escape";
+
+/// The one character of `s`, if it has exactly one.
+fn single_char(s: &str) -> Option<char> {
+    let mut chars = s.chars();
+    let c = chars.next()?;
+    chars.next().is_none().then_some(c)
+}
+
+/// `pattern`, written with escape character `escape`, rewritten for the
+/// backslash: `escape` followed by a character becomes a backslash
+/// followed by it; a backslash of its own becomes an escaped backslash.
+pub fn escape_with_backslash(pattern: &str, escape: char) -> String {
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == escape {
+            out.push('\\');
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn number(n: &str) -> Value {
+    Value::Number(n.into(), false)
+}
+
 fn set_returning(f: &Function) -> bool {
     let name = f.name.to_string().to_lowercase();
     SET_RETURNING.contains(&name.as_str())
@@ -142,13 +250,21 @@ fn set_returning(f: &Function) -> bool {
 
 /// `unnest(call)`.
 fn unnest(call: Expr) -> Expr {
+    self::call("unnest", vec![call])
+}
+
+/// `name(args...)`.
+fn call(name: &str, args: Vec<Expr>) -> Expr {
     Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::new("unnest")]),
+        name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(FunctionArgumentList {
             duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(call))],
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
             clauses: vec![],
         }),
         filter: None,
@@ -204,6 +320,32 @@ mod tests {
         assert!(!may_rewrite("SELECT a, b FROM t WHERE c IN (1, 1)"));
         assert!(!may_rewrite("INSERT INTO t VALUES (1, 'a'), (1, 'a')"));
         assert!(!may_rewrite("SELECT f(a) FROM t"));
+    }
+
+    #[test]
+    fn subscripts_and_other_like_escapes_take_datafusion_spellings() {
+        assert_eq!(
+            rewritten("SELECT unnest(k) AS a, generate_subscripts(k, 1) AS o FROM t"),
+            (
+                true,
+                "SELECT unnest(k) AS a, unnest(generate_series(1, array_length(k, 1))) AS o FROM t"
+                    .into()
+            )
+        );
+        assert_eq!(
+            rewritten(r"SELECT n FROM t WHERE n NOT LIKE 'pg/_%' ESCAPE '/' AND m LIKE 'a\b//' ESCAPE '/'"),
+            (
+                true,
+                r"SELECT n FROM t WHERE n NOT LIKE 'pg\_%' ESCAPE '\' AND m LIKE 'a\\b\/' ESCAPE '\'"
+                    .into()
+            )
+        );
+        assert!(!rewritten(r"SELECT 1 WHERE 'a' LIKE 'a\%' ESCAPE '\'").0);
+        assert_eq!(
+            rewritten("SELECT 1 WHERE n LIKE $1 ESCAPE '/'").1,
+            r"SELECT 1 WHERE n LIKE kiln_like_escape($1, '/') ESCAPE '\'"
+        );
+        assert!(may_rewrite("select 1 where a like 'x' escape '/'"));
     }
 
     #[test]

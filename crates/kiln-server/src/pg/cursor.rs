@@ -15,6 +15,7 @@
 //! (PostgreSQL's default without SCROLL); they live until CLOSE or the end
 //! of the connection (as WITH HOLD).
 
+use datafusion::common::ScalarValue;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -58,6 +59,7 @@ impl CursorHook {
     async fn declare(
         &self,
         declares: &[Declare],
+        params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> PgWireResult<Response> {
         for declare in declares {
@@ -79,7 +81,7 @@ impl CursorHook {
             let q = super::begin(&self.engine, &text, &*client, light).await?;
             let streamed = self
                 .engine
-                .run(&q, DfStatement::Statement(Box::new(stmt.clone())), &[])
+                .run(&q, DfStatement::Statement(Box::new(stmt.clone())), params)
                 .await
                 .map_err(|e| ApiError::from(e).to_pg())?;
             let Streamed::Rows { schema, stream } = streamed else {
@@ -175,10 +177,11 @@ impl Answer for CursorHook {
     async fn respond(
         &self,
         stmt: &Statement,
+        params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
         Some(match stmt {
-            Statement::Declare { stmts } => self.declare(stmts, client).await,
+            Statement::Declare { stmts } => self.declare(stmts, params, client).await,
             Statement::Fetch {
                 name, direction, ..
             } => self.fetch(&name.value, direction, client).await,

@@ -90,7 +90,10 @@ pub(super) async fn execute(
 
 /// The portal's bound values, decoded as `types` (`None`: as the client
 /// declared them at Parse).
-fn bind(portal: &Portal<PgStatement>, types: &[Option<&DataType>]) -> PgWireResult<ParamValues> {
+pub(super) fn bind(
+    portal: &Portal<PgStatement>,
+    types: &[Option<&DataType>],
+) -> PgWireResult<ParamValues> {
     let wire: Vec<Option<Type>> = types
         .iter()
         .map(|t| t.map(into_pg_type).transpose())

@@ -5,6 +5,7 @@
 
 use async_trait::async_trait;
 use datafusion::common::ParamValues;
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
@@ -17,9 +18,12 @@ use datafusion_postgres::pgwire::error::PgWireResult;
 pub(crate) trait Answer: Send + Sync {
     /// The reply to `stmt`, at a simple query or an Execute (None: not a
     /// statement this answers).
+    /// `params` are the values bound at an Execute (none at a simple
+    /// query).
     async fn respond(
         &self,
         stmt: &Statement,
+        params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>>;
 
@@ -43,7 +47,7 @@ impl<A: Answer> QueryHook for Hook<A> {
         _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.0.respond(stmt, client).await
+        self.0.respond(stmt, &[], client).await
     }
 
     async fn handle_extended_parse_query(
@@ -59,10 +63,14 @@ impl<A: Answer> QueryHook for Hook<A> {
         &self,
         stmt: &Statement,
         _plan: &LogicalPlan,
-        _params: &ParamValues,
+        params: &ParamValues,
         _ctx: &SessionContext,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        self.0.respond(stmt, client).await
+        let values: Vec<ScalarValue> = match params {
+            ParamValues::List(list) => list.iter().map(|p| p.value.clone()).collect(),
+            ParamValues::Map(_) => Vec::new(),
+        };
+        self.0.respond(stmt, &values, client).await
     }
 }

@@ -198,12 +198,12 @@ impl ProtocolHooks {
         &self,
         stmt: &Statement,
         plan: &LogicalPlan,
+        params: &ParamValues,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        let none = ParamValues::List(vec![]);
         for hook in &self.hooks {
             if let Some(r) = hook
-                .handle_extended_query(stmt, plan, &none, &self.ctx, client)
+                .handle_extended_query(stmt, plan, params, &self.ctx, client)
                 .await
             {
                 return Some(r);
@@ -590,10 +590,12 @@ impl ExtendedQueryHandler for PgExtended {
         };
         // The hooks answer the connection's own statements (SET, SHOW,
         // transactions, cursors), never a query: a prepared SELECT skips them.
-        if !matches!(stmt, Statement::Query(_))
-            && let Some(r) = self.hooks.extended(stmt, plan, client).await
-        {
-            return r.map_err(pg_error);
+        if !matches!(stmt, Statement::Query(_)) {
+            // As the client sent them: a cursor's query binds them itself.
+            let params = execute::bind(portal, &vec![None; portal.parameter_len()])?;
+            if let Some(r) = self.hooks.extended(stmt, plan, &params, client).await {
+                return r.map_err(pg_error);
+            }
         }
         if client.transaction_status() == TransactionStatus::Error {
             return Err(ApiError::in_failed_transaction().to_pg());

@@ -6,7 +6,7 @@
 //! (`pg_index.indkey` is `1 2`, `pg_constraint.conkey` is `[2, 20, 3]`), so
 //! `indoption[n]` or `conkey[pos.n]` failed to plan ("array_element does
 //! not support type Utf8"; pgjdbc's `getIndexInfo`, `getImportedKeys`);
-//! `pg_class` has no `relacl` (`getTablePrivileges`); and `pg_settings`
+//! `pg_class` has no `relacl` (`getTablePrivileges`) or `reloptions` (SQLAlchemy's `get_indexes`); and `pg_settings`
 //! has one row, so pgjdbc could not read `max_index_keys`
 //! (`getImportedKeys`, `getExportedKeys`). Each table named here is
 //! answered as a view over the catalog's own table, built when a query
@@ -36,7 +36,10 @@ use datafusion::logical_expr::{
 
 /// Columns kept as text that PostgreSQL types `int2vector` or `int2[]`.
 const INT2_ARRAYS: &[(&str, &[&str])] = &[
-    ("pg_index", &["indkey", "indoption"]),
+    (
+        "pg_index",
+        &["indkey", "indoption", "indclass", "indcollation"],
+    ),
     ("pg_constraint", &["conkey", "confkey"]),
 ];
 
@@ -56,7 +59,7 @@ const REGPROCS: &[(&str, &[&str])] = &[(
 )];
 
 /// Text columns PostgreSQL has and the catalog lacks, answered NULL.
-const MISSING: &[(&str, &[&str])] = &[("pg_class", &["relacl"])];
+const MISSING: &[(&str, &[&str])] = &[("pg_class", &["relacl", "reloptions"])];
 
 /// A setting: name, value, description.
 pub(super) type Setting = (String, String, String);

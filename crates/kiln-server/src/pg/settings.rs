@@ -284,7 +284,7 @@ impl ScalarUDFImpl for ToRegtype {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Constant {
     name: &'static str,
-    value: Option<String>,
+    value: ScalarValue,
     signature: Signature,
 }
 
@@ -292,7 +292,7 @@ impl Constant {
     fn version() -> Self {
         Self {
             name: "version",
-            value: Some(version()),
+            value: ScalarValue::Utf8(Some(version())),
             signature: Signature::exact(vec![], Volatility::Stable),
         }
     }
@@ -302,7 +302,7 @@ impl Constant {
     fn no_serial_sequence() -> Self {
         Self {
             name: "pg_get_serial_sequence",
-            value: None,
+            value: ScalarValue::Utf8(None),
             signature: Signature::exact(vec![DataType::Utf8, DataType::Utf8], Volatility::Stable),
         }
     }
@@ -315,12 +315,13 @@ impl Constant {
     /// Kiln keeps none), an index's definition (`pg_get_indexdef(index
     /// [, column, pretty])`; Kiln has no indexes) and a function's result
     /// type (`pg_get_function_result(function)`; Kiln has no user-defined
-    /// functions). pgjdbc's `getUDTs`, `getIndexInfo` and `getFunctions`
-    /// call them.
-    fn no_catalog_entry() -> [Self; 4] {
+    /// functions), whether a collation is visible (Kiln has none). pgjdbc's
+    /// `getUDTs`, `getIndexInfo` and `getFunctions` and SQLAlchemy's
+    /// `get_columns` call them.
+    fn no_catalog_entry() -> [Self; 5] {
         let none = |name, args: &[usize]| Self {
             name,
-            value: None,
+            value: ScalarValue::Utf8(None),
             signature: Signature::one_of(
                 args.iter().map(|&n| TypeSignature::Any(n)).collect(),
                 Volatility::Stable,
@@ -331,6 +332,11 @@ impl Constant {
             none("col_description", &[2]),
             none("pg_get_indexdef", &[1, 3]),
             none("pg_get_function_result", &[1]),
+            // Kiln has no collations: SQLAlchemy's `get_columns` asks.
+            Self {
+                value: ScalarValue::Boolean(None),
+                ..none("pg_collation_is_visible", &[1])
+            },
         ]
     }
 }
@@ -343,10 +349,10 @@ impl ScalarUDFImpl for Constant {
         &self.signature
     }
     fn return_type(&self, _: &[DataType]) -> datafusion::error::Result<DataType> {
-        Ok(DataType::Utf8)
+        Ok(self.value.data_type())
     }
     fn invoke_with_args(&self, _: ScalarFunctionArgs) -> datafusion::error::Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(self.value.clone())))
+        Ok(ColumnarValue::Scalar(self.value.clone()))
     }
 }
 
@@ -491,6 +497,7 @@ impl Answer for ShowHook {
     async fn respond(
         &self,
         stmt: &Statement,
+        _params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
         Self::answer(stmt, client).await

@@ -15,6 +15,7 @@
 //! (and, after an error, resumes the transaction, see [`resumes`]).
 //! `AND CHAIN` is refused (0A000) rather than pretended.
 
+use datafusion::common::ScalarValue;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -237,6 +238,7 @@ impl Answer for TransactionHook {
     async fn respond(
         &self,
         stmt: &Statement,
+        _params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
         self.answer(stmt, client).await

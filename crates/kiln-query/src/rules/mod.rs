@@ -7,6 +7,8 @@
 //!   logical optimizer rule);
 //! - [`float_division`]: a float divided by zero fails as in PostgreSQL
 //!   (an analyzer rule after type coercion);
+//! - [`pg_types`]: `information_schema.columns.data_type` in PostgreSQL's
+//!   type names (an analyzer rule);
 //! - [`single_row`]: a correlated scalar subquery without an aggregate
 //!   gives its one row's value, as in PostgreSQL (an analyzer rule);
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
@@ -22,6 +24,7 @@ pub mod balance;
 pub mod dedup;
 pub mod float_division;
 pub mod partials;
+pub mod pg_types;
 pub mod shared;
 pub mod single_row;
 pub mod time_predicates;

@@ -1,0 +1,197 @@
+//! `information_schema.columns.data_type` in PostgreSQL's type names.
+//!
+//! Why: DataFusion fills it with Arrow's names (`Timestamp(ns)`,
+//! `Utf8View`, `Float64`), so BI tools that pick columns by type found
+//! none: Grafana's query builder looks for `timestamp without time zone`
+//! to offer a time column, Superset and Metabase sort columns into
+//! temporal, numeric and text by these names. An analyzer rule puts a
+//! projection over every scan of that table that maps the column through
+//! [`pg_type_name`]; queries keep their columns and qualifiers.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Column, Result, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+/// The analyzer rule (module docs).
+#[derive(Debug, Default)]
+pub struct PgTypeNames;
+
+impl AnalyzerRule for PgTypeNames {
+    fn name(&self) -> &str {
+        "kiln_pg_type_names"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        let udf = Arc::new(ScalarUDF::new_from_impl(PgTypeName::default()));
+        plan.transform_up_with_subqueries(|node| {
+            let LogicalPlan::TableScan(scan) = &node else {
+                return Ok(Transformed::no(node));
+            };
+            if scan.table_name.schema() != Some("information_schema")
+                || scan.table_name.table() != "columns"
+                || !node
+                    .schema()
+                    .fields()
+                    .iter()
+                    .any(|f| f.name() == "data_type")
+            {
+                return Ok(Transformed::no(node));
+            }
+            let exprs = node
+                .schema()
+                .iter()
+                .map(|(qualifier, field)| {
+                    let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
+                    match field.name().as_str() {
+                        "data_type" => udf
+                            .call(vec![column])
+                            .alias_qualified(qualifier.cloned(), "data_type"),
+                        _ => column,
+                    }
+                })
+                .collect();
+            let projection = Projection::try_new(exprs, Arc::new(node))?;
+            Ok(Transformed::yes(LogicalPlan::Projection(projection)))
+        })
+        .map(|t| t.data)
+    }
+}
+
+/// PostgreSQL's name for the Arrow type `arrow` names (as DataFusion's
+/// information_schema writes it); an unknown one is kept.
+pub fn pg_type_name(arrow: &str) -> String {
+    let base = arrow.split('(').next().unwrap_or(arrow);
+    let name = match base {
+        "Int8" | "Int16" | "UInt8" => "smallint",
+        "Int32" | "UInt16" => "integer",
+        "Int64" | "UInt32" => "bigint",
+        "UInt64" | "Decimal32" | "Decimal64" | "Decimal128" | "Decimal256" => "numeric",
+        "Float16" | "Float32" => "real",
+        "Float64" => "double precision",
+        "Utf8" | "LargeUtf8" | "Utf8View" => "character varying",
+        "Boolean" => "boolean",
+        "Date32" | "Date64" => "date",
+        "Timestamp" if arrow.contains(',') => "timestamp with time zone",
+        "Timestamp" => "timestamp without time zone",
+        "Time32" | "Time64" => "time without time zone",
+        "Interval" | "Duration" => "interval",
+        "Binary" | "LargeBinary" | "BinaryView" | "FixedSizeBinary" => "bytea",
+        "List" | "LargeList" | "ListView" | "FixedSizeList" => "ARRAY",
+        "Struct" | "Map" => "json",
+        "Null" => "text",
+        _ => return arrow.to_string(),
+    };
+    name.to_string()
+}
+
+/// [`pg_type_name`] as a function of a text column.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeName {
+    signature: Signature,
+}
+
+impl Default for PgTypeName {
+    fn default() -> Self {
+        Self {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgTypeName {
+    fn name(&self) -> &str {
+        "kiln_pg_type_name"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        match &args.args[0] {
+            ColumnarValue::Scalar(s) => {
+                let text = s.cast_to(&DataType::Utf8)?;
+                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+                    text.try_as_str().flatten().map(pg_type_name),
+                )))
+            }
+            ColumnarValue::Array(a) => {
+                let text = cast(a, &DataType::Utf8)?;
+                let text = text
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .expect("cast to Utf8");
+                let out: StringArray = text.iter().map(|t| t.map(pg_type_name)).collect();
+                Ok(ColumnarValue::Array(Arc::new(out)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{SessionConfig, SessionContext};
+
+    #[test]
+    fn arrow_names_become_postgresql_names() {
+        for (arrow, pg) in [
+            ("Timestamp(ns)", "timestamp without time zone"),
+            ("Timestamp(ns, \"UTC\")", "timestamp with time zone"),
+            ("Utf8View", "character varying"),
+            ("Float64", "double precision"),
+            ("Int64", "bigint"),
+            ("Int32", "integer"),
+            ("Boolean", "boolean"),
+            ("Date32", "date"),
+            ("Decimal128(10, 2)", "numeric"),
+            ("List(Int64)", "ARRAY"),
+            ("Something", "Something"),
+        ] {
+            assert_eq!(pg_type_name(arrow), pg, "{arrow}");
+        }
+    }
+
+    #[tokio::test]
+    async fn information_schema_columns_answers_postgresql_names() {
+        let ctx =
+            SessionContext::new_with_config(SessionConfig::new().with_information_schema(true));
+        ctx.add_analyzer_rule(Arc::new(PgTypeNames));
+        ctx.sql("CREATE TABLE t (ts TIMESTAMP, host VARCHAR, v DOUBLE, n BIGINT)")
+            .await
+            .unwrap();
+        let batches = ctx
+            .sql(
+                "SELECT c.column_name, c.data_type FROM information_schema.columns c \
+                 WHERE c.table_name = 't' AND c.data_type LIKE 'timestamp%' ORDER BY 1",
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(
+            text.contains("| ts          | timestamp without time zone |"),
+            "{text}"
+        );
+        assert_eq!(
+            batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+            1,
+            "{text}"
+        );
+    }
+}

@@ -45,6 +45,16 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", "08P01", message)
     }
 
+    /// A setting given a value it cannot take.
+    pub fn invalid_parameter(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_parameter_value",
+            "22023",
+            message,
+        )
+    }
+
     pub fn too_large(limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,

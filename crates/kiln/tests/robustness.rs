@@ -233,6 +233,36 @@ fn every_query_can_be_stopped() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("57014"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(20));
+    // The same given at startup (libpq's PGOPTIONS; node-postgres sends a
+    // parameter of its own), and shown by SHOW.
+    let out = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &s.pg_port.to_string(),
+            "-U",
+            "kiln",
+            "-At",
+        ])
+        .args([
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "SHOW statement_timeout",
+            "-c",
+            LONG,
+        ])
+        .env("PGOPTIONS", "-c statement_timeout=300ms")
+        .env("PGSSLMODE", "disable")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("57014"), "{err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("300"),
+        "{out:?}"
+    );
     let (status, body) = s.request(
         "POST",
         "/v1/sql?timeout=300ms",

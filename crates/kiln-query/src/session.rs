@@ -108,6 +108,9 @@ pub fn build_session(
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+        crate::system::cancel::CancelBackend::new(queries.clone()),
+    ));
     let catalog = MemoryCatalogProvider::new();
     catalog
         .register_schema(

@@ -3,7 +3,10 @@
 //! `system.tables`: one row per table; `system.segments`: one row per
 //! Parquet segment of the current manifest versions (with the memory it
 //! holds in the segment cache, 0 if none); `system.queries`: the
-//! running and recent queries of every protocol (see [`crate::admission`]).
+//! running and recent queries of every protocol (see [`crate::admission`]);
+//! `pg_cancel_backend(pid)` ([`cancel`]) stops those of one session.
+
+pub mod cancel;
 
 use std::sync::Arc;
 

@@ -688,3 +688,44 @@ fn cancelled_queries_leave_nothing_behind() {
     assert!(fds_after <= fds + 8, "open files {fds} -> {fds_after}");
     assert_eq!(s.rows("SELECT count(*) FROM t")[0][0], json!(1));
 }
+
+#[test]
+fn pg_cancel_backend_stops_another_sessions_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    let script = format!(
+        r#"
+import threading, time, psycopg
+victim = psycopg.connect(host="127.0.0.1", port={port}, user="kiln", autocommit=True)
+admin = psycopg.connect(host="127.0.0.1", port={port}, user="kiln", autocommit=True)
+pid = victim.info.backend_pid
+assert admin.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone()[0] is False
+out = {{}}
+def run():
+    try:
+        victim.execute("SELECT count(*) FROM generate_series(1, 1000000000011)")
+        out["error"] = None
+    except psycopg.Error as e:
+        out["error"] = e.sqlstate
+t = threading.Thread(target=run); t.start()
+time.sleep(1.0)
+assert admin.execute(f"SELECT pg_cancel_backend({{pid}})").fetchone()[0] is True
+t.join(20)
+assert not t.is_alive(), "still running"
+assert out["error"] == "57014", out
+assert victim.execute("SELECT 1").fetchone()[0] == 1
+print("ok")
+"#,
+        port = s.pg_port
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

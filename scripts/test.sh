@@ -16,9 +16,11 @@ if ! command -v cargo >/dev/null; then
 fi
 
 # Real clients used by the end-to-end tests: psql (Debian's postgresql-client),
-# psycopg and SQLAlchemy (PyPI) for the client conformance suite, pgjdbc
-# (Maven Central, fetched by mvn itself; run with a JDK 17+), and pyroaring
-# (PyPI) to read bitmaps Kiln writes.
+# psycopg, SQLAlchemy and pandas (PyPI) for the client conformance suite,
+# pgjdbc (Maven Central, fetched by mvn itself; run with a JDK 17+), pgx (Go
+# modules, fetched by go itself), node-postgres (npm, installed by the test
+# with `npm ci`; Debian's nodejs and npm), and pyroaring (PyPI) to read
+# bitmaps Kiln writes.
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 APT_UPDATED=""
 apt_install() {
@@ -32,8 +34,15 @@ fi
 if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then
   apt_install maven default-jdk-headless
 fi
-if ! python3 -c 'import pyroaring, psycopg, sqlalchemy' 2>/dev/null; then
-  python3 -m pip install -q pyroaring "psycopg[binary]" "sqlalchemy>=2"
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+  apt_install nodejs npm
+fi
+if ! command -v go >/dev/null; then
+  echo "go is required for the pgx client check (https://go.dev/dl/)" >&2
+  exit 1
+fi
+if ! python3 -c 'import pyroaring, psycopg, sqlalchemy, pandas' 2>/dev/null; then
+  python3 -m pip install -q pyroaring "psycopg[binary]" "sqlalchemy>=2" pandas
 fi
 
 # Lint gate: formatting first (seconds), then clippy over every target.

@@ -128,3 +128,73 @@ fn pgjdbc_metadata_batches_transactions_and_streaming() {
         .expect("java (scripts/test.sh installs a JDK)");
     common::assert_ok(&s, "JdbcCheck.java", &out);
 }
+
+/// Runs `program` with `args` in `dir`, failing with its output if it
+/// cannot start.
+fn run_in(dir: &str, program: &str, args: &[&str], hint: &str) -> std::process::Output {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e} ({hint})"))
+}
+
+/// pgx v5 (Go services, Grafana's data source): `tests/clients/go/main.go`.
+/// Built once into the check's `target/` (ignored by git; Go fetches the
+/// module and caches the build), then run against the server. Checks listed
+/// in its `knownGaps` must fail; any other failure fails the test.
+#[test]
+fn pgx_parameters_transactions_batches_cancel_and_streaming() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/go");
+    let hint = "Go 1.25+ (scripts/test.sh expects it installed)";
+    let build = run_in(dir, "go", &["build", "-o", "target/pgx-check", "."], hint);
+    assert!(
+        build.status.success(),
+        "go build failed:\n{}\n{}",
+        String::from_utf8_lossy(&build.stdout),
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    let out = run_in(dir, "target/pgx-check", &[&s.pg_port.to_string()], hint);
+    common::assert_ok(&s, "go/main.go (pgx)", &out);
+}
+
+/// node-postgres (`pg`, `pg-cursor`; Node services, Knex, Sequelize,
+/// TypeORM): `tests/clients/node/check.js`. `npm ci` installs the locked
+/// packages into its `node_modules/` (ignored by git) when missing. Checks
+/// listed in its `KNOWN_GAPS` must fail; any other failure fails the test.
+#[test]
+fn node_postgres_parameters_types_cursors_timeouts_and_pool() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/node");
+    let hint = "node and npm (scripts/test.sh installs them)";
+    if !std::path::Path::new(&format!("{dir}/node_modules")).exists() {
+        let ci = run_in(dir, "npm", &["ci", "--no-audit", "--no-fund"], hint);
+        assert!(
+            ci.status.success(),
+            "npm ci failed:\n{}\n{}",
+            String::from_utf8_lossy(&ci.stdout),
+            String::from_utf8_lossy(&ci.stderr)
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    let out = run_in(dir, "node", &["check.js", &s.pg_port.to_string()], hint);
+    common::assert_ok(&s, "node/check.js (node-postgres)", &out);
+}
+
+/// SQLAlchemy 2's inspector (Superset, Alembic, schema browsers) and pandas
+/// reading through an engine; checks listed in the script's `KNOWN_GAPS`
+/// must fail.
+#[test]
+fn sqlalchemy_inspector_and_pandas_reflect_and_read() {
+    check("inspect_check.py");
+}
+
+/// What Grafana's PostgreSQL data source sends: health check, query editor
+/// metadata and panel queries with macros expanded; checks listed in the
+/// script's `KNOWN_GAPS` must fail.
+#[test]
+fn grafana_queries_health_metadata_and_panels() {
+    check("grafana_check.py");
+}

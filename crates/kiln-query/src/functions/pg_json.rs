@@ -33,7 +33,7 @@ impl ScalarUDFImpl for JsonBuildObject {
         &self.signature
     }
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        if args.len() % 2 != 0 {
+        if !args.len().is_multiple_of(2) {
             return plan_err!("json_build_object: arguments must alternate keys and values");
         }
         Ok(DataType::Utf8)

@@ -16,12 +16,16 @@ pub enum CopyFormat {
     Text,
     /// CSV with optional quoting; an empty unquoted field is NULL.
     Csv,
+    /// PostgreSQL's binary format ([`super::copy_binary`]).
+    Binary,
 }
 
 /// How a COPY's rows are laid out: its columns and its format options.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CopyLayout {
     pub columns: Vec<String>,
+    /// The columns' types in the table (the binary format is read by them).
+    pub types: Vec<DataType>,
     pub format: CopyFormat,
     pub delimiter: u8,
     pub null: String,
@@ -33,6 +37,7 @@ impl CopyLayout {
     pub fn text(columns: Vec<String>) -> Self {
         Self {
             columns,
+            types: vec![],
             format: CopyFormat::Text,
             delimiter: b'\t',
             null: "\\N".into(),
@@ -44,6 +49,9 @@ impl CopyLayout {
     /// columns (the write casts them to the table's types), each row's
     /// line kept for errors.
     pub fn decode(&self, data: &[u8]) -> Result<Decoded, String> {
+        if self.format == CopyFormat::Binary {
+            return super::copy_binary::decode(&self.columns, &self.types, data);
+        }
         let (batch, lines) = decode(self, data)?;
         Ok(Decoded::with_lines(vec![batch], lines))
     }
@@ -88,6 +96,7 @@ fn decode(copy: &CopyLayout, data: &[u8]) -> Result<(RecordBatch, Vec<usize>), S
                 push(i + 1, &mut fields.into_iter())?;
             }
         }
+        CopyFormat::Binary => unreachable!("decoded by copy_binary"),
         CopyFormat::Csv => {
             let mut reader = csv::ReaderBuilder::new()
                 .delimiter(copy.delimiter)
@@ -191,6 +200,7 @@ mod tests {
     fn copy(format: CopyFormat, header: bool, data: &str) -> (CopyLayout, Vec<u8>) {
         let layout = CopyLayout {
             columns: vec!["a".into(), "b".into()],
+            types: vec![],
             format,
             delimiter: if format == CopyFormat::Csv {
                 b','

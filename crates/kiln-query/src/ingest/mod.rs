@@ -20,6 +20,7 @@ use kiln_storage::TimestampUnit;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 pub mod copy;
+pub mod copy_binary;
 pub mod file;
 mod text;
 

@@ -1,6 +1,7 @@
-//! `COPY table [(columns)] FROM STDIN [WITH (FORMAT text | csv, HEADER,
-//! DELIMITER 'c', NULL 's')]` over the simple query protocol: psql's
-//! `\copy ... from`, psycopg's `cursor.copy()`, JDBC's `CopyManager`.
+//! `COPY table [(columns)] FROM STDIN [WITH (FORMAT text | csv | binary,
+//! HEADER, DELIMITER 'c', NULL 's')]` over the simple query protocol:
+//! psql's `\copy ... from`, psycopg's `cursor.copy()`, JDBC's
+//! `CopyManager`, pgx's `CopyFrom` (binary).
 //!
 //! The statement is answered with CopyInResponse; the data that follows is
 //! buffered (at most `--max-body-bytes`) until CopyDone, then written as one
@@ -76,12 +77,14 @@ pub(crate) async fn start(
                 Err(e) => return Some(Err(ApiError::from(e).to_pg())),
             }
             let columns = copy.layout.columns.len();
+            // CopyInResponse's format: 1 for binary, 0 for text and CSV.
+            let format = i8::from(copy.layout.format == CopyFormat::Binary);
             let pending = client
                 .session_extensions()
                 .get_or_insert_with(Pending::default);
             *pending.0.lock() = Some(copy);
             Ok(Response::CopyIn(CopyResponse::new(
-                0,
+                format,
                 columns,
                 futures::stream::empty(),
             )))
@@ -140,10 +143,27 @@ fn parse(
             )));
         }
     }
+    let mut layout = layout(columns, options, legacy)?;
+    if layout.format == CopyFormat::Binary {
+        if layout.header {
+            return bad("COPY: HEADER is not available in BINARY mode");
+        }
+        layout.types = layout
+            .columns
+            .iter()
+            .map(|c| {
+                table
+                    .schema
+                    .field_with_name(c)
+                    .map(|f| f.data_type().clone())
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| ApiError::bad_input(e.to_string()))?;
+    }
     Ok(CopyIn {
         query: None,
         table: name,
-        layout: layout(columns, options, legacy)?,
+        layout,
         data: vec![],
         limit,
         too_large: false,
@@ -166,9 +186,10 @@ pub(crate) fn layout(
             CopyOption::Format(f) => match f.value.to_ascii_lowercase().as_str() {
                 "text" => layout.format = CopyFormat::Text,
                 "csv" => layout.format = CopyFormat::Csv,
+                "binary" => layout.format = CopyFormat::Binary,
                 other => {
                     return Err(ApiError::unsupported(format!(
-                        "COPY format '{other}' is not supported (text, csv)"
+                        "COPY format '{other}' is not supported (text, csv, binary)"
                     )));
                 }
             },
@@ -200,6 +221,7 @@ pub(crate) fn layout(
                     }
                 }
             }
+            CopyLegacyOption::Binary => layout.format = CopyFormat::Binary,
             CopyLegacyOption::Header => layout.header = true,
             CopyLegacyOption::Delimiter(d) => delimiter = Some(*d),
             CopyLegacyOption::Null(n) => null = Some(n.clone()),

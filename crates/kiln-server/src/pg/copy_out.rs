@@ -105,6 +105,9 @@ async fn copy_out(
     };
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let layout = super::copy::layout(names, options, legacy).map_err(|e| e.to_pg())?;
+    if layout.format == CopyFormat::Binary {
+        return Err(ApiError::unsupported("COPY TO in the binary format is not supported").to_pg());
+    }
     let layout = Arc::new(layout);
     let header = layout.header.then(|| header_line(&layout));
     let columns = schema.fields().len();
@@ -232,6 +235,7 @@ fn field(line: &mut Vec<u8>, value: &str, layout: &CopyLayout) {
             }
             line.push(b'"');
         }
+        CopyFormat::Binary => unreachable!("refused before any row"),
     }
 }
 

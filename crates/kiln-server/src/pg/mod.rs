@@ -591,8 +591,13 @@ impl ExtendedQueryHandler for PgExtended {
         // The hooks answer the connection's own statements (SET, SHOW,
         // transactions, cursors), never a query: a prepared SELECT skips them.
         if !matches!(stmt, Statement::Query(_)) {
-            // As the client sent them: a cursor's query binds them itself.
-            let params = execute::bind(portal, &vec![None; portal.parameter_len()])?;
+            // A cursor's query binds the values as the client sent them.
+            let params = match stmt {
+                Statement::Declare { .. } => {
+                    execute::bind(portal, &vec![None; portal.parameter_len()])?
+                }
+                _ => ParamValues::List(vec![]),
+            };
             if let Some(r) = self.hooks.extended(stmt, plan, &params, client).await {
                 return r.map_err(pg_error);
             }

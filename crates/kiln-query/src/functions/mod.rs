@@ -12,7 +12,7 @@
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
 //!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
-//!   (`pg_like.rs`).
+//!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`).
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.
@@ -25,6 +25,7 @@ mod funnel;
 mod pg_format;
 mod pg_json;
 mod pg_like;
+mod pg_quote;
 mod sized;
 mod stats;
 #[cfg(test)]
@@ -49,6 +50,7 @@ pub fn register(ctx: &SessionContext) {
     }
     ctx.register_udf(udf(pg_json::JsonBuildObject::default()));
     ctx.register_udf(udf(pg_like::LikeEscape::default()));
+    ctx.register_udf(udf(pg_quote::QuoteLiteral::default()));
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);
     }

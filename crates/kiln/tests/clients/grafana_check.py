@@ -58,7 +58,6 @@ KNOWN_GAPS = {
         "an integer times an INTERVAL fails: 42601 \"Cannot get result type for "
         "temporal operation Int64 * Interval(MonthDayNano)\""
     ),
-    "variable query: DISTINCT quote_literal(host)": "42883 \"function quote_literal does not exist\"",
 }
 
 FAILURES = []

@@ -18,18 +18,29 @@
 //! (PostgreSQL would not look): an error where PostgreSQL answers, never a
 //! wrong answer. (datafusion-postgres's SQL rewrite answers a correlated
 //! subquery in a select list NULL before planning; this sees the others.)
+//!
+//! Two shapes DataFusion cannot decorrelate at all are first put in one
+//! it can, as SQLAlchemy's column reflection writes them: filter conjuncts
+//! that read only the outer row (`WHERE outer.flag AND inner.k =
+//! outer.k`) become a guard around the subquery (`CASE WHEN outer.flag
+//! THEN (...) END`), and a value that reads the outer row as well as its
+//! own (`SELECT f(outer.a, inner.b) ...`) is computed outside over the
+//! inner columns the subquery gives as one struct.
 
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DataFusionError, Result, ScalarValue};
+use datafusion::functions::core::expr_fn::{get_field, named_struct};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction_owned};
 use datafusion::logical_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, LogicalPlan, LogicalPlanBuilder, Signature,
-    Subquery, Volatility,
+    Accumulator, AggregateUDF, AggregateUDFImpl, Expr, Filter, LogicalPlan, LogicalPlanBuilder,
+    Projection, Signature, Subquery, Volatility, lit, when,
 };
 use datafusion::optimizer::AnalyzerRule;
 
@@ -49,17 +60,175 @@ impl AnalyzerRule for SingleRowSubqueries {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
+            // A guard changes an expression's text: its column keeps its name.
+            let names = NamePreserver::new(&node);
             node.map_expressions(|e| {
-                e.transform_up(|e| match e {
+                let saved = names.save(&e);
+                let t = e.transform_up(|e| match e {
                     Expr::ScalarSubquery(sq) if unaggregated(&sq) => {
-                        Ok(Transformed::yes(Expr::ScalarSubquery(single_row(sq)?)))
+                        let (sq, guard) = hoist_outer_only(sq)?;
+                        let (sq, outside) = outer_projection(sq)?;
+                        let sq = match sq.outer_ref_columns.is_empty() {
+                            true => sq,
+                            false => single_row(sq)?,
+                        };
+                        let value = match outside {
+                            Some((e, inner)) => outside_value(Expr::ScalarSubquery(sq), e, &inner)?,
+                            None => Expr::ScalarSubquery(sq),
+                        };
+                        Ok(Transformed::yes(match guard {
+                            Some(guard) => when(guard, value).end()?,
+                            None => value,
+                        }))
                     }
                     e => Ok(Transformed::no(e)),
-                })
+                })?;
+                Ok(t.update_data(|e| saved.restore(e)))
             })
         })
         .map(|t| t.data)
     }
+}
+
+/// `sq` without the conjuncts of its filter that read only the outer row
+/// (`WHERE outer.flag AND inner.k = outer.k`, as SQLAlchemy's column
+/// reflection writes), which DataFusion cannot decorrelate, and those
+/// conjuncts as a guard over the outer row: a subquery without an
+/// aggregate gives NULL when they are false, as `CASE WHEN guard THEN sq
+/// END` does.
+fn hoist_outer_only(sq: Subquery) -> Result<(Subquery, Option<Expr>)> {
+    let mut guards = vec![];
+    let plan = Arc::unwrap_or_clone(sq.subquery)
+        .transform_down(|node| match node {
+            LogicalPlan::Projection(_) | LogicalPlan::SubqueryAlias(_) => Ok(Transformed::no(node)),
+            LogicalPlan::Filter(f) => {
+                let (outer, inner): (Vec<Expr>, Vec<Expr>) = split_conjunction_owned(f.predicate)
+                    .into_iter()
+                    .partition(reads_only_the_outer_row);
+                let node = match (outer.is_empty(), conjunction(inner)) {
+                    (true, Some(p)) | (false, Some(p)) => {
+                        LogicalPlan::Filter(Filter::try_new(p, f.input)?)
+                    }
+                    (_, None) => Arc::unwrap_or_clone(f.input),
+                };
+                let changed = !outer.is_empty();
+                guards.extend(outer);
+                Ok(Transformed::new(node, changed, TreeNodeRecursion::Stop))
+            }
+            other => Ok(Transformed::new(other, false, TreeNodeRecursion::Stop)),
+        })?
+        .data;
+    let Some(guard) = conjunction(guards) else {
+        return Ok((
+            Subquery {
+                subquery: Arc::new(plan),
+                ..sq
+            },
+            None,
+        ));
+    };
+    let guard = guard
+        .transform(|e| match e {
+            Expr::OuterReferenceColumn(_, c) => Ok(Transformed::yes(Expr::Column(c))),
+            e => Ok(Transformed::no(e)),
+        })?
+        .data;
+    let sq = Subquery {
+        outer_ref_columns: outer_references(&plan)?,
+        subquery: Arc::new(plan),
+        spans: sq.spans,
+    };
+    Ok((sq, Some(guard)))
+}
+
+/// `sq` computing only its own columns when its one value also reads the
+/// outer row (`SELECT f(outer.a, inner.b) FROM ...`, which DataFusion
+/// cannot decorrelate): the subquery gives the inner columns it reads as
+/// one struct, and the value ([`outside_value`]) is computed over the
+/// outer row. Returns the value's expression and the inner columns, in
+/// the struct's order.
+fn outer_projection(sq: Subquery) -> Result<(Subquery, Option<(Expr, Vec<Column>)>)> {
+    let LogicalPlan::Projection(p) = sq.subquery.as_ref() else {
+        return Ok((sq, None));
+    };
+    let [e] = p.expr.as_slice() else {
+        return Ok((sq, None));
+    };
+    let e = e.clone().unalias();
+    if !e.exists(|e| Ok(matches!(e, Expr::OuterReferenceColumn(..))))? {
+        return Ok((sq, None));
+    }
+    let mut inner: Vec<Column> = vec![];
+    e.apply(|e| {
+        if let Expr::Column(c) = e
+            && !inner.contains(c)
+        {
+            inner.push(c.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    // A row with no inner column read still says whether there is a row.
+    let mut fields = vec![lit("row"), lit(true)];
+    for (i, c) in inner.iter().enumerate() {
+        fields.extend([lit(format!("c{i}")), Expr::Column(c.clone())]);
+    }
+    let row = named_struct(fields).alias("__kiln_row");
+    let plan = LogicalPlan::Projection(Projection::try_new(vec![row], p.input.clone())?);
+    let sq = Subquery {
+        outer_ref_columns: outer_references(&plan)?,
+        subquery: Arc::new(plan),
+        spans: sq.spans,
+    };
+    Ok((sq, Some((e, inner))))
+}
+
+/// `e` over the outer row, its inner columns read from `row` (the struct
+/// [`outer_projection`] makes); NULL when the subquery has no row.
+fn outside_value(row: Expr, e: Expr, inner: &[Column]) -> Result<Expr> {
+    let value = e
+        .transform(|e| match e {
+            Expr::OuterReferenceColumn(_, c) => Ok(Transformed::yes(Expr::Column(c))),
+            Expr::Column(c) => {
+                let i = inner.iter().position(|x| x == &c).expect("collected");
+                Ok(Transformed::yes(get_field(row.clone(), format!("c{i}"))))
+            }
+            e => Ok(Transformed::no(e)),
+        })?
+        .data;
+    when(row.is_not_null(), value).end()
+}
+
+/// The outer references read anywhere in `plan`.
+fn outer_references(plan: &LogicalPlan) -> Result<Vec<Expr>> {
+    let mut found = vec![];
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if matches!(e, Expr::OuterReferenceColumn(..)) && !found.contains(e) {
+                    found.push(e.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(found)
+}
+
+/// Whether `e` reads the outer row and nothing of the subquery's own.
+fn reads_only_the_outer_row(e: &Expr) -> bool {
+    let mut outer = false;
+    let mut inner = false;
+    let _ = e.apply(|e| {
+        match e {
+            Expr::OuterReferenceColumn(..) => outer = true,
+            Expr::Column(_) | Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) => {
+                inner = true
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    outer && !inner
 }
 
 /// A correlated subquery DataFusion would refuse: no aggregate under its
@@ -225,5 +394,39 @@ mod tests {
         let values: ArrayRef = Arc::new(arrow::array::Int64Array::from(vec![3]));
         fresh.merge_batch(&[values.clone(), rows.clone()]).unwrap();
         assert!(fresh.merge_batch(&[values, rows]).is_err());
+    }
+
+    #[tokio::test]
+    async fn outer_only_filters_and_outer_columns_in_the_value_are_answered() {
+        use datafusion::prelude::SessionContext;
+        let ctx = SessionContext::new();
+        ctx.add_analyzer_rule(Arc::new(SingleRowSubqueries));
+        for sql in [
+            "CREATE TABLE t (k INT, flag BOOLEAN, x INT) AS VALUES (1, true, 10), (2, false, 20), (3, true, 30)",
+            "CREATE TABLE u (k INT, v INT) AS VALUES (1, 1), (2, 2)",
+        ] {
+            ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        }
+        // SQLAlchemy's column reflection: `WHERE outer.flag AND inner.k =
+        // outer.k`, and a value reading outer and inner columns, in a CASE.
+        let batches = ctx
+            .sql(
+                "SELECT k, CASE WHEN k > 0 THEN (SELECT t.x + u.v FROM u WHERE t.flag AND u.k = t.k) \
+                 END AS s FROM t ORDER BY k",
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("| "))
+            .skip(1)
+            .collect();
+        assert_eq!(rows, ["| 1 | 11 |", "| 2 |    |", "| 3 |    |"], "{text}");
     }
 }

@@ -141,13 +141,17 @@ fn hoist_outer_only(sq: Subquery) -> Result<(Subquery, Option<Expr>)> {
     Ok((sq, Some(guard)))
 }
 
+/// A subquery's value computed outside it: its expression and the inner
+/// columns it reads, in the order of the struct the subquery gives.
+type OutsideValue = (Expr, Vec<Column>);
+
 /// `sq` computing only its own columns when its one value also reads the
 /// outer row (`SELECT f(outer.a, inner.b) FROM ...`, which DataFusion
 /// cannot decorrelate): the subquery gives the inner columns it reads as
 /// one struct, and the value ([`outside_value`]) is computed over the
 /// outer row. Returns the value's expression and the inner columns, in
 /// the struct's order.
-fn outer_projection(sq: Subquery) -> Result<(Subquery, Option<(Expr, Vec<Column>)>)> {
+fn outer_projection(sq: Subquery) -> Result<(Subquery, Option<OutsideValue>)> {
     let LogicalPlan::Projection(p) = sq.subquery.as_ref() else {
         return Ok((sq, None));
     };

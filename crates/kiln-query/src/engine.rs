@@ -31,6 +31,7 @@ use crate::config::QueryConfig;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::executor::{Executor, deferred};
+use crate::files::FileAccess;
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
 use crate::shape;
@@ -115,6 +116,8 @@ pub struct Engine {
     plans: PlanCache,
     max_expression_depth: usize,
     max_statement_bytes: usize,
+    /// Which server files SQL may use (`--sql-file-access`).
+    files: FileAccess,
     /// Where heavy queries' rows are computed.
     executor: Executor,
 }
@@ -137,7 +140,9 @@ impl Engine {
             partials: PartialCache::new(config.partial_cache_bytes.as_usize()),
         });
         let ctx = build_session(&db, cores, queries.clone(), caches.clone(), config)?;
+        let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
         Ok(Self {
+            files,
             plans: PlanCache::new(db.clone(), config.plan_cache_mode),
             db,
             ctx,
@@ -196,7 +201,21 @@ impl Engine {
     /// checked by [`Engine::check_shape`].
     pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
         self.check_size(sql)?;
-        let stmts = Self::split(sql)?;
+        let stmts = match Self::split(sql) {
+            Ok(stmts) => stmts,
+            Err(e) => {
+                // DataFusion has no `COPY ... FROM 'file'`: PostgreSQL's
+                // parser finds it, so it is refused as file access.
+                let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+                if let Ok(pg) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
+                {
+                    for stmt in &pg {
+                        self.check_files(stmt)?;
+                    }
+                }
+                return Err(e);
+            }
+        };
         let mut out = Vec::with_capacity(stmts.len());
         for mut stmt in stmts {
             match &mut stmt {
@@ -242,6 +261,76 @@ impl Engine {
             )));
         }
         Ok(())
+    }
+
+    /// Refuses a statement that uses a server file (`COPY ... TO/FROM
+    /// 'path'`, `CREATE EXTERNAL TABLE ... LOCATION`) unless
+    /// `--sql-file-access` allows that path ([`FileAccess`]); a COPY FROM a
+    /// file that is allowed is still unsupported (COPY FROM STDIN, the
+    /// HTTP write API and `kiln load` import files). Protocols that parse
+    /// with PostgreSQL's parser call it; plans are checked again at
+    /// execution ([`Engine::check_plan_files`]).
+    pub fn check_files(&self, stmt: &Statement) -> Result<()> {
+        match stmt {
+            Statement::Copy { target, to, .. } => {
+                let what = if *to { "COPY ... TO" } else { "COPY ... FROM" };
+                match target {
+                    ast::CopyTarget::File { filename } => {
+                        self.files.check(what, filename)?;
+                        if !*to {
+                            return Err(Error::Unsupported(
+                                "COPY ... FROM a server file: use COPY ... FROM STDIN, the HTTP write API or kiln load".into(),
+                            ));
+                        }
+                        Ok(())
+                    }
+                    ast::CopyTarget::Program { .. } => Err(Error::PermissionDenied(format!(
+                        "{what} PROGRAM: SQL may not run programs on the server"
+                    ))),
+                    ast::CopyTarget::Stdin | ast::CopyTarget::Stdout => Ok(()),
+                }
+            }
+            Statement::CreateTable(ct) if ct.external => {
+                let location = ct.location.as_deref().unwrap_or_default();
+                self.files
+                    .check("CREATE EXTERNAL TABLE ... LOCATION", location)
+                    .map(drop)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a plan that reads or writes a server file outside what
+    /// `--sql-file-access` allows, anywhere in it (an `EXPLAIN ANALYZE
+    /// COPY` too): the check every protocol's statements pass.
+    pub fn check_plan_files(&self, plan: &LogicalPlan) -> Result<()> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        use datafusion::logical_expr::DdlStatement;
+        let mut denied = None;
+        plan.apply(|p| {
+            let checked = match p {
+                LogicalPlan::Copy(c) => self.files.check("COPY ... TO", &c.output_url),
+                LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) => {
+                    let what = "CREATE EXTERNAL TABLE ... LOCATION";
+                    match c.locations.as_slice() {
+                        [] => self.files.check(what, ""),
+                        all => all.iter().try_for_each(|l| self.files.check(what, l).map(drop)).map(|()| Default::default()),
+                    }
+                }
+                _ => return Ok(TreeNodeRecursion::Continue),
+            };
+            match checked {
+                Ok(_) => Ok(TreeNodeRecursion::Continue),
+                Err(e) => {
+                    denied = Some(e);
+                    Ok(TreeNodeRecursion::Stop)
+                }
+            }
+        })?;
+        match denied {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Whether Kiln runs `stmt` itself (its DDL) rather than DataFusion: a
@@ -351,6 +440,7 @@ impl Engine {
             if let Some(ddl) = ddl::parse(stmt)? {
                 return self.run_ddl(ddl).await;
             }
+            self.check_files(stmt)?;
             ddl::check_insert_values(stmt, &self.db)?;
             let plan = match params {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
@@ -524,6 +614,7 @@ impl Engine {
         plan: LogicalPlan,
         txn: Option<&Arc<Transaction>>,
     ) -> Result<Streamed> {
+        self.check_plan_files(&plan)?;
         let insert = matches!(
             &plan,
             LogicalPlan::Dml(DmlStatement {

@@ -149,6 +149,9 @@ impl QueryHook for KilnParseHook {
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         if matches!(statement, Statement::Copy { .. }) {
+            if let Err(e) = self.engine.check_files(statement) {
+                return Some(Err(to_pg(e)));
+            }
             let msg = "COPY FROM STDIN is supported through the simple query protocol";
             return Some(Err(ApiError::bad_input(msg).to_pg()));
         }

@@ -333,6 +333,53 @@ impl Engine {
         }
     }
 
+    /// Checks `SET name = value` of a DataFusion option for one session:
+    /// returns the option's name (lower case) and value (`None`: back to
+    /// the server's, `SET name TO DEFAULT`). Options of the whole server
+    /// (`datafusion.runtime.*`: memory, spilling, caches) are refused
+    /// ([`Error::PermissionDenied`]): they are set by the server's flags.
+    pub fn check_setting(&self, name: &str, value: &str) -> Result<(String, Option<String>)> {
+        let name = name.to_ascii_lowercase();
+        if name.starts_with("datafusion.runtime.") {
+            return Err(Error::PermissionDenied(format!(
+                "{name} is a server-wide setting: set it in the server's configuration, not with SET"
+            )));
+        }
+        if value.eq_ignore_ascii_case("default") {
+            return Ok((name, None));
+        }
+        let mut options = self.ctx.state().config_options().as_ref().clone();
+        options
+            .set(&name, value)
+            .map_err(|e| Error::Sql(format!("SET {name}: {}", e.message())))?;
+        Ok((name, Some(value.to_string())))
+    }
+
+    /// The server's value of a DataFusion option (`SHOW` of a session
+    /// that did not `SET` it); `None`: no such option.
+    pub fn setting(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        self.ctx
+            .state()
+            .config_options()
+            .entries()
+            .into_iter()
+            .find(|e| e.key == name)
+            .map(|e| e.value.unwrap_or_else(|| "NULL".into()))
+    }
+
+    /// Applies the options `query`'s session set to `state`.
+    fn apply_settings(&self, state: &mut SessionState, query: &Query) -> Result<()> {
+        for (name, value) in query.settings() {
+            state
+                .config_mut()
+                .options_mut()
+                .set(&name, &value)
+                .map_err(|e| Error::Sql(format!("SET {name}: {}", e.message())))?;
+        }
+        Ok(())
+    }
+
     /// Whether Kiln runs `stmt` itself (its DDL) rather than DataFusion: a
     /// protocol that plans statements ahead (PostgreSQL's Parse) gives
     /// these an empty plan. Errors on DDL Kiln refuses.
@@ -421,8 +468,7 @@ impl Engine {
         stmt: DfStatement,
         params: &[ScalarValue],
     ) -> Result<Streamed> {
-        let txn = query.transaction();
-        self.guarded(query, self.plan_and_start(stmt, params, txn))
+        self.guarded(query, self.plan_and_start(stmt, params, query))
             .await
     }
 
@@ -446,7 +492,7 @@ impl Engine {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
                 params => plan.clone().replace_params_with_values(params)?,
             };
-            self.start_plan(plan, query.transaction()).await
+            self.start_plan(plan, query).await
         })
         .await
     }
@@ -463,6 +509,12 @@ impl Engine {
         params: &[ScalarValue],
     ) -> Result<Streamed> {
         self.guarded(query, async {
+            if !query.settings().is_empty() {
+                // Kept plans are the server settings'; a session's own
+                // options plan afresh.
+                let plan = bind_params(logical.clone(), params)?;
+                return self.start_plan(plan, query).await;
+            }
             let stream = self
                 .plans
                 .execute(&self.ctx, &self.queries, sql, logical, types, params)
@@ -514,7 +566,7 @@ impl Engine {
         &self,
         stmt: DfStatement,
         params: &[ScalarValue],
-        txn: Option<&Arc<Transaction>>,
+        query: &Query,
     ) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
@@ -522,7 +574,8 @@ impl Engine {
             }
             ddl::check_insert_values(s, &self.db)?;
         }
-        let state = self.ctx.state();
+        let mut state = self.ctx.state();
+        self.apply_settings(&mut state, query)?;
         // The names it uses, for a typed error should planning fail: a
         // walk of the statement, cheaper than keeping a copy of it.
         let names = self.names(&stmt);
@@ -533,7 +586,7 @@ impl Engine {
         if !params.is_empty() {
             plan = bind_params(plan, params)?;
         }
-        self.start_plan(plan, txn).await
+        self.start_plan(plan, query).await
     }
 
     /// The error of planning a statement that uses `names`, typed: one
@@ -609,12 +662,20 @@ impl Engine {
 
     /// Executes a logical plan: INSERTs run to completion (staged in `txn`
     /// when given, see [`Transaction`]), queries stream.
-    async fn start_plan(
-        &self,
-        plan: LogicalPlan,
-        txn: Option<&Arc<Transaction>>,
-    ) -> Result<Streamed> {
+    async fn start_plan(&self, plan: LogicalPlan, query: &Query) -> Result<Streamed> {
+        let txn = query.transaction();
         self.check_plan_files(&plan)?;
+        if let LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(set)) =
+            &plan
+        {
+            // Per query (an HTTP request, the CLI): never the shared session.
+            let (name, value) = self.check_setting(&set.variable, &set.value)?;
+            query.set(&name, value);
+            return Ok(Streamed::Command {
+                tag: "SET".into(),
+                rows: 0,
+            });
+        }
         let insert = matches!(
             &plan,
             LogicalPlan::Dml(DmlStatement {
@@ -631,6 +692,7 @@ impl Engine {
         }
         let schema = plan.schema().inner().clone();
         let mut state = self.query_state();
+        self.apply_settings(&mut state, query)?;
         if let Some(txn) = txn {
             state.config_mut().set_extension(txn.clone());
         }

@@ -244,6 +244,7 @@ async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
                 timeout,
                 light,
                 transaction: transaction::current(client),
+                settings: settings::datafusion_settings(client),
             },
         )
         .await
@@ -663,7 +664,12 @@ impl Handlers {
             Arc::new(Hook(cursor::CursorHook {
                 engine: engine.clone(),
             })),
-            Arc::new(Hook(settings::ShowHook)),
+            Arc::new(Hook(settings::ShowHook {
+                engine: engine.clone(),
+            })),
+            Arc::new(Hook(settings::SetHook {
+                engine: engine.clone(),
+            })),
             Arc::new(SetShowHook),
         ];
         let ctx = Arc::new(engine.session().clone());

@@ -314,7 +314,10 @@ impl Engine {
                     let what = "CREATE EXTERNAL TABLE ... LOCATION";
                     match c.locations.as_slice() {
                         [] => self.files.check(what, ""),
-                        all => all.iter().try_for_each(|l| self.files.check(what, l).map(drop)).map(|()| Default::default()),
+                        all => all
+                            .iter()
+                            .try_for_each(|l| self.files.check(what, l).map(drop))
+                            .map(|()| Default::default()),
                     }
                 }
                 _ => return Ok(TreeNodeRecursion::Continue),
@@ -665,8 +668,7 @@ impl Engine {
     async fn start_plan(&self, plan: LogicalPlan, query: &Query) -> Result<Streamed> {
         let txn = query.transaction();
         self.check_plan_files(&plan)?;
-        if let LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(set)) =
-            &plan
+        if let LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(set)) = &plan
         {
             // Per query (an HTTP request, the CLI): never the shared session.
             let (name, value) = self.check_setting(&set.variable, &set.value)?;

@@ -34,14 +34,6 @@ impl FileAccess {
         Ok(Self { root, data_dir })
     }
 
-    /// No file access at all (an engine whose data directory is unknown).
-    pub fn none(data_dir: PathBuf) -> Self {
-        Self {
-            root: None,
-            data_dir,
-        }
-    }
-
     /// Whether SQL may use files at all.
     pub fn enabled(&self) -> bool {
         self.root.is_some()
@@ -183,6 +175,10 @@ mod tests {
         assert!(matches!(r, Err(Error::PermissionDenied(_))), "{r:?}");
         let r = access.check("COPY", data.to_str().unwrap());
         assert!(matches!(r, Err(Error::PermissionDenied(_))), "{r:?}");
-        assert!(access.check("COPY", tmp.path().join("x.csv").to_str().unwrap()).is_ok());
+        assert!(
+            access
+                .check("COPY", tmp.path().join("x.csv").to_str().unwrap())
+                .is_ok()
+        );
     }
 }

@@ -150,7 +150,11 @@ fn cross_site_requests_are_refused() {
     }
     // No Content-Type at all.
     assert_eq!(raw(&[], "/v1/sql", drop).0, 415);
-    assert_eq!(s.rows("SELECT count(*) FROM t")[0][0], 0, "table still there");
+    assert_eq!(
+        s.rows("SELECT count(*) FROM t")[0][0],
+        0,
+        "table still there"
+    );
 
     // What clients send: JSON, a non-simple type, or the custom header.
     let (status, v) = raw(
@@ -159,7 +163,11 @@ fn cross_site_requests_are_refused() {
         br#"{"sql": "SELECT 1"}"#,
     );
     assert_eq!(status, 200, "{v}");
-    let (status, v) = raw(&[("Content-Type", "application/sql")], "/v1/sql", b"SELECT 1");
+    let (status, v) = raw(
+        &[("Content-Type", "application/sql")],
+        "/v1/sql",
+        b"SELECT 1",
+    );
     assert_eq!(status, 200, "{v}");
     let (status, v) = raw(
         &[("Content-Type", "text/plain"), ("X-Kiln-Request", "1")],

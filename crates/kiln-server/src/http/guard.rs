@@ -86,7 +86,13 @@ fn check_not_simple(headers: &HeaderMap) -> Result<(), ApiError> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
     match ct {
         Some(ct) if !SIMPLE_TYPES.contains(&ct.as_str()) => Ok(()),
         ct => Err(ApiError::unsupported_media_type(format!(

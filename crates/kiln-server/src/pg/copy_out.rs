@@ -72,12 +72,20 @@ async fn to_file(
     let q = super::begin(engine, &text, client, false).await?;
     let mut rows = 0u64;
     for stmt in stmts {
-        if let kiln_query::Output::Rows { batches, .. } =
-            engine.run(&q, stmt, &[]).await.map_err(pg)?.collect().await.map_err(pg)?
+        if let kiln_query::Output::Rows { batches, .. } = engine
+            .run(&q, stmt, &[])
+            .await
+            .map_err(pg)?
+            .collect()
+            .await
+            .map_err(pg)?
         {
             rows += batches
                 .iter()
-                .filter_map(|b| b.column(0).as_primitive_opt::<arrow::datatypes::UInt64Type>())
+                .filter_map(|b| {
+                    b.column(0)
+                        .as_primitive_opt::<arrow::datatypes::UInt64Type>()
+                })
                 .map(|c| c.values().iter().sum::<u64>())
                 .sum::<u64>();
         }

@@ -33,6 +33,10 @@ def main(port: int) -> None:
     # The option is applied to a's queries: still correct results.
     n = a.execute("SELECT count(*) FROM generate_series(1, 5000)").fetchone()[0]
     assert n == 5000, n
+    # RESET returns to the server's value.
+    a.execute(f"RESET {NAME}")
+    assert show(a, False) == default, show(a, False)
+    a.execute(f"SET {NAME} = 1234")
     # A new connection starts from the default too.
     c = connect()
     assert show(c, False) == default, show(c, False)

@@ -198,7 +198,11 @@ pub fn request(
     body: &[u8],
 ) -> (u16, Vec<u8>) {
     let mut all = headers.to_vec();
-    if path.starts_with("/v1/") && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("x-kiln-request")) {
+    if path.starts_with("/v1/")
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("x-kiln-request"))
+    {
         all.push(("X-Kiln-Request", "1"));
     }
     request_raw(addr, method, path, &all, body)

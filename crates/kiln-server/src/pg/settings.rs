@@ -523,7 +523,7 @@ impl ShowHook {
             ["all"] => return Some(Ok(show_all(client))),
             ["time", "zone"] => "timezone".to_string(),
             ["transaction", "isolation", "level"] => "transaction_isolation".to_string(),
-            [first, ..] if first == "datafusion" => words.join("."),
+            ["datafusion", ..] => words.join("."),
             _ => words.join(" "),
         };
         if name.starts_with(DATAFUSION) {

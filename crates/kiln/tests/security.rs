@@ -248,7 +248,7 @@ fn allowed_origins_get_cors_answers() {
 fn cors_is_off_by_default() {
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &[]);
-    let (_, head) = common::request_head(
+    let (status, head) = common::request_head(
         &s.http,
         "OPTIONS",
         "/v1/sql",
@@ -257,6 +257,7 @@ fn cors_is_off_by_default() {
             ("Access-Control-Request-Method", "POST"),
         ],
     );
+    assert_eq!(status, 403, "{head}");
     assert!(!head.contains("access-control-allow"), "{head}");
 }
 

@@ -51,6 +51,12 @@ def main(port: int) -> None:
         raise AssertionError("runtime option accepted")
     except psycopg.Error as e:
         assert e.sqlstate == "42501", e.sqlstate
+    # SET timezone (DataFusion's alias of its time_zone option) too.
+    tz = "datafusion.execution.time_zone"
+    before = b.execute(f"SHOW {tz}").fetchone()[-1]
+    a.execute("SET timezone = 'Europe/Paris'")
+    assert a.execute(f"SHOW {tz}").fetchone()[-1] == "Europe/Paris"
+    assert b.execute(f"SHOW {tz}").fetchone()[-1] == before
     # statement_timeout stays per session.
     a.execute("SET statement_timeout = '123ms'")
     assert a.execute("SHOW statement_timeout").fetchone()[0] == "123ms"

@@ -152,7 +152,7 @@ impl QueryHook for KilnParseHook {
             if let Err(e) = self.engine.check_files(statement) {
                 return Some(Err(to_pg(e)));
             }
-            let msg = "COPY FROM STDIN is supported through the simple query protocol";
+            let msg = "COPY is supported through the simple query protocol";
             return Some(Err(ApiError::bad_input(msg).to_pg()));
         }
         match Engine::is_ddl(statement) {

@@ -28,7 +28,7 @@ def main():
 
     def one():
         c = http.client.HTTPConnection("127.0.0.1", a.http, timeout=3600)
-        c.request("POST", "/v1/sql", sql, {"Content-Type": "text/plain"})
+        c.request("POST", "/v1/sql", sql, {"Content-Type": "application/sql"})
         r = c.getresponse()
         body = json.loads(r.read())
         if r.status == 200:

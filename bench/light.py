@@ -23,7 +23,7 @@ def heavy(port, timeout_s, errors):
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s + 30)
         c.request("POST", f"/v1/sql?timeout={timeout_s}s", HEAVY_SQL,
-                  {"Content-Type": "text/plain"})
+                  {"Content-Type": "application/sql"})
         c.getresponse().read()
     except Exception as e:  # counted, not fatal: the measurement is elsewhere
         errors.append(str(e))
@@ -72,7 +72,7 @@ def main():
     h = http.client.HTTPConnection("127.0.0.1", a.http, timeout=30)
 
     def http_one():
-        h.request("POST", "/v1/sql", "SELECT 1", {"Content-Type": "text/plain"})
+        h.request("POST", "/v1/sql", "SELECT 1", {"Content-Type": "application/sql"})
         body = h.getresponse().read()
         assert b"1" in body, body
 

@@ -93,6 +93,9 @@ pub struct Begin {
     /// The explicit transaction the query runs in: its INSERTs are staged
     /// there until COMMIT instead of written.
     pub transaction: Option<Arc<Transaction>>,
+    /// DataFusion options the session `SET` (`datafusion.execution.batch_size`
+    /// = `1024`): applied to this query only, over the server's.
+    pub settings: Vec<(String, String)>,
 }
 
 /// Light queries running at once ([`Begin::light`]).
@@ -365,6 +368,7 @@ impl QueryRegistry {
         let mut handle = self.handle(protocol, text, session, opts.timeout);
         handle.light = opts.light;
         handle.transaction = opts.transaction;
+        *handle.settings.get_mut() = opts.settings;
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
         let permits = match opts.light {
@@ -455,6 +459,7 @@ impl QueryRegistry {
             slot: Arc::new(Mutex::new(None)),
             light: false,
             transaction: None,
+            settings: Mutex::new(vec![]),
         }
     }
 
@@ -555,6 +560,9 @@ pub struct QueryHandle {
     light: bool,
     /// The transaction its writes are staged in ([`Begin::transaction`]).
     transaction: Option<Arc<Transaction>>,
+    /// The session's DataFusion options ([`Begin::settings`]) and those
+    /// its own `SET` statements changed (an HTTP request's).
+    settings: Mutex<Vec<(String, String)>>,
 }
 
 impl QueryHandle {
@@ -565,6 +573,21 @@ impl QueryHandle {
     /// Whether the query was admitted as light ([`Begin::light`]).
     pub fn is_light(&self) -> bool {
         self.light
+    }
+
+    /// The DataFusion options this query runs with over the server's.
+    pub fn settings(&self) -> Vec<(String, String)> {
+        self.settings.lock().clone()
+    }
+
+    /// Sets a DataFusion option for the rest of this query (`SET` in a
+    /// multi-statement HTTP request); `None` returns it to the server's.
+    pub fn set(&self, name: &str, value: Option<String>) {
+        let mut s = self.settings.lock();
+        s.retain(|(n, _)| n != name);
+        if let Some(v) = value {
+            s.push((name.to_string(), v));
+        }
     }
 
     /// The transaction the query's writes are staged in, if any.

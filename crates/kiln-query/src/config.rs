@@ -108,6 +108,14 @@ pub struct QueryConfig {
     /// memstore.
     #[arg(long, env = "KILN_PARTIAL_CACHE_BYTES", default_value = "1GiB")]
     pub partial_cache_bytes: ByteSize,
+
+    /// A directory SQL may read and write files in (`COPY ... TO 'path'`,
+    /// `COPY ... FROM 'path'`, `CREATE EXTERNAL TABLE ... LOCATION`);
+    /// paths are resolved (symlinks, `..`) and must stay inside it, and
+    /// never inside the data directory. Default: none, SQL uses no server
+    /// file (42501 / HTTP 403).
+    #[arg(long, env = "KILN_SQL_FILE_ACCESS", value_name = "DIR")]
+    pub sql_file_access: Option<std::path::PathBuf>,
 }
 
 impl Default for QueryConfig {

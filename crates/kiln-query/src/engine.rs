@@ -31,6 +31,7 @@ use crate::config::QueryConfig;
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::executor::{Executor, deferred};
+use crate::files::FileAccess;
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
 use crate::shape;
@@ -115,6 +116,8 @@ pub struct Engine {
     plans: PlanCache,
     max_expression_depth: usize,
     max_statement_bytes: usize,
+    /// Which server files SQL may use (`--sql-file-access`).
+    files: FileAccess,
     /// Where heavy queries' rows are computed.
     executor: Executor,
 }
@@ -137,7 +140,9 @@ impl Engine {
             partials: PartialCache::new(config.partial_cache_bytes.as_usize()),
         });
         let ctx = build_session(&db, cores, queries.clone(), caches.clone(), config)?;
+        let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
         Ok(Self {
+            files,
             plans: PlanCache::new(db.clone(), config.plan_cache_mode),
             db,
             ctx,
@@ -196,7 +201,21 @@ impl Engine {
     /// checked by [`Engine::check_shape`].
     pub fn parse(&self, sql: &str) -> Result<Vec<DfStatement>> {
         self.check_size(sql)?;
-        let stmts = Self::split(sql)?;
+        let stmts = match Self::split(sql) {
+            Ok(stmts) => stmts,
+            Err(e) => {
+                // DataFusion has no `COPY ... FROM 'file'`: PostgreSQL's
+                // parser finds it, so it is refused as file access.
+                let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+                if let Ok(pg) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
+                {
+                    for stmt in &pg {
+                        self.check_files(stmt)?;
+                    }
+                }
+                return Err(e);
+            }
+        };
         let mut out = Vec::with_capacity(stmts.len());
         for mut stmt in stmts {
             match &mut stmt {
@@ -240,6 +259,126 @@ impl Engine {
                 sql.len(),
                 self.max_statement_bytes
             )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a statement that uses a server file (`COPY ... TO/FROM
+    /// 'path'`, `CREATE EXTERNAL TABLE ... LOCATION`) unless
+    /// `--sql-file-access` allows that path ([`FileAccess`]); a COPY FROM a
+    /// file that is allowed is still unsupported (COPY FROM STDIN, the
+    /// HTTP write API and `kiln load` import files). Protocols that parse
+    /// with PostgreSQL's parser call it; plans are checked again at
+    /// execution ([`Engine::check_plan_files`]).
+    pub fn check_files(&self, stmt: &Statement) -> Result<()> {
+        match stmt {
+            Statement::Copy { target, to, .. } => {
+                let what = if *to { "COPY ... TO" } else { "COPY ... FROM" };
+                match target {
+                    ast::CopyTarget::File { filename } => {
+                        self.files.check(what, filename)?;
+                        if !*to {
+                            return Err(Error::Unsupported(
+                                "COPY ... FROM a server file: use COPY ... FROM STDIN, the HTTP write API or kiln load".into(),
+                            ));
+                        }
+                        Ok(())
+                    }
+                    ast::CopyTarget::Program { .. } => Err(Error::PermissionDenied(format!(
+                        "{what} PROGRAM: SQL may not run programs on the server"
+                    ))),
+                    ast::CopyTarget::Stdin | ast::CopyTarget::Stdout => Ok(()),
+                }
+            }
+            Statement::CreateTable(ct) if ct.external => {
+                let location = ct.location.as_deref().unwrap_or_default();
+                self.files
+                    .check("CREATE EXTERNAL TABLE ... LOCATION", location)
+                    .map(drop)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses a plan that reads or writes a server file outside what
+    /// `--sql-file-access` allows, anywhere in it (an `EXPLAIN ANALYZE
+    /// COPY` too): the check every protocol's statements pass.
+    pub fn check_plan_files(&self, plan: &LogicalPlan) -> Result<()> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        use datafusion::logical_expr::DdlStatement;
+        let mut denied = None;
+        plan.apply(|p| {
+            let checked = match p {
+                LogicalPlan::Copy(c) => self.files.check("COPY ... TO", &c.output_url),
+                LogicalPlan::Ddl(DdlStatement::CreateExternalTable(c)) => {
+                    let what = "CREATE EXTERNAL TABLE ... LOCATION";
+                    match c.locations.as_slice() {
+                        [] => self.files.check(what, ""),
+                        all => all
+                            .iter()
+                            .try_for_each(|l| self.files.check(what, l).map(drop))
+                            .map(|()| Default::default()),
+                    }
+                }
+                _ => return Ok(TreeNodeRecursion::Continue),
+            };
+            match checked {
+                Ok(_) => Ok(TreeNodeRecursion::Continue),
+                Err(e) => {
+                    denied = Some(e);
+                    Ok(TreeNodeRecursion::Stop)
+                }
+            }
+        })?;
+        match denied {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks `SET name = value` of a DataFusion option for one session:
+    /// returns the option's name (lower case) and value (`None`: back to
+    /// the server's, `SET name TO DEFAULT`). Options of the whole server
+    /// (`datafusion.runtime.*`: memory, spilling, caches) are refused
+    /// ([`Error::PermissionDenied`]): they are set by the server's flags.
+    pub fn check_setting(&self, name: &str, value: &str) -> Result<(String, Option<String>)> {
+        let name = name.to_ascii_lowercase();
+        if name.starts_with("datafusion.runtime.") {
+            return Err(Error::PermissionDenied(format!(
+                "{name} is a server-wide setting: set it in the server's configuration, not with SET"
+            )));
+        }
+        if value.eq_ignore_ascii_case("default") {
+            return Ok((name, None));
+        }
+        let mut options = self.ctx.state().config_options().as_ref().clone();
+        options
+            .set(&name, value)
+            .map_err(|e| Error::Sql(format!("SET {name}: {}", e.message())))?;
+        Ok((name, Some(value.to_string())))
+    }
+
+    /// The server's value of a DataFusion option (`SHOW` of a session
+    /// that did not `SET` it); `None`: no such option.
+    pub fn setting(&self, name: &str) -> Option<String> {
+        let name = name.to_ascii_lowercase();
+        self.ctx
+            .state()
+            .config_options()
+            .entries()
+            .into_iter()
+            .find(|e| e.key == name)
+            .map(|e| e.value.unwrap_or_else(|| "NULL".into()))
+    }
+
+    /// Applies the options `query`'s session set to `state`.
+    fn apply_settings(&self, state: &mut SessionState, query: &Query) -> Result<()> {
+        for (name, value) in query.settings() {
+            state
+                .config_mut()
+                .options_mut()
+                .set(&name, &value)
+                .map_err(|e| Error::Sql(format!("SET {name}: {}", e.message())))?;
         }
         Ok(())
     }
@@ -332,8 +471,7 @@ impl Engine {
         stmt: DfStatement,
         params: &[ScalarValue],
     ) -> Result<Streamed> {
-        let txn = query.transaction();
-        self.guarded(query, self.plan_and_start(stmt, params, txn))
+        self.guarded(query, self.plan_and_start(stmt, params, query))
             .await
     }
 
@@ -351,12 +489,13 @@ impl Engine {
             if let Some(ddl) = ddl::parse(stmt)? {
                 return self.run_ddl(ddl).await;
             }
+            self.check_files(stmt)?;
             ddl::check_insert_values(stmt, &self.db)?;
             let plan = match params {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
                 params => plan.clone().replace_params_with_values(params)?,
             };
-            self.start_plan(plan, query.transaction()).await
+            self.start_plan(plan, query).await
         })
         .await
     }
@@ -373,6 +512,12 @@ impl Engine {
         params: &[ScalarValue],
     ) -> Result<Streamed> {
         self.guarded(query, async {
+            if !query.settings().is_empty() {
+                // Kept plans are the server settings'; a session's own
+                // options plan afresh.
+                let plan = bind_params(logical.clone(), params)?;
+                return self.start_plan(plan, query).await;
+            }
             let stream = self
                 .plans
                 .execute(&self.ctx, &self.queries, sql, logical, types, params)
@@ -424,7 +569,7 @@ impl Engine {
         &self,
         stmt: DfStatement,
         params: &[ScalarValue],
-        txn: Option<&Arc<Transaction>>,
+        query: &Query,
     ) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
@@ -432,7 +577,8 @@ impl Engine {
             }
             ddl::check_insert_values(s, &self.db)?;
         }
-        let state = self.ctx.state();
+        let mut state = self.ctx.state();
+        self.apply_settings(&mut state, query)?;
         // The names it uses, for a typed error should planning fail: a
         // walk of the statement, cheaper than keeping a copy of it.
         let names = self.names(&stmt);
@@ -443,7 +589,7 @@ impl Engine {
         if !params.is_empty() {
             plan = bind_params(plan, params)?;
         }
-        self.start_plan(plan, txn).await
+        self.start_plan(plan, query).await
     }
 
     /// The error of planning a statement that uses `names`, typed: one
@@ -519,11 +665,19 @@ impl Engine {
 
     /// Executes a logical plan: INSERTs run to completion (staged in `txn`
     /// when given, see [`Transaction`]), queries stream.
-    async fn start_plan(
-        &self,
-        plan: LogicalPlan,
-        txn: Option<&Arc<Transaction>>,
-    ) -> Result<Streamed> {
+    async fn start_plan(&self, plan: LogicalPlan, query: &Query) -> Result<Streamed> {
+        let txn = query.transaction();
+        self.check_plan_files(&plan)?;
+        if let LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(set)) = &plan
+        {
+            // Per query (an HTTP request, the CLI): never the shared session.
+            let (name, value) = self.check_setting(&set.variable, &set.value)?;
+            query.set(&name, value);
+            return Ok(Streamed::Command {
+                tag: "SET".into(),
+                rows: 0,
+            });
+        }
         let insert = matches!(
             &plan,
             LogicalPlan::Dml(DmlStatement {
@@ -540,6 +694,7 @@ impl Engine {
         }
         let schema = plan.schema().inner().clone();
         let mut state = self.query_state();
+        self.apply_settings(&mut state, query)?;
         if let Some(txn) = txn {
             state.config_mut().set_extension(txn.clone());
         }

@@ -45,6 +45,10 @@ pub enum Error {
     /// `RELEASE` or `ROLLBACK TO` a savepoint the transaction does not have.
     #[error("savepoint \"{0}\" does not exist")]
     NoSavepoint(String),
+    /// Something SQL may not do on this server: use the server's files
+    /// (unless `--sql-file-access` allows them), change a server-wide setting.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// The query ran past its deadline (`--query-timeout`) and was stopped.
     #[error("canceling statement due to statement timeout ({})", humantime_ms(*.0))]
     Timeout(std::time::Duration),
@@ -86,6 +90,8 @@ pub enum ErrorKind {
     LimitExceeded,
     /// A savepoint that does not exist.
     NoSavepoint,
+    /// Not allowed on this server (files, server-wide settings).
+    PermissionDenied,
     Timeout,
     Cancelled,
     /// A failure inside Kiln or DataFusion; a bug or the environment.
@@ -105,6 +111,7 @@ impl Error {
             Error::TooComplex(_) => ErrorKind::TooComplex,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NoSavepoint(_) => ErrorKind::NoSavepoint,
+            Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),

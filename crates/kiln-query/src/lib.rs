@@ -35,6 +35,7 @@ pub mod ddl;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod files;
 pub mod functions;
 pub mod ingest;
 pub mod memory;

@@ -293,9 +293,14 @@ async fn queries_with_values_keep_partials_too() {
 async fn one_partition_plans_keep_partials_too() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;
+    // A server-wide change (SET changes only its own query's options).
     engine
-        .execute("SET datafusion.execution.target_partitions = 1")
-        .await
+        .session()
+        .state_ref()
+        .write()
+        .config_mut()
+        .options_mut()
+        .set("datafusion.execution.target_partitions", "1")
         .unwrap();
     let day = |d: i64| START_NS + d * DAY_NS;
     let ranges = [(day(0), day(4)), (day(1), day(3))];

@@ -98,6 +98,26 @@ impl ApiError {
         )
     }
 
+    /// A request head past `--max-header-bytes`.
+    pub fn header_too_large(size: usize, limit: usize) -> Self {
+        Self::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            "54000",
+            format!("request headers are {size} bytes, more than --max-header-bytes ({limit})"),
+        )
+    }
+
+    /// A browser page from an origin not in `--http-allowed-origins`.
+    pub fn origin_not_allowed(origin: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            "42501",
+            format!("origin '{origin}' is not allowed: list it in --http-allowed-origins"),
+        )
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -196,6 +216,7 @@ impl From<kiln_query::Error> for ApiError {
             K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),
             K::LimitExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "54000"),
             K::NoSavepoint => (StatusCode::BAD_REQUEST, "no_savepoint", "3B001"),
+            K::PermissionDenied => (StatusCode::FORBIDDEN, "permission_denied", "42501"),
             K::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", "57014"),
             K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
             K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),

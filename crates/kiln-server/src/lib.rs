@@ -44,6 +44,18 @@ pub struct ServerConfig {
     #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB")]
     pub max_body_bytes: ByteSize,
 
+    /// Largest HTTP request head: the request line and all headers
+    /// together (431 beyond it).
+    #[arg(long, env = "KILN_MAX_HEADER_BYTES", default_value = "64KiB")]
+    pub max_header_bytes: ByteSize,
+
+    /// Browser origins (`https://app.example:8443`, comma-separated) whose
+    /// pages may call the HTTP API: a request with an `Origin` header not
+    /// listed is refused (403), and CORS preflights are answered for these
+    /// only. Default: none, no browser page may call it.
+    #[arg(long, env = "KILN_HTTP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub http_allowed_origins: Vec<String>,
+
     /// After SIGTERM/SIGINT, how long in-flight requests and connections may
     /// take before the database is closed anyway.
     #[arg(long, env = "KILN_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]

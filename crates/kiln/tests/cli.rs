@@ -64,15 +64,26 @@ fn sql_formats_and_import_of_every_format() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // Parquet written by Kiln itself (COPY TO), read back by import.
+    // Parquet written by Kiln itself (COPY TO, allowed by
+    // --sql-file-access: refused without it), read back by import.
     let pq = tmp.path().join("c.parquet");
-    sql(
-        &dir,
-        "table",
-        &format!(
-            "COPY (SELECT ts + INTERVAL '10 day' AS ts, user_id + 100 AS user_id, url, amount FROM ev) TO '{}' STORED AS PARQUET",
-            pq.display()
-        ),
+    let copy = format!(
+        "COPY (SELECT ts + INTERVAL '10 day' AS ts, user_id + 100 AS user_id, url, amount FROM ev) TO '{}' STORED AS PARQUET",
+        pq.display()
+    );
+    let out = kiln(&dir, &["sql", &copy]);
+    assert!(!out.status.success() && !pq.exists());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--sql-file-access"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = tmp.path().to_str().unwrap();
+    let out = kiln(&dir, &["sql", "--sql-file-access", root, &copy]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let out = kiln(&dir, &["import", "--table", "ev", pq.to_str().unwrap()]);
     assert!(

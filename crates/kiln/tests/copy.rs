@@ -110,7 +110,7 @@ fn psql_copies_csv_and_text_atomically() {
     let (ok, _, err) = psql_with_stdin(&s, "COPY ev (nope) FROM STDIN", "");
     assert!(!ok && err.contains("no column 'nope'"), "{err}");
     let (ok, _, err) = psql_with_stdin(&s, "COPY ev FROM '/etc/passwd'", "");
-    assert!(!ok && err.contains("FROM STDIN"), "{err}");
+    assert!(!ok && err.contains("42501"), "{err}");
 
     // The server serves on, and the copied rows survive a restart.
     assert_eq!(s.psql("SELECT count(*) FROM ev"), "4\n");
@@ -151,7 +151,8 @@ fn copy_to_stdout_writes_what_copy_from_reads() {
     assert_eq!(rows("src"), rows("dst"));
     // Files stay out of reach, and the statement's errors are typed.
     let (ok, _, err) = psql_with_stdin(&s, "COPY src TO '/tmp/kiln-copy-out'", "");
-    assert!(!ok && err.contains("STDOUT"), "{err}");
+    assert!(!ok && err.contains("42501"), "{err}");
+    assert!(!std::path::Path::new("/tmp/kiln-copy-out").exists());
     let (ok, _, err) = psql_with_stdin(&s, "COPY nope TO STDOUT", "");
     assert!(!ok && err.contains("42P01"), "{err}");
 }

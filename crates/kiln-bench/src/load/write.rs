@@ -86,7 +86,7 @@ pub async fn create_abtest(client: &reqwest::Client, url: &str) -> Result<()> {
     post(
         client,
         &format!("{url}/v1/sql"),
-        "text/plain",
+        "application/sql",
         None,
         Bytes::from(ddl),
         "creating abtest",

@@ -89,3 +89,60 @@ async fn create_table_as_select_is_refused_as_unsupported() {
         "{err}"
     );
 }
+
+/// The value of the last statement's first row, second column (SHOW's).
+fn shown(out: &[Output]) -> String {
+    let Some(Output::Rows { batches, .. }) = out.last() else {
+        panic!("no rows: {out:?}");
+    };
+    let col = arrow::compute::cast(batches[0].column(1), &DataType::Utf8).unwrap();
+    col.as_string::<i32>().value(0).to_string()
+}
+
+#[tokio::test]
+async fn set_changes_its_own_query_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let out = e
+        .execute("SET datafusion.execution.batch_size = 7; SHOW datafusion.execution.batch_size")
+        .await
+        .unwrap();
+    assert_eq!(shown(&out), "7");
+    let out = e
+        .execute("SHOW datafusion.execution.batch_size")
+        .await
+        .unwrap();
+    assert_eq!(shown(&out), "8192");
+    assert_eq!(e.session().state().config().batch_size(), 8192);
+    assert_eq!(
+        kind(
+            e.execute("SET datafusion.runtime.memory_limit = '1G'")
+                .await
+        ),
+        ErrorKind::PermissionDenied
+    );
+}
+
+#[tokio::test]
+async fn server_files_are_refused_without_file_access() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let out = tmp.path().join("x.csv");
+    for sql in [
+        format!("COPY (SELECT 1) TO '{}'", out.display()),
+        format!("COPY t TO '{}'", out.display()),
+        format!("EXPLAIN ANALYZE COPY t TO '{}'", out.display()),
+        format!("COPY t FROM '{}'", out.display()),
+        format!(
+            "CREATE EXTERNAL TABLE x (a INT) STORED AS CSV LOCATION '{}'",
+            out.display()
+        ),
+    ] {
+        assert_eq!(
+            kind(e.execute(&sql).await),
+            ErrorKind::PermissionDenied,
+            "{sql}"
+        );
+    }
+    assert!(!out.exists());
+}

@@ -120,9 +120,14 @@ async fn a_generic_plan_is_made_again_for_a_new_table_or_setting() {
     assert_eq!(lookup(&engine, LOOKUP, 1).await, ["z"]);
     assert_eq!(idle(&engine, LOOKUP), 1);
 
+    // A server-wide change (SET changes only its own query's options).
     engine
-        .execute("SET datafusion.execution.time_zone = '+02:00'")
-        .await
+        .session()
+        .state_ref()
+        .write()
+        .config_mut()
+        .options_mut()
+        .set("datafusion.execution.time_zone", "+02:00")
         .unwrap();
     assert_eq!(lookup(&engine, LOOKUP, 1).await, ["z"]);
     let settings = engine.session().state().config().options().clone();

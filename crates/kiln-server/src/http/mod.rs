@@ -4,6 +4,7 @@
 //! shared `Engine` and `Db`, and every error goes through [`ApiError`].
 
 mod encode;
+mod guard;
 mod sql;
 mod write;
 
@@ -30,6 +31,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/write/{table}", post(write::write))
         .route("/v1/sql", post(sql::sql))
         .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::guard,
+        ))
         .with_state(state)
 }
 

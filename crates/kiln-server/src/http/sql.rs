@@ -138,6 +138,7 @@ async fn run_sql(
                 timeout,
                 light,
                 transaction: None,
+                settings: vec![],
             },
         )
         .await?;

@@ -54,6 +54,10 @@ pub(crate) async fn start(
     limit: usize,
     client: &(dyn ClientInfo + Send + Sync),
 ) -> Option<PgWireResult<Response>> {
+    // A server file or program: refused unless --sql-file-access allows it.
+    if let Err(e) = engine.check_files(stmt) {
+        return Some(Err(ApiError::from(e).to_pg()));
+    }
     if let Some(out) = super::copy_out::start(stmt, engine, client).await {
         return Some(out);
     }

@@ -59,6 +59,42 @@ pub(crate) async fn start(
     )
 }
 
+/// `COPY ... TO 'file'` run by the engine (the file checked there again);
+/// answers `COPY n`.
+async fn to_file(
+    stmt: &Statement,
+    engine: &Engine,
+    client: &(dyn ClientInfo + Send + Sync),
+) -> PgWireResult<Response> {
+    let text = stmt.to_string();
+    let pg = |e: kiln_query::Error| ApiError::from(e).to_pg();
+    let stmts = engine.parse(&text).map_err(pg)?;
+    let q = super::begin(engine, &text, client, false).await?;
+    let mut rows = 0u64;
+    for stmt in stmts {
+        if let kiln_query::Output::Rows { batches, .. } = engine
+            .run(&q, stmt, &[])
+            .await
+            .map_err(pg)?
+            .collect()
+            .await
+            .map_err(pg)?
+        {
+            rows += batches
+                .iter()
+                .filter_map(|b| {
+                    b.column(0)
+                        .as_primitive_opt::<arrow::datatypes::UInt64Type>()
+                })
+                .map(|c| c.values().iter().sum::<u64>())
+                .sum::<u64>();
+        }
+    }
+    Ok(Response::Execution(
+        datafusion_postgres::pgwire::api::results::Tag::new("COPY").with_rows(rows as usize),
+    ))
+}
+
 async fn copy_out(
     source: &CopySource,
     target: &CopyTarget,
@@ -68,9 +104,15 @@ async fn copy_out(
     engine: &Engine,
     client: &(dyn ClientInfo + Send + Sync),
 ) -> PgWireResult<Response> {
-    if !matches!(target, CopyTarget::Stdout) {
-        let msg = "only COPY ... TO STDOUT is supported: the server writes no files";
-        return Err(ApiError::bad_input(msg).to_pg());
+    match target {
+        CopyTarget::Stdout => {}
+        // Allowed by --sql-file-access (checked by the caller): DataFusion
+        // writes the file, as over HTTP.
+        CopyTarget::File { .. } => return to_file(stmt, engine, client).await,
+        _ => {
+            let msg = "only COPY ... TO STDOUT or a file is supported";
+            return Err(ApiError::unsupported(msg).to_pg());
+        }
     }
     let query = match source {
         CopySource::Query(q) => Statement::Query(q.clone()),

@@ -149,7 +149,10 @@ impl QueryHook for KilnParseHook {
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         if matches!(statement, Statement::Copy { .. }) {
-            let msg = "COPY FROM STDIN is supported through the simple query protocol";
+            if let Err(e) = self.engine.check_files(statement) {
+                return Some(Err(to_pg(e)));
+            }
+            let msg = "COPY is supported through the simple query protocol";
             return Some(Err(ApiError::bad_input(msg).to_pg()));
         }
         match Engine::is_ddl(statement) {
@@ -241,6 +244,7 @@ async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
                 timeout,
                 light,
                 transaction: transaction::current(client),
+                settings: settings::datafusion_settings(client),
             },
         )
         .await
@@ -727,7 +731,12 @@ impl Handlers {
             Arc::new(Hook(cursor::CursorHook {
                 engine: engine.clone(),
             })),
-            Arc::new(Hook(settings::ShowHook)),
+            Arc::new(Hook(settings::ShowHook {
+                engine: engine.clone(),
+            })),
+            Arc::new(Hook(settings::SetHook {
+                engine: engine.clone(),
+            })),
             Arc::new(SetShowHook),
         ];
         let ctx = Arc::new(engine.session().clone());

@@ -418,12 +418,109 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 }
 
-/// `SHOW name` and `SHOW ALL`, answered from [`SETTINGS`] and the session.
-pub(crate) struct ShowHook;
+/// The prefix of DataFusion's options.
+const DATAFUSION: &str = "datafusion.";
+
+/// The DataFusion options `client`'s session `SET`, for each of its queries
+/// ([`kiln_query::Begin::settings`]).
+pub(super) fn datafusion_settings(client: &(impl ClientInfo + ?Sized)) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = client
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.starts_with(DATAFUSION))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `SET datafusion.name = value` (and `TO DEFAULT`): checked by the engine,
+/// kept in the connection's metadata, applied to its queries only; the
+/// shared session is never changed. Other `SET`s go on to
+/// datafusion-postgres's hook (`statement_timeout`, `DateStyle`, ...).
+pub(crate) struct SetHook {
+    pub engine: Arc<kiln_query::Engine>,
+}
+
+impl SetHook {
+    /// The option `stmt` sets and its value as written (None: not a SET
+    /// of a DataFusion option).
+    fn target(stmt: &Statement) -> Option<(String, String)> {
+        use datafusion::sql::sqlparser::ast::{Expr, Set, Value};
+        let Statement::Set(Set::SingleAssignment {
+            variable, values, ..
+        }) = stmt
+        else {
+            return None;
+        };
+        let mut name = variable.to_string().to_ascii_lowercase();
+        if name == "timezone" || name == "time.zone" {
+            // DataFusion's alias: it would set the shared session's.
+            name = "datafusion.execution.time_zone".into();
+        }
+        if !name.starts_with(DATAFUSION) {
+            return None;
+        }
+        let value = match values.first() {
+            Some(Expr::Value(v)) => match &v.value {
+                Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
+                other => other.to_string(),
+            },
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        Some((name, value))
+    }
+}
+
+#[async_trait::async_trait]
+impl Answer for SetHook {
+    async fn respond(
+        &self,
+        stmt: &Statement,
+        client: &mut dyn HookClient,
+    ) -> Option<PgWireResult<Response>> {
+        let (name, value) = Self::target(stmt)?;
+        Some(match self.engine.check_setting(&name, &value) {
+            Ok((name, Some(value))) => {
+                client.metadata_mut().insert(name, value);
+                Ok(Response::Execution(
+                    datafusion_postgres::pgwire::api::results::Tag::new("SET"),
+                ))
+            }
+            Ok((name, None)) => {
+                client.metadata_mut().remove(&name);
+                Ok(Response::Execution(
+                    datafusion_postgres::pgwire::api::results::Tag::new("SET"),
+                ))
+            }
+            Err(e) => Err(crate::error::ApiError::from(e).to_pg()),
+        })
+    }
+
+    fn plan(
+        &self,
+        stmt: &Statement,
+        _client: &(dyn ClientInfo + Send + Sync),
+    ) -> Option<PgWireResult<LogicalPlan>> {
+        Self::target(stmt)?;
+        Some(Ok(super::no_rows(DFSchema::empty())))
+    }
+}
+
+/// `SHOW name` and `SHOW ALL`, answered from [`SETTINGS`] and the session;
+/// `SHOW datafusion.name` from the session's `SET` or the server's value.
+pub(crate) struct ShowHook {
+    pub engine: Arc<kiln_query::Engine>,
+}
 
 impl ShowHook {
     /// The columns and rows `stmt` shows (None: not a SHOW this answers).
-    fn rows(stmt: &Statement, client: &dyn ClientInfo) -> Option<Result<RecordBatch, String>> {
+    fn rows(
+        &self,
+        stmt: &Statement,
+        client: &dyn ClientInfo,
+    ) -> Option<Result<RecordBatch, String>> {
         let Statement::ShowVariable { variable } = stmt else {
             return None;
         };
@@ -432,8 +529,20 @@ impl ShowHook {
             ["all"] => return Some(Ok(show_all(client))),
             ["time", "zone"] => "timezone".to_string(),
             ["transaction", "isolation", "level"] => "transaction_isolation".to_string(),
+            ["datafusion", ..] => words.join("."),
             _ => words.join(" "),
         };
+        if name.starts_with(DATAFUSION) {
+            let value = client
+                .metadata()
+                .get(&name)
+                .cloned()
+                .or_else(|| self.engine.setting(&name));
+            return Some(match value {
+                Some(v) => Ok(batch(&[(name.as_str(), vec![v])])),
+                None => Err(unknown(&name)),
+            });
+        }
         let Some((canonical, default, _)) = setting(&name) else {
             return Some(Err(unknown(&name)));
         };
@@ -442,10 +551,11 @@ impl ShowHook {
     }
 
     async fn answer(
+        &self,
         stmt: &Statement,
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        let rows = match Self::rows(stmt, &*client)? {
+        let rows = match self.rows(stmt, &*client)? {
             Ok(rows) => rows,
             Err(msg) => {
                 let info = ErrorInfo::new("ERROR".into(), "42704".into(), msg);
@@ -500,7 +610,7 @@ impl Answer for ShowHook {
         _params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        Self::answer(stmt, client).await
+        self.answer(stmt, client).await
     }
 
     fn plan(
@@ -509,7 +619,7 @@ impl Answer for ShowHook {
         client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         // The plan carries the columns Describe reports; Execute answers.
-        let schema = match Self::rows(stmt, client)? {
+        let schema = match self.rows(stmt, client)? {
             Ok(rows) => rows.schema(),
             Err(_) => Arc::new(Schema::new(vec![Field::new(
                 "setting",

@@ -216,6 +216,14 @@ fn reset(client: &mut dyn HookClient, name: Option<&str>) {
             metadata.remove(*key);
         }
     }
+    // The session's DataFusion options (`SET datafusion.*`).
+    match name {
+        None => metadata.retain(|k, _| !k.starts_with("datafusion.")),
+        Some(n) if n.starts_with("datafusion.") => {
+            metadata.remove(n);
+        }
+        Some(_) => {}
+    }
 }
 
 /// Whether `stmt` is answered by [`TransactionHook`] alone.

@@ -48,7 +48,7 @@ async fn remote(url: &str, args: &SqlArgs) -> Result<(), BoxError> {
     for stmt in Engine::split(&args.sql)? {
         let resp = client
             .post(&endpoint)
-            .header(reqwest::header::CONTENT_TYPE, "text/plain")
+            .header(reqwest::header::CONTENT_TYPE, "application/sql")
             .body(stmt.to_string())
             .send()
             .await

@@ -30,7 +30,7 @@ INTERNALS = ["Optimizer rule", "Arrow error", "Schema error", "Error during plan
 
 def http(port, sql):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sql", data=sql.encode(),
-                                 headers={"Content-Type": "text/plain"})
+                                 headers={"Content-Type": "application/sql"})
     try:
         urllib.request.urlopen(req).read()
     except urllib.error.HTTPError as e:

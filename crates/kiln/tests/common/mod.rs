@@ -187,7 +187,9 @@ pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
     }
 }
 
-/// One HTTP/1.1 request to `addr` on a new connection; returns status and body.
+/// One HTTP/1.1 request to `addr` on a new connection; returns status and
+/// body. Requests to `/v1/` carry `X-Kiln-Request: 1`, as every client
+/// must (see docs/security.md); [`request_raw`] sends only `headers`.
 pub fn request(
     addr: &str,
     method: &str,
@@ -195,6 +197,47 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, Vec<u8>) {
+    let mut all = headers.to_vec();
+    if path.starts_with("/v1/")
+        && !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("x-kiln-request"))
+    {
+        all.push(("X-Kiln-Request", "1"));
+    }
+    request_raw(addr, method, path, &all, body)
+}
+
+/// Status and lower-cased head of a request without a body.
+pub fn request_head(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let (status, head, _) = exchange(addr, method, path, headers, b"");
+    (status, head)
+}
+
+/// One HTTP/1.1 request with exactly `headers`; returns status and body.
+pub fn request_raw(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let (status, _, body) = exchange(addr, method, path, headers, body);
+    (status, body)
+}
+
+fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut head = format!(
@@ -220,7 +263,7 @@ pub fn request(
     if head.contains("transfer-encoding: chunked") {
         body = dechunk(&body);
     }
-    (status, body)
+    (status, head, body)
 }
 
 /// psql's answer to `sql` over the simple protocol: "" or the SQLSTATE.

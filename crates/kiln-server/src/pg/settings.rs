@@ -478,6 +478,7 @@ impl Answer for SetHook {
     async fn respond(
         &self,
         stmt: &Statement,
+        _params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
         let (name, value) = Self::target(stmt)?;

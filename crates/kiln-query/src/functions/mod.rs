@@ -63,6 +63,37 @@ pub fn register(ctx: &SessionContext) {
     }
 }
 
+/// `f` over one text argument, scalar or column (any type, cast to text);
+/// NULL stays NULL. The shape of Kiln's PostgreSQL text functions.
+pub(crate) fn map_text(
+    arg: &datafusion::logical_expr::ColumnarValue,
+    f: impl Fn(&str) -> String,
+) -> Result<datafusion::logical_expr::ColumnarValue> {
+    use datafusion::arrow::array::{Array, StringArray};
+    use datafusion::common::ScalarValue;
+    use datafusion::logical_expr::ColumnarValue;
+    match arg {
+        ColumnarValue::Scalar(s) => {
+            let text = match s {
+                ScalarValue::Null => ScalarValue::Utf8(None),
+                s => s.cast_to(&DataType::Utf8)?,
+            };
+            Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
+                text.try_as_str().flatten().map(f),
+            )))
+        }
+        ColumnarValue::Array(a) => {
+            let text = datafusion::arrow::compute::cast(a, &DataType::Utf8)?;
+            let text = text
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .expect("cast to Utf8");
+            let out: StringArray = text.iter().map(|t| t.map(&f)).collect();
+            Ok(ColumnarValue::Array(std::sync::Arc::new(out)))
+        }
+    }
+}
+
 pub(crate) fn udaf(imp: impl datafusion::logical_expr::AggregateUDFImpl + 'static) -> AggregateUDF {
     AggregateUDF::new_from_impl(imp)
 }

@@ -5,12 +5,8 @@
 //! sends `NOT LIKE $1 ESCAPE '/'`), since DataFusion's LIKE takes only the
 //! backslash.
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{Array, StringArray};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
@@ -55,24 +51,6 @@ impl ScalarUDFImpl for LikeEscape {
             },
             ColumnarValue::Array(_) => return exec_err!("LIKE ... ESCAPE takes a constant"),
         };
-        match &args.args[0] {
-            ColumnarValue::Scalar(s) => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
-                s.try_as_str()
-                    .flatten()
-                    .map(|p| escape_with_backslash(p, escape)),
-            ))),
-            ColumnarValue::Array(a) => {
-                let text = cast(a, &DataType::Utf8)?;
-                let text = text
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .expect("cast to Utf8");
-                let out: StringArray = text
-                    .iter()
-                    .map(|p| p.map(|p| escape_with_backslash(p, escape)))
-                    .collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }
-        }
+        super::map_text(&args.args[0], |p| escape_with_backslash(p, escape))
     }
 }

@@ -3,12 +3,8 @@
 //! `E'...'` literal); NULL stays NULL. Grafana's template variable queries
 //! use it (`SELECT DISTINCT quote_literal(host) FROM ...`).
 
-use std::sync::Arc;
-
-use datafusion::arrow::array::{Array, StringArray};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::Result;
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
@@ -46,26 +42,7 @@ impl ScalarUDFImpl for QuoteLiteral {
         Ok(DataType::Utf8)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        match &args.args[0] {
-            ColumnarValue::Scalar(s) => {
-                let text = match s {
-                    ScalarValue::Null => ScalarValue::Utf8(None),
-                    s => s.cast_to(&DataType::Utf8)?,
-                };
-                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
-                    text.try_as_str().flatten().map(quote_literal),
-                )))
-            }
-            ColumnarValue::Array(a) => {
-                let text = cast(a, &DataType::Utf8)?;
-                let text = text
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .expect("cast to Utf8");
-                let out: StringArray = text.iter().map(|t| t.map(quote_literal)).collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }
-        }
+        super::map_text(&args.args[0], quote_literal)
     }
 }
 

@@ -10,12 +10,10 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, StringArray};
-use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::{Column, Result, ScalarValue};
+use datafusion::common::{Column, Result};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility,
@@ -119,23 +117,7 @@ impl ScalarUDFImpl for PgTypeName {
         Ok(DataType::Utf8)
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        match &args.args[0] {
-            ColumnarValue::Scalar(s) => {
-                let text = s.cast_to(&DataType::Utf8)?;
-                Ok(ColumnarValue::Scalar(ScalarValue::Utf8(
-                    text.try_as_str().flatten().map(pg_type_name),
-                )))
-            }
-            ColumnarValue::Array(a) => {
-                let text = cast(a, &DataType::Utf8)?;
-                let text = text
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .expect("cast to Utf8");
-                let out: StringArray = text.iter().map(|t| t.map(pg_type_name)).collect();
-                Ok(ColumnarValue::Array(Arc::new(out)))
-            }
-        }
+        crate::functions::map_text(&args.args[0], pg_type_name)
     }
 }
 

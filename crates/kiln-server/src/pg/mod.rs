@@ -37,7 +37,6 @@ use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire::api::Type;
 use datafusion_postgres::pgwire::api::auth::StartupHandler;
-use datafusion_postgres::pgwire::api::auth::noop::NoopStartupHandler;
 use datafusion_postgres::pgwire::api::cancel::CancelHandler;
 use datafusion_postgres::pgwire::api::copy::CopyHandler;
 use datafusion_postgres::pgwire::api::portal::{Format, Portal, PortalExecutionState};
@@ -72,6 +71,7 @@ use tokio::task::JoinSet;
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
 use hook::Hook;
+use startup::Startup;
 
 mod catalog;
 mod conn;
@@ -83,6 +83,7 @@ mod hook;
 mod pg_catalog;
 mod regproc;
 mod settings;
+mod startup;
 mod transaction;
 
 /// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
@@ -631,79 +632,6 @@ impl CancelHandler for KilnCancel {
             tracing::info!(pid = req.pid, cancelled = n, "cancel request");
         }
     }
-}
-
-/// Startup without authentication (as `datafusion_postgres::serve` does);
-/// registers connections so cancel requests can find them.
-pub struct Startup {
-    connections: Arc<ConnectionManager>,
-}
-
-#[async_trait]
-impl NoopStartupHandler for Startup {
-    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
-        Some(self.connections.clone())
-    }
-
-    /// A `statement_timeout` given at startup, as a parameter of its own
-    /// (node-postgres's `statement_timeout` option) or in `options` (`-c
-    /// statement_timeout=5s`, libpq's `PGOPTIONS`), applies to the session
-    /// as `SET statement_timeout` would.
-    async fn post_startup<C>(
-        &self,
-        client: &mut C,
-        _message: datafusion_postgres::pgwire::messages::PgWireFrontendMessage,
-    ) -> PgWireResult<()>
-    where
-        C: ClientInfo + futures::Sink<PgWireBackendMessage> + Unpin + Send,
-        C::Error: std::fmt::Debug,
-        PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
-    {
-        let metadata = client.metadata();
-        let given = metadata.get("statement_timeout").cloned().or_else(|| {
-            let options = metadata.get("options")?;
-            options
-                .split_whitespace()
-                .filter_map(|o| {
-                    o.strip_prefix("statement_timeout=")
-                        .or(o.strip_prefix("-cstatement_timeout="))
-                })
-                .next_back()
-                .map(str::to_string)
-        });
-        if let Some(given) = given {
-            let ms = pg_duration_ms(&given).ok_or_else(|| {
-                ApiError::invalid_parameter(format!(
-                    "invalid value for parameter \"statement_timeout\": \"{given}\""
-                ))
-                .to_pg()
-            })?;
-            client
-                .metadata_mut()
-                .insert(STATEMENT_TIMEOUT_MS.to_string(), ms.to_string());
-        }
-        Ok(())
-    }
-}
-
-/// A PostgreSQL time setting (`5000`, `5s`, `250ms`, `1min`, `1h`) in
-/// milliseconds; a bare number is milliseconds.
-fn pg_duration_ms(text: &str) -> Option<u64> {
-    let text = text.trim().trim_matches('\'');
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let scale = match unit.trim() {
-        "" | "ms" => 1.0,
-        "s" => 1e3,
-        "min" => 60e3,
-        "h" => 3600e3,
-        "d" => 86400e3,
-        _ => return None,
-    };
-    Some((number * scale) as u64)
 }
 
 /// The handler set given to every connection.

@@ -1,4 +1,4 @@
-use super::pg_duration_ms;
+use super::startup::pg_duration_ms;
 
 #[test]
 fn postgresql_time_settings_are_read_in_milliseconds() {

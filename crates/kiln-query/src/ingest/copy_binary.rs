@@ -179,9 +179,15 @@ pub fn decode(columns: &[String], types: &[DataType], data: &[u8]) -> Result<Dec
         }
         for (column, (name, b)) in columns.iter().zip(built.iter_mut()).enumerate() {
             let len = i32::from_be_bytes(take(data, &mut at, 4)?.try_into().expect("4 bytes"));
-            if len < 0 {
+            if len == -1 {
                 b.push_null();
                 continue;
+            }
+            if len < 0 {
+                return Err(format!(
+                    "row {row}, column {} ({name}): field length {len}",
+                    column + 1
+                ));
             }
             let value = take(data, &mut at, len as usize)?;
             b.push(value)

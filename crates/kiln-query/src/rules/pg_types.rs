@@ -30,7 +30,8 @@ impl AnalyzerRule for PgTypeNames {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let udf = Arc::new(ScalarUDF::new_from_impl(PgTypeName::default()));
+        // Built only for a plan that scans the table (most never do).
+        let mut udf: Option<Arc<ScalarUDF>> = None;
         plan.transform_up_with_subqueries(|node| {
             let LogicalPlan::TableScan(scan) = &node else {
                 return Ok(Transformed::no(node));
@@ -52,6 +53,9 @@ impl AnalyzerRule for PgTypeNames {
                     let column = Expr::Column(Column::new(qualifier.cloned(), field.name()));
                     match field.name().as_str() {
                         "data_type" => udf
+                            .get_or_insert_with(|| {
+                                Arc::new(ScalarUDF::new_from_impl(PgTypeName::default()))
+                            })
                             .call(vec![column])
                             .alias_qualified(qualifier.cloned(), "data_type"),
                         _ => column,

@@ -96,6 +96,10 @@ pub struct Begin {
     /// DataFusion options the session `SET` (`datafusion.execution.batch_size`
     /// = `1024`): applied to this query only, over the server's.
     pub settings: Vec<(String, String)>,
+    /// The user who sent it, when authentication is on: its statements are
+    /// checked against that user's privileges ([`crate::auth`]). `None`:
+    /// authentication is off, or the embedded engine.
+    pub user: Option<Arc<str>>,
 }
 
 /// Light queries running at once ([`Begin::light`]).
@@ -368,6 +372,7 @@ impl QueryRegistry {
         let mut handle = self.handle(protocol, text, session, opts.timeout);
         handle.light = opts.light;
         handle.transaction = opts.transaction;
+        handle.user = opts.user;
         *handle.settings.get_mut() = opts.settings;
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
@@ -460,6 +465,7 @@ impl QueryRegistry {
             light: false,
             transaction: None,
             settings: Mutex::new(vec![]),
+            user: None,
         }
     }
 
@@ -560,6 +566,8 @@ pub struct QueryHandle {
     light: bool,
     /// The transaction its writes are staged in ([`Begin::transaction`]).
     transaction: Option<Arc<Transaction>>,
+    /// Who sent it ([`Begin::user`]).
+    user: Option<Arc<str>>,
     /// The session's DataFusion options ([`Begin::settings`]) and those
     /// its own `SET` statements changed (an HTTP request's).
     settings: Mutex<Vec<(String, String)>>,
@@ -593,6 +601,11 @@ impl QueryHandle {
     /// The transaction the query's writes are staged in, if any.
     pub fn transaction(&self) -> Option<&Arc<Transaction>> {
         self.transaction.as_ref()
+    }
+
+    /// The user whose privileges its statements need ([`Begin::user`]).
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     /// Records a failure (the first one wins).

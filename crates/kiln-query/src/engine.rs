@@ -26,6 +26,7 @@ use kiln_storage::Db;
 use std::ops::ControlFlow;
 
 use crate::admission::{Begin, QueryHandle, QueryRegistry};
+use crate::auth::{Access, Account, AccountOutput, Auth};
 use crate::cache::{Caches, PartialCache, SegmentCache};
 use crate::config::QueryConfig;
 use crate::ddl::{self, Ddl};
@@ -120,6 +121,8 @@ pub struct Engine {
     files: FileAccess,
     /// Where heavy queries' rows are computed.
     executor: Executor,
+    /// Users and their privileges ([`crate::auth`]).
+    auth: Arc<Auth>,
 }
 
 impl Engine {
@@ -141,7 +144,12 @@ impl Engine {
         });
         let ctx = build_session(&db, cores, queries.clone(), caches.clone(), config)?;
         let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
+        let auth = Arc::new(Auth::open(
+            &db.config().data_dir,
+            Arc::new(kiln_storage::SystemClock),
+        )?);
         Ok(Self {
+            auth,
             files,
             plans: PlanCache::new(db.clone(), config.plan_cache_mode),
             db,
@@ -175,6 +183,99 @@ impl Engine {
 
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// Users, tokens and privileges; authentication is off until
+    /// [`Auth::enable`].
+    pub fn auth(&self) -> &Arc<Auth> {
+        &self.auth
+    }
+
+    /// Whether `user` may do `access`; with no user (authentication off,
+    /// the embedded engine) everything is allowed. For what a protocol
+    /// does itself (COPY FROM STDIN, the HTTP write API).
+    pub fn authorize(&self, user: Option<&str>, access: Access<'_>) -> Result<()> {
+        match user {
+            Some(u) => self.auth.authorize(u, access),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a plan that needs a privilege the query's user lacks: every
+    /// Kiln table it reads (subqueries too) needs SELECT, an INSERT's table
+    /// INSERT; DDL and COPY to a file need an admin.
+    fn authorize_plan(&self, query: &Query, plan: &LogicalPlan) -> Result<()> {
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        let Some(user) = query.user() else {
+            return Ok(());
+        };
+        let mut refused = None;
+        plan.apply_with_subqueries(|p| {
+            let checked = match p {
+                LogicalPlan::TableScan(scan) => {
+                    let kiln = datafusion::datasource::source_as_provider(&scan.source)
+                        .is_ok_and(|p| p.is::<crate::KilnTable>());
+                    match kiln {
+                        true => self.auth.authorize(user, Access::Read(scan.table_name.table())),
+                        false => Ok(()),
+                    }
+                }
+                LogicalPlan::Dml(d) => match d.op {
+                    WriteOp::Insert(_) => {
+                        self.auth.authorize(user, Access::Write(d.table_name.table()))
+                    }
+                    _ => self.auth.authorize(user, Access::Admin(d.op.name())),
+                },
+                LogicalPlan::Copy(_) => {
+                    self.auth.authorize(user, Access::Admin("COPY ... TO a server file"))
+                }
+                LogicalPlan::Ddl(d) => self.auth.authorize(user, Access::Admin(d.name())),
+                _ => Ok(()),
+            };
+            match checked {
+                Ok(()) => Ok(TreeNodeRecursion::Continue),
+                Err(e) => {
+                    refused = Some(e);
+                    Ok(TreeNodeRecursion::Stop)
+                }
+            }
+        })?;
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// Runs an account statement ([`crate::auth::statement`]) as `query`'s
+    /// user (who must be an admin, but for their own password).
+    pub async fn run_account(&self, query: &Query, stmt: Account) -> Result<Streamed> {
+        let auth = self.auth.clone();
+        let user = query.user().map(str::to_string);
+        self.guarded(query, async move {
+            // Password hashing (PBKDF2) and a file write: off the async threads.
+            let out = tokio::task::spawn_blocking(move || auth.execute(user.as_deref(), stmt))
+                .await
+                .map_err(|e| Error::Io {
+                    context: "running an account statement".into(),
+                    source: std::io::Error::other(e.to_string()),
+                })??;
+            Ok(match out {
+                AccountOutput::Command(tag) => Streamed::Command {
+                    tag: tag.into(),
+                    rows: 0,
+                },
+                AccountOutput::Rows(batch) => {
+                    let schema = batch.schema();
+                    let stream = datafusion::physical_plan::memory::MemoryStream::try_new(
+                        vec![batch],
+                        schema.clone(),
+                        None,
+                    )?;
+                    Streamed::Rows {
+                        schema,
+                        stream: Box::pin(stream),
+                    }
+                }
+            })
+        })
+        .await
     }
 
     pub fn session(&self) -> &SessionContext {
@@ -401,9 +502,11 @@ impl Engine {
     /// [`Engine::begin`] with the query's own options: the client's timeout
     /// and whether it is light ([`Engine::is_light`]).
     pub async fn begin_with(&self, origin: Origin, text: &str, opts: Begin) -> Result<Query> {
+        // A password in the text is never shown (system.queries, logs).
+        let text = crate::auth::statement::redact(text);
         Ok(Arc::new(
             self.queries
-                .begin_with(origin.protocol, text, origin.session, opts)
+                .begin_with(origin.protocol, &text, origin.session, opts)
                 .await?,
         ))
     }
@@ -444,13 +547,18 @@ impl Engine {
     /// Records `text` from `origin` as a query that failed with `e` before
     /// it could begin (see [`QueryRegistry::record_failed`]).
     pub fn record_failed(&self, origin: Origin, text: &str, e: &Error) {
+        let text = crate::auth::statement::redact(text);
         self.queries
-            .record_failed(origin.protocol, text, origin.session, e);
+            .record_failed(origin.protocol, &text, origin.session, e);
     }
 
     /// Runs every statement of `sql` in order as one embedded query,
     /// stopping at the first error; rows are collected.
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {
+        if let Some(account) = crate::auth::statement::parse(sql) {
+            let query = self.begin(Origin::EMBEDDED, sql).await?;
+            return Ok(vec![self.run_account(&query, account?).await?.collect().await?]);
+        }
         let stmts = self.parse(sql)?;
         let query = self.begin(Origin::EMBEDDED, sql).await?;
         let mut out = vec![];
@@ -487,7 +595,7 @@ impl Engine {
     ) -> Result<Streamed> {
         self.guarded(query, async {
             if let Some(ddl) = ddl::parse(stmt)? {
-                return self.run_ddl(ddl).await;
+                return self.run_ddl(query, ddl).await;
             }
             self.check_files(stmt)?;
             ddl::check_insert_values(stmt, &self.db)?;
@@ -512,6 +620,7 @@ impl Engine {
         params: &[ScalarValue],
     ) -> Result<Streamed> {
         self.guarded(query, async {
+            self.authorize_plan(query, logical)?;
             if !query.settings().is_empty() {
                 // Kept plans are the server settings'; a session's own
                 // options plan afresh.
@@ -573,7 +682,7 @@ impl Engine {
     ) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
-                return self.run_ddl(ddl).await;
+                return self.run_ddl(query, ddl).await;
             }
             ddl::check_insert_values(s, &self.db)?;
         }
@@ -667,6 +776,7 @@ impl Engine {
     /// when given, see [`Transaction`]), queries stream.
     async fn start_plan(&self, plan: LogicalPlan, query: &Query) -> Result<Streamed> {
         let txn = query.transaction();
+        self.authorize_plan(query, &plan)?;
         self.check_plan_files(&plan)?;
         if let LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(set)) = &plan
         {
@@ -729,7 +839,13 @@ impl Engine {
         }
     }
 
-    async fn run_ddl(&self, ddl: Ddl) -> Result<Streamed> {
+    async fn run_ddl(&self, query: &Query, ddl: Ddl) -> Result<Streamed> {
+        let what = match &ddl {
+            Ddl::Create(_) => "CREATE TABLE",
+            Ddl::Drop { .. } => "DROP TABLE",
+            Ddl::Kill { .. } => "KILL",
+        };
+        self.authorize(query.user(), Access::Admin(what))?;
         let tag = match ddl {
             Ddl::Create(req) => {
                 self.db.create_table(req).await?;

@@ -49,6 +49,16 @@ pub enum Error {
     /// (unless `--sql-file-access` allows them), change a server-wide setting.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// A login refused: a wrong password, an unknown user, a bad,
+    /// expired or revoked token. Never names the secret.
+    #[error("{0}")]
+    AuthFailed(String),
+    /// A user or token that already exists.
+    #[error("{0}")]
+    DuplicateObject(String),
+    /// A user or token that does not exist.
+    #[error("{0}")]
+    UndefinedObject(String),
     /// The query ran past its deadline (`--query-timeout`) and was stopped.
     #[error("canceling statement due to statement timeout ({})", humantime_ms(*.0))]
     Timeout(std::time::Duration),
@@ -90,8 +100,15 @@ pub enum ErrorKind {
     LimitExceeded,
     /// A savepoint that does not exist.
     NoSavepoint,
-    /// Not allowed on this server (files, server-wide settings).
+    /// Not allowed on this server (files, server-wide settings), or not
+    /// to this user (a privilege it lacks).
     PermissionDenied,
+    /// A login refused.
+    AuthFailed,
+    /// A user or token that already exists.
+    DuplicateObject,
+    /// A user or token that does not exist.
+    UndefinedObject,
     Timeout,
     Cancelled,
     /// A failure inside Kiln or DataFusion; a bug or the environment.
@@ -112,6 +129,9 @@ impl Error {
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NoSavepoint(_) => ErrorKind::NoSavepoint,
             Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
+            Error::AuthFailed(_) => ErrorKind::AuthFailed,
+            Error::DuplicateObject(_) => ErrorKind::DuplicateObject,
+            Error::UndefinedObject(_) => ErrorKind::UndefinedObject,
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),

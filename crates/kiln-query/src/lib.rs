@@ -30,6 +30,7 @@
 //!   [`executor`] (the runtime heavy queries execute on) and [`error`].
 
 pub mod admission;
+pub mod auth;
 pub mod cache;
 pub mod config;
 pub mod ddl;

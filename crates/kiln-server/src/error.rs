@@ -109,6 +109,11 @@ impl ApiError {
     }
 
     /// A browser page from an origin not in `--http-allowed-origins`.
+    /// A request without valid credentials (401, 28P01).
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        kiln_query::Error::AuthFailed(message.into()).into()
+    }
+
     pub fn origin_not_allowed(origin: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,
@@ -217,6 +222,9 @@ impl From<kiln_query::Error> for ApiError {
             K::LimitExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "54000"),
             K::NoSavepoint => (StatusCode::BAD_REQUEST, "no_savepoint", "3B001"),
             K::PermissionDenied => (StatusCode::FORBIDDEN, "permission_denied", "42501"),
+            K::AuthFailed => (StatusCode::UNAUTHORIZED, "unauthenticated", "28P01"),
+            K::DuplicateObject => (StatusCode::CONFLICT, "duplicate_object", "42710"),
+            K::UndefinedObject => (StatusCode::NOT_FOUND, "undefined_object", "42704"),
             K::Timeout => (StatusCode::GATEWAY_TIMEOUT, "timeout", "57014"),
             K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
             K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
@@ -262,6 +270,12 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Basic realm=\"kiln\", Bearer realm=\"kiln\""),
             );
         }
         resp

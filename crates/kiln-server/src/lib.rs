@@ -9,6 +9,7 @@
 //! for it), serve until SIGTERM or SIGINT, stop accepting, give in-flight
 //! requests `--shutdown-grace`, then close the database (WAL synced).
 
+pub mod auth;
 mod conn;
 pub mod error;
 pub mod http;
@@ -64,6 +65,9 @@ pub struct ServerConfig {
     /// Queries slower than this are logged (one line each, with the SQL).
     #[arg(long, env = "KILN_SLOW_QUERY", default_value = "1s", value_parser = humantime::parse_duration)]
     pub slow_query: Duration,
+
+    #[command(flatten)]
+    pub auth: auth::AuthConfig,
 }
 
 /// State shared by every HTTP handler.
@@ -122,6 +126,8 @@ async fn serve_db(
         "segment cache: decoding the newest segments"
     );
     pg::setup_catalog(&engine)?;
+    let auth_on = config.auth.apply(&engine, &[config.http_addr, config.pg_addr])?;
+    tracing::info!(auth = auth_on, "authentication");
     let metrics = Arc::new(Metrics::new());
     observe_queries(&engine, metrics.clone(), config.slow_query);
 

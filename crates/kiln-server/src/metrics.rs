@@ -44,6 +44,8 @@ pub const QUERY_MEMORY_LIMIT: &str = "kiln_query_memory_limit_bytes";
 pub const QUERY_MEMORY_HEAP: &str = "kiln_query_memory_heap_bytes";
 pub const HEAP: &str = "kiln_heap_bytes";
 pub const DEGRADED: &str = "kiln_degraded";
+pub const AUTH_FAILURES: &str = "kiln_auth_failures_total";
+pub const PERMISSION_DENIED: &str = "kiln_permission_denied_total";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
@@ -374,6 +376,22 @@ impl Metrics {
             let _ = writeln!(
                 text,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+        let c = &engine.auth().counters;
+        {
+            use std::fmt::Write as _;
+            use std::sync::atomic::Ordering::Relaxed;
+            let _ = writeln!(
+                text,
+                "# HELP {AUTH_FAILURES} Logins refused (wrong password, unknown user, bad, expired or revoked token, no credentials).\n# TYPE {AUTH_FAILURES} counter\n{AUTH_FAILURES}{{protocol=\"{PG}\"}} {}\n{AUTH_FAILURES}{{protocol=\"{HTTP}\"}} {}",
+                c.pg_failed.load(Relaxed),
+                c.http_failed.load(Relaxed),
+            );
+            let _ = writeln!(
+                text,
+                "# HELP {PERMISSION_DENIED} Statements and writes refused for want of a privilege.\n# TYPE {PERMISSION_DENIED} counter\n{PERMISSION_DENIED} {}",
+                c.denied.load(Relaxed),
             );
         }
         text

@@ -73,6 +73,17 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteE
         .map_err(fail(Step::SyncDir, dir))
 }
 
+/// [`write_atomic`] for other crates (the query layer's user file): the
+/// error as an `io::Error` that names the step and the path.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic(path, bytes).map_err(|e| {
+        std::io::Error::new(
+            e.source.kind(),
+            format!("{} {}: {}", e.verb(), e.path.display(), e.source),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

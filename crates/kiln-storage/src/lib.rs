@@ -42,6 +42,7 @@ mod table;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::decode_payload as decode_wal_payload;
 pub use config::{SegmentCompression, StorageConfig, WalSync};
+pub use fs_util::replace_file;
 pub use db::{Ack, CreateTable, Db, MEMSTORE_WAIT, StorageMetrics, WriteOptions, Written};
 pub use error::{Error, ErrorKind, Result};
 pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};

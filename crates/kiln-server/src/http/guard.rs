@@ -6,7 +6,9 @@
 //! `text/plain`, `application/x-www-form-urlencoded` or
 //! `multipart/form-data` (the CORS-safelisted ones) needs the header
 //! `X-Kiln-Request` (any value), which a page cannot add without a
-//! preflight (415 otherwise). See docs/security.md.
+//! preflight (415 otherwise); then, when authentication is on, who the
+//! request is from ([`identify`]: 401 without valid credentials, except
+//! on the probes and `/metrics`). See docs/security.md.
 
 use std::sync::Arc;
 
@@ -17,6 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
+use crate::auth::{Identity, OPEN_PATHS, identify};
 use crate::error::ApiError;
 
 /// The header that marks a request as sent by a program, not a web page.
@@ -29,7 +32,11 @@ const SIMPLE_TYPES: [&str; 3] = [
     "multipart/form-data",
 ];
 
-pub(crate) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn guard(
+    State(st): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let limit = st.config.max_header_bytes.as_usize();
     let head = head_bytes(&req);
     if head > limit {
@@ -58,6 +65,16 @@ pub(crate) async fn guard(State(st): State<Arc<AppState>>, req: Request, next: N
     {
         return e.into_response();
     }
+    let auth = st.engine.auth();
+    let identity = if auth.enabled() && !OPEN_PATHS.contains(&req.uri().path()) {
+        match identify(auth, req.headers()).await {
+            Ok(identity) => identity,
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        Identity(None)
+    };
+    req.extensions_mut().insert(identity);
     let mut resp = next.run(req).await;
     if let Some(origin) = origin {
         let h = resp.headers_mut();

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use arrow::array::RecordBatch;
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use super::encode::{Encoder, ResultFormat};
 use super::{header_str, read_body};
 use crate::AppState;
+use crate::auth::Identity;
 use crate::error::ApiError;
 
 #[derive(Debug, serde::Deserialize)]
@@ -46,12 +47,13 @@ struct SqlBody {
 
 pub(crate) async fn sql(
     State(st): State<Arc<AppState>>,
+    Extension(identity): Extension<Identity>,
     Query(params): Query<SqlParams>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    run_sql(&st, params, &headers, body, started)
+    run_sql(&st, identity, params, &headers, body, started)
         .await
         .unwrap_or_else(|e| e.into_response())
 }
@@ -101,6 +103,7 @@ fn json_param(n: usize, v: &Value) -> Result<ScalarValue, ApiError> {
 
 async fn run_sql(
     st: &AppState,
+    identity: Identity,
     params: SqlParams,
     headers: &HeaderMap,
     body: Body,
@@ -117,7 +120,21 @@ async fn run_sql(
         .transpose()?;
     let raw = read_body(headers, body, st.config.max_body_bytes.as_usize()).await?;
     let (text, params) = parse_body(headers, &raw)?;
-    let stmts = st.engine.parse(&text)?;
+    let engine = &st.engine;
+    let begin = |light| Begin {
+        timeout,
+        light,
+        transaction: None,
+        settings: vec![],
+        user: identity.0.clone(),
+    };
+    if let Some(account) = kiln_query::auth::statement::parse(&text) {
+        let account = account.inspect_err(|e| engine.record_failed(Origin::HTTP, &text, e))?;
+        let query = engine.begin_with(Origin::HTTP, &text, begin(true)).await?;
+        let streamed = engine.run_account(&query, account).await?;
+        return respond(streamed, format, started).await;
+    }
+    let stmts = engine.parse(&text)?;
     if stmts.is_empty() {
         return Err(ApiError::bad_request("no SQL statement in the request"));
     }
@@ -126,22 +143,10 @@ async fn run_sql(
             "\"params\" needs exactly one statement in \"sql\"",
         ));
     }
-    let engine = &st.engine;
     let light = stmts
         .iter()
         .all(|s| matches!(s, DfStatement::Statement(s) if Engine::is_light([s.as_ref()])));
-    let query = engine
-        .begin_with(
-            Origin::HTTP,
-            &text,
-            Begin {
-                timeout,
-                light,
-                transaction: None,
-                settings: vec![],
-            },
-        )
-        .await?;
+    let query = engine.begin_with(Origin::HTTP, &text, begin(light)).await?;
     let last = stmts.len() - 1;
     let mut result = None;
     for (i, stmt) in stmts.into_iter().enumerate() {
@@ -155,7 +160,17 @@ async fn run_sql(
             result = Some(streamed);
         }
     }
-    match result.expect("at least one statement") {
+    respond(result.expect("at least one statement"), format, started).await
+}
+
+/// The response to a statement's result: a command's tag, or its rows
+/// streamed in `format`.
+async fn respond(
+    result: Streamed,
+    format: ResultFormat,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    match result {
         Streamed::Command { tag, rows } => {
             let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
             Ok(axum::Json(json!({

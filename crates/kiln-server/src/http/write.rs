@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, header};
 use axum::response::{IntoResponse, Response};
 use kiln_storage::{Ack, IdempotencyKey, TimestampUnit, WriteOptions, Written};
@@ -22,7 +22,9 @@ use serde_json::json;
 
 use super::{header_str, read_body};
 use crate::AppState;
+use crate::auth::Identity;
 use crate::error::ApiError;
+use kiln_query::auth::Access;
 use kiln_query::ingest::{self, Decompress, Encoding, Format};
 
 /// The `Idempotency-Key` request header.
@@ -56,6 +58,7 @@ fn parse_ack(v: Option<&str>) -> Result<Ack, ApiError> {
 
 pub(crate) async fn write(
     State(st): State<Arc<AppState>>,
+    Extension(identity): Extension<Identity>,
     Path(table): Path<String>,
     Query(params): Query<WriteParams>,
     headers: HeaderMap,
@@ -65,9 +68,15 @@ pub(crate) async fn write(
     let format = body_format(header_str(&headers, header::CONTENT_TYPE));
     let label = format.as_ref().map_or("unknown", |f| f.label());
     let unit = parse_unit(params.timestamp_unit.as_deref());
-    let res = match (format, parse_ack(params.ack.as_deref()), unit) {
-        (Ok(f), Ok(ack), Ok(unit)) => do_write(&st, &table, f, ack, unit, &headers, body).await,
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
+    let allowed = st
+        .engine
+        .authorize(identity.0.as_deref(), Access::Write(&table))
+        .map_err(ApiError::from);
+    let res = match (allowed, format, parse_ack(params.ack.as_deref()), unit) {
+        (Ok(()), Ok(f), Ok(ack), Ok(unit)) => {
+            do_write(&st, &table, f, ack, unit, &headers, body).await
+        }
+        (Err(e), ..) | (_, Err(e), _, _) | (_, _, Err(e), _) | (.., Err(e)) => Err(e),
     };
     let elapsed = started.elapsed();
     match res {

@@ -25,6 +25,7 @@ use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use futures::{Sink, SinkExt};
 use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
+use kiln_query::auth::Access;
 use kiln_query::{Engine, Origin, Query, Transaction};
 
 use crate::error::ApiError;
@@ -71,7 +72,11 @@ pub(crate) async fn start(
     else {
         return None;
     };
-    let copy = parse(source, target, options, legacy_options, engine, limit);
+    let copy = parse(source, target, options, legacy_options, engine, limit).and_then(|c| {
+        let user = super::user(client);
+        engine.authorize(user.as_deref(), Access::Write(&c.table))?;
+        Ok(c)
+    });
     let pid = client.pid_and_secret_key().0;
     Some(match copy {
         Ok(mut copy) => {

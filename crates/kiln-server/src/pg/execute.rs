@@ -105,6 +105,12 @@ pub(super) fn bind(
     )
 }
 
+/// The columns of a result of `schema`, as Describe reports them.
+pub(super) fn fields(schema: &Schema, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+    let format = format.unwrap_or(&Format::UnifiedText);
+    Ok(described(arrow_schema_to_pg_fields(schema, format, None)?))
+}
+
 /// Rows as pgwire sends them, in the columns' `format`; an error while
 /// computing them gets its SQLSTATE.
 pub(super) fn encode<C: ClientInfo + ?Sized>(

@@ -221,6 +221,36 @@ impl ProtocolHooks {
 /// keeps the session's `statement_timeout`, in milliseconds.
 const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
 
+/// The user a connection logged in as (in its session extensions, which
+/// a client cannot set), when authentication is on.
+pub(crate) struct LoggedIn(pub Arc<str>);
+
+/// The user whose privileges `client`'s statements need (None:
+/// authentication is off).
+fn user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
+    client.session_extensions().get::<LoggedIn>().map(|u| u.0.clone())
+}
+
+/// Runs an account statement ([`kiln_query::auth`]) of `client`: `text`
+/// (recorded with its passwords hidden) parsed as `stmt`.
+async fn run_account<C: ClientInfo + Send + Sync>(
+    engine: &Engine,
+    text: &str,
+    stmt: kiln_query::Result<kiln_query::auth::Account>,
+    client: &C,
+) -> PgWireResult<Response> {
+    let stmt = match stmt {
+        Ok(s) => s,
+        Err(e) => {
+            engine.record_failed(Origin::pg(client.pid_and_secret_key().0), text, &e);
+            return Err(to_pg(e));
+        }
+    };
+    let query = begin(engine, text, client, true).await?;
+    let streamed = engine.run_account(&query, stmt).await.map_err(to_pg)?;
+    respond(streamed, &Format::UnifiedText, client)
+}
+
 /// Registers `text` as a query of `client`'s connection at the engine's
 /// door, under the session's `statement_timeout`, in the light lane when
 /// `light`, in the connection's open transaction if there is one.
@@ -246,6 +276,7 @@ async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
                 light,
                 transaction: transaction::current(client),
                 settings: settings::datafusion_settings(client),
+                user: user(client),
             },
         )
         .await
@@ -318,6 +349,11 @@ impl QueryParser for KilnParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let pid = client.pid_and_secret_key().0;
+        // An account statement is kept as text (no plan) and run at
+        // Execute: no other parser sees its password.
+        if kiln_query::auth::statement::parse(sql).is_some() {
+            return Ok(Some((sql.to_string(), None)));
+        }
         if let Err(e) = self.engine.check_size(sql) {
             self.engine.record_failed(Origin::pg(pid), sql, &e);
             return Err(to_pg(e));
@@ -362,6 +398,14 @@ impl QueryParser for KilnParser {
         stmt: &Self::Statement,
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
+        if let (text, None) = stmt
+            && let Some(Ok(account)) = kiln_query::auth::statement::parse(text)
+        {
+            return match kiln_query::auth::result_schema(&account) {
+                Some(schema) => execute::fields(&schema, column_format),
+                None => Ok(vec![]),
+            };
+        }
         self.inner
             .get_result_schema(stmt, column_format)
             .map(execute::described)
@@ -413,6 +457,9 @@ impl SimpleQueryHandler for PgSimple {
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
         let origin = Origin::pg(client.pid_and_secret_key().0);
+        if let Some(account) = kiln_query::auth::statement::parse(query) {
+            return Ok(vec![run_account(&self.engine, query, account, client).await?]);
+        }
         let checked = self.engine.check_size(query).and_then(|()| {
             let mut statements = self
                 .parser
@@ -591,6 +638,9 @@ impl ExtendedQueryHandler for PgExtended {
     {
         let (text, parsed) = &portal.statement.statement;
         let Some((stmt, plan)) = parsed else {
+            if let Some(account) = kiln_query::auth::statement::parse(text) {
+                return run_account(&self.engine, text, account, client).await;
+            }
             return Ok(Response::EmptyQuery);
         };
         // The hooks answer the connection's own statements (SET, SHOW,
@@ -689,6 +739,8 @@ impl Handlers {
             }),
             startup: Arc::new(Startup {
                 connections: connections.clone(),
+                engine: engine.clone(),
+                pids: Default::default(),
             }),
             cancel: Arc::new(KilnCancel {
                 connections,

@@ -347,9 +347,9 @@ impl Auth {
         let refused = match access {
             Access::Read(t) if table_privileges(t).select => return Ok(()),
             Access::Write(t) if table_privileges(t).insert => return Ok(()),
-            Access::Read(t) => format!("permission denied for table {t}: user \"{user}\" has no SELECT privilege on it"),
-            Access::Write(t) => format!("permission denied for table {t}: user \"{user}\" has no INSERT privilege on it"),
-            Access::Admin(what) => format!("permission denied: {what} needs an admin, and user \"{user}\" is not one"),
+            Access::Read(t) => format!("table {t}: user \"{user}\" has no SELECT privilege on it"),
+            Access::Write(t) => format!("table {t}: user \"{user}\" has no INSERT privilege on it"),
+            Access::Admin(what) => format!("{what} needs an admin, and user \"{user}\" is not one"),
         };
         self.counters.denied.fetch_add(1, Ordering::Relaxed);
         Err(denied(refused))
@@ -389,7 +389,10 @@ impl Auth {
         if let Some(by) = by
             && !own_password
         {
-            self.authorize(by, Access::Admin(&format!("{} (users, privileges and tokens)", stmt.tag())))?;
+            self.authorize(
+                by,
+                Access::Admin(&format!("{} (users, privileges and tokens)", stmt.tag())),
+            )?;
         }
         let tag = stmt.tag();
         match stmt {
@@ -404,7 +407,9 @@ impl Auth {
                     if s.users.contains_key(&name) {
                         return match if_not_exists {
                             true => Ok(()),
-                            false => Err(Error::DuplicateObject(format!("role \"{name}\" already exists"))),
+                            false => Err(Error::DuplicateObject(format!(
+                                "role \"{name}\" already exists"
+                            ))),
                         };
                     }
                     s.users.insert(
@@ -502,12 +507,14 @@ impl Auth {
                 user,
                 expires,
             } => return self.create_token(name, user, expires),
-            Account::DropToken { name, if_exists } => self.change(|s| {
-                match (s.tokens.remove(&name), if_exists) {
+            Account::DropToken { name, if_exists } => {
+                self.change(|s| match (s.tokens.remove(&name), if_exists) {
                     (Some(_), _) | (None, true) => Ok(()),
-                    (None, false) => Err(Error::UndefinedObject(format!("token \"{name}\" does not exist"))),
-                }
-            })?,
+                    (None, false) => Err(Error::UndefinedObject(format!(
+                        "token \"{name}\" does not exist"
+                    ))),
+                })?
+            }
             Account::ShowUsers => return Ok(AccountOutput::Rows(self.users_batch())),
             Account::ShowTokens => return Ok(AccountOutput::Rows(self.tokens_batch())),
         }
@@ -528,14 +535,18 @@ impl Auth {
         let expires_ns = match expires {
             None => None,
             Some(Expiry::At(at)) => Some(at),
-            Some(Expiry::In(d)) => Some(now.saturating_add(d.as_nanos().min(i64::MAX as u128) as i64)),
+            Some(Expiry::In(d)) => {
+                Some(now.saturating_add(d.as_nanos().min(i64::MAX as u128) as i64))
+            }
         };
         self.change(|s| {
             if !s.users.contains_key(&user) {
                 return Err(no_user(&user));
             }
             if s.tokens.contains_key(&name) {
-                return Err(Error::DuplicateObject(format!("token \"{name}\" already exists")));
+                return Err(Error::DuplicateObject(format!(
+                    "token \"{name}\" already exists"
+                )));
             }
             s.tokens.insert(
                 name.clone(),
@@ -589,8 +600,13 @@ impl Auth {
     fn tokens_batch(&self) -> RecordBatch {
         let state = self.state.read();
         let now = self.clock.now_ns();
-        let mut cols: (Vec<String>, Vec<String>, Vec<String>, Vec<Option<String>>, Vec<bool>) =
-            Default::default();
+        let mut cols: (
+            Vec<String>,
+            Vec<String>,
+            Vec<String>,
+            Vec<Option<String>>,
+            Vec<bool>,
+        ) = Default::default();
         for (name, t) in &state.tokens {
             cols.0.push(name.clone());
             cols.1.push(t.user.clone());

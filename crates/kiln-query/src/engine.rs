@@ -216,19 +216,21 @@ impl Engine {
                     let kiln = datafusion::datasource::source_as_provider(&scan.source)
                         .is_ok_and(|p| p.is::<crate::KilnTable>());
                     match kiln {
-                        true => self.auth.authorize(user, Access::Read(scan.table_name.table())),
+                        true => self
+                            .auth
+                            .authorize(user, Access::Read(scan.table_name.table())),
                         false => Ok(()),
                     }
                 }
                 LogicalPlan::Dml(d) => match d.op {
-                    WriteOp::Insert(_) => {
-                        self.auth.authorize(user, Access::Write(d.table_name.table()))
-                    }
+                    WriteOp::Insert(_) => self
+                        .auth
+                        .authorize(user, Access::Write(d.table_name.table())),
                     _ => self.auth.authorize(user, Access::Admin(d.op.name())),
                 },
-                LogicalPlan::Copy(_) => {
-                    self.auth.authorize(user, Access::Admin("COPY ... TO a server file"))
-                }
+                LogicalPlan::Copy(_) => self
+                    .auth
+                    .authorize(user, Access::Admin("COPY ... TO a server file")),
                 LogicalPlan::Ddl(d) => self.auth.authorize(user, Access::Admin(d.name())),
                 _ => Ok(()),
             };
@@ -557,7 +559,9 @@ impl Engine {
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {
         if let Some(account) = crate::auth::statement::parse(sql) {
             let query = self.begin(Origin::EMBEDDED, sql).await?;
-            return Ok(vec![self.run_account(&query, account?).await?.collect().await?]);
+            return Ok(vec![
+                self.run_account(&query, account?).await?.collect().await?,
+            ]);
         }
         let stmts = self.parse(sql)?;
         let query = self.begin(Origin::EMBEDDED, sql).await?;

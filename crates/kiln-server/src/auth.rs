@@ -156,14 +156,20 @@ pub async fn identify(auth: &Arc<Auth>, headers: &HeaderMap) -> Result<Identity,
         };
     }
     if !scheme.eq_ignore_ascii_case("basic") {
-        return Err(refuse("unsupported Authorization scheme (Basic or Bearer)", None));
+        return Err(refuse(
+            "unsupported Authorization scheme (Basic or Bearer)",
+            None,
+        ));
     }
     let decoded = STANDARD
         .decode(credentials)
         .ok()
         .and_then(|b| String::from_utf8(b).ok());
     let Some((user, password)) = decoded.as_deref().and_then(|d| d.split_once(':')) else {
-        return Err(refuse("malformed Basic credentials (base64 of user:password)", None));
+        return Err(refuse(
+            "malformed Basic credentials (base64 of user:password)",
+            None,
+        ));
     };
     if let Some(u) = auth.checked(user, password) {
         return Ok(Identity(Some(u)));

@@ -126,7 +126,9 @@ async fn serve_db(
         "segment cache: decoding the newest segments"
     );
     pg::setup_catalog(&engine)?;
-    let auth_on = config.auth.apply(&engine, &[config.http_addr, config.pg_addr])?;
+    let auth_on = config
+        .auth
+        .apply(&engine, &[config.http_addr, config.pg_addr])?;
     tracing::info!(auth = auth_on, "authentication");
     let metrics = Arc::new(Metrics::new());
     observe_queries(&engine, metrics.clone(), config.slow_query);

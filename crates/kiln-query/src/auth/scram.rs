@@ -83,10 +83,7 @@ impl Verifier {
             return false;
         };
         let candidate = Self::new(password, &salt, self.iterations);
-        same(
-            candidate.stored_key.as_bytes(),
-            self.stored_key.as_bytes(),
-        )
+        same(candidate.stored_key.as_bytes(), self.stored_key.as_bytes())
     }
 }
 
@@ -180,7 +177,9 @@ impl Exchange {
         if nonce != Some(self.nonce.as_str()) {
             return Err(Malformed("nonce mismatch"));
         }
-        let proof = B64.decode(proof).map_err(|_| Malformed("proof is not base64"))?;
+        let proof = B64
+            .decode(proof)
+            .map_err(|_| Malformed("proof is not base64"))?;
         let stored_key = B64
             .decode(&self.verifier.stored_key)
             .map_err(|_| Malformed("stored key"))?;

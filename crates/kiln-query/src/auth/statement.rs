@@ -119,7 +119,10 @@ pub enum Account {
         users: Vec<String>,
     },
     /// `GRANT admin TO` / `REVOKE admin FROM`.
-    Admin { grant: bool, users: Vec<String> },
+    Admin {
+        grant: bool,
+        users: Vec<String>,
+    },
     CreateToken {
         name: String,
         user: String,
@@ -306,7 +309,11 @@ impl Parser {
         Ok(name)
     }
 
-    fn names(&mut self, what: &str, one: fn(&mut Self, &str) -> Result<String>) -> Result<Vec<String>> {
+    fn names(
+        &mut self,
+        what: &str,
+        one: fn(&mut Self, &str) -> Result<String>,
+    ) -> Result<Vec<String>> {
         let mut out = vec![one(self, what)?];
         while matches!(self.peek(), Token::Comma) {
             self.at += 1;
@@ -475,7 +482,9 @@ impl Parser {
             if self.keyword("IN") {
                 let text = self.string("a quoted duration ('30 days')")?;
                 let d = humantime::parse_duration(&text).map_err(|e| {
-                    syntax(format!("EXPIRES IN: not a duration ('30 days', '12h'): {e}"))
+                    syntax(format!(
+                        "EXPIRES IN: not a duration ('30 days', '12h'): {e}"
+                    ))
                 })?;
                 Some(Expiry::In(d))
             } else {

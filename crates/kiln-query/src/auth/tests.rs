@@ -46,11 +46,20 @@ fn statements_parse_and_passwords_are_redacted() {
     let s = statement::parse("REVOKE ALL PRIVILEGES ON ALL TABLES IN SCHEMA public FROM bob")
         .unwrap()
         .unwrap();
-    assert!(matches!(s, Account::Grant { grant: false, on: Target::AllTables, .. }));
+    assert!(matches!(
+        s,
+        Account::Grant {
+            grant: false,
+            on: Target::AllTables,
+            ..
+        }
+    ));
     let s = statement::parse("CREATE TOKEN ci FOR bob EXPIRES IN '2 days'")
         .unwrap()
         .unwrap();
-    assert!(matches!(s, Account::CreateToken { expires: Some(Expiry::In(d)), .. } if d.as_secs() == 172_800));
+    assert!(
+        matches!(s, Account::CreateToken { expires: Some(Expiry::In(d)), .. } if d.as_secs() == 172_800)
+    );
 
     let redacted = statement::redact("ALTER USER bob PASSWORD 'hunter2'");
     assert!(!redacted.contains("hunter2"), "{redacted}");
@@ -84,7 +93,10 @@ fn privileges_are_checked_and_survive_a_restart() {
     let e = auth.authorize("reader", Access::Read("other")).unwrap_err();
     assert_eq!(e.kind(), crate::ErrorKind::PermissionDenied);
     assert!(auth.authorize("reader", Access::Write("events")).is_err());
-    assert!(auth.authorize("reader", Access::Admin("CREATE TABLE")).is_err());
+    assert!(
+        auth.authorize("reader", Access::Admin("CREATE TABLE"))
+            .is_err()
+    );
     // A reader may not manage users, but may change their own password.
     let e = run(&auth, Some("reader"), "CREATE USER x PASSWORD 'y'").unwrap_err();
     assert_eq!(e.kind(), crate::ErrorKind::PermissionDenied);
@@ -103,7 +115,10 @@ fn privileges_are_checked_and_survive_a_restart() {
 
     // Everything is in the file, and the file holds no password.
     let text = std::fs::read_to_string(dir.path().join(USERS_FILE)).unwrap();
-    assert!(!text.contains("new-pw") && !text.contains("admin-pw"), "{text}");
+    assert!(
+        !text.contains("new-pw") && !text.contains("admin-pw"),
+        "{text}"
+    );
     drop(auth);
     let (auth, _) = open(dir.path());
     auth.enable(None).unwrap();

@@ -24,8 +24,8 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use futures::{Sink, SinkExt};
-use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
 use kiln_query::auth::Access;
+use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
 use kiln_query::{Engine, Origin, Query, Transaction};
 
 use crate::error::ApiError;

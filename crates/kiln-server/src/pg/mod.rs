@@ -228,7 +228,10 @@ pub(crate) struct LoggedIn(pub Arc<str>);
 /// The user whose privileges `client`'s statements need (None:
 /// authentication is off).
 fn user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
-    client.session_extensions().get::<LoggedIn>().map(|u| u.0.clone())
+    client
+        .session_extensions()
+        .get::<LoggedIn>()
+        .map(|u| u.0.clone())
 }
 
 /// Runs an account statement ([`kiln_query::auth`]) of `client`: `text`
@@ -458,7 +461,9 @@ impl SimpleQueryHandler for PgSimple {
     {
         let origin = Origin::pg(client.pid_and_secret_key().0);
         if let Some(account) = kiln_query::auth::statement::parse(query) {
-            return Ok(vec![run_account(&self.engine, query, account, client).await?]);
+            return Ok(vec![
+                run_account(&self.engine, query, account, client).await?,
+            ]);
         }
         let checked = self.engine.check_size(query).and_then(|()| {
             let mut statements = self

@@ -21,7 +21,7 @@ pub struct Server {
 
 impl Server {
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args([
                 "serve",
                 "--http-addr",
@@ -37,6 +37,12 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn kiln serve");
+        Self::adopt(child)
+    }
+
+    /// A `kiln serve` spawned with its stderr piped: waits for its
+    /// `kiln listening` line.
+    pub fn adopt(mut child: Child) -> Server {
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();

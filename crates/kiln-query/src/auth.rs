@@ -600,28 +600,28 @@ impl Auth {
     fn tokens_batch(&self) -> RecordBatch {
         let state = self.state.read();
         let now = self.clock.now_ns();
-        let mut cols: (
-            Vec<String>,
-            Vec<String>,
-            Vec<String>,
-            Vec<Option<String>>,
-            Vec<bool>,
-        ) = Default::default();
-        for (name, t) in &state.tokens {
-            cols.0.push(name.clone());
-            cols.1.push(t.user.clone());
-            cols.2.push(rfc3339(t.created_ns));
-            cols.3.push(t.expires_ns.map(rfc3339));
-            cols.4.push(t.expires_ns.is_some_and(|e| e <= now));
-        }
-        let schema = tokens_schema();
+        let tokens: Vec<(&String, &Token)> = state.tokens.iter().collect();
+        let text = |f: &dyn Fn(&(&String, &Token)) -> String| -> ArrayRef {
+            Arc::new(StringArray::from(tokens.iter().map(f).collect::<Vec<_>>()))
+        };
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from(cols.0)),
-            Arc::new(StringArray::from(cols.1)),
-            Arc::new(StringArray::from(cols.2)),
-            Arc::new(StringArray::from(cols.3)),
-            Arc::new(BooleanArray::from(cols.4)),
+            text(&|(name, _)| name.to_string()),
+            text(&|(_, t)| t.user.clone()),
+            text(&|(_, t)| rfc3339(t.created_ns)),
+            Arc::new(StringArray::from(
+                tokens
+                    .iter()
+                    .map(|(_, t)| t.expires_ns.map(rfc3339))
+                    .collect::<Vec<_>>(),
+            )),
+            Arc::new(BooleanArray::from(
+                tokens
+                    .iter()
+                    .map(|(_, t)| t.expires_ns.is_some_and(|e| e <= now))
+                    .collect::<Vec<_>>(),
+            )),
         ];
+        let schema = tokens_schema();
         RecordBatch::try_new(schema, columns).expect("columns match the schema")
     }
 }

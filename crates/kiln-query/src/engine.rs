@@ -205,13 +205,26 @@ impl Engine {
     /// Kiln table it reads (subqueries too) needs SELECT, an INSERT's table
     /// INSERT; DDL and COPY to a file need an admin.
     fn authorize_plan(&self, query: &Query, plan: &LogicalPlan) -> Result<()> {
-        use datafusion::common::tree_node::TreeNodeRecursion;
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
         let Some(user) = query.user() else {
             return Ok(());
         };
         let mut refused = None;
         plan.apply_with_subqueries(|p| {
+            // Cancelling another session's query is an admin's, as KILL is.
+            let cancels = p.expressions().iter().any(|e| {
+                e.exists(|e| {
+                    Ok(
+                        matches!(e, datafusion::logical_expr::Expr::ScalarFunction(f)
+                        if f.name() == crate::system::cancel::PG_CANCEL_BACKEND),
+                    )
+                })
+                .unwrap_or(false)
+            });
             let checked = match p {
+                _ if cancels => self
+                    .auth
+                    .authorize(user, Access::Admin("pg_cancel_backend")),
                 LogicalPlan::TableScan(scan) => {
                     let kiln = datafusion::datasource::source_as_provider(&scan.source)
                         .is_ok_and(|p| p.is::<crate::KilnTable>());

@@ -23,8 +23,9 @@
 //! - [`pruning`] (min/max statistics against filters) and [`functions`]
 //!   (Kiln's SQL functions);
 //! - [`shape`] (how deep a statement may nest; long chains balanced);
-//! - [`transaction`] (an explicit transaction's writes, staged until COMMIT)
-//!   and [`files`] (which server files SQL may touch);
+//! - [`transaction`] (an explicit transaction's writes, staged until COMMIT),
+//!   [`files`] (which server files SQL may touch) and [`auth`] (users,
+//!   their privileges and tokens; SCRAM);
 //! - leaves: [`memory`] (the execution memory pool, a share per query,
 //!   the heap counted at the allocator),
 //!   [`executor`] (the runtime heavy queries execute on) and [`error`].

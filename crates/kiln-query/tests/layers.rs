@@ -9,7 +9,7 @@ use std::path::Path;
 /// Top-level modules, lowest layer first; a module may use those before it.
 const LAYERS: &[&[&str]] = &[
     &["error", "memory", "executor"],
-    &["transaction", "files"],
+    &["transaction", "files", "auth"],
     &["shape"],
     &["functions", "pruning"],
     &["admission"],

@@ -207,6 +207,7 @@ fn a_read_only_user_reads_and_nothing_else() {
         "42501"
     );
     assert_eq!(state(&reader("CREATE USER x PASSWORD 'y'", "")), "42501");
+    assert_eq!(state(&reader("SELECT pg_cancel_backend(1)", "")), "42501");
     let out = files.join("out.csv");
     let copy_to = format!("COPY ev TO '{}'", out.display());
     assert_eq!(state(&reader(&copy_to, "")), "42501");
@@ -241,7 +242,7 @@ fn a_read_only_user_reads_and_nothing_else() {
     assert_eq!(write(&auth).0, 200);
     assert_eq!(ok(reader("SELECT count(*) FROM ev", "")).trim(), "2");
     let denied = metric(&s, "kiln_permission_denied_total");
-    assert_eq!(denied, 8.0);
+    assert_eq!(denied, 9.0);
 
     // The password is in no log and no system table.
     let texts = admin("SELECT query FROM system.queries");

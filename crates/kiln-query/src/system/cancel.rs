@@ -6,6 +6,9 @@
 
 use std::sync::Arc;
 
+/// The function's name (its calls need an admin when logins are on).
+pub const PG_CANCEL_BACKEND: &str = "pg_cancel_backend";
+
 use arrow::array::{Array, BooleanArray, Int64Array};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
@@ -58,7 +61,7 @@ impl std::hash::Hash for CancelBackend {
 
 impl ScalarUDFImpl for CancelBackend {
     fn name(&self) -> &str {
-        "pg_cancel_backend"
+        PG_CANCEL_BACKEND
     }
     fn signature(&self) -> &Signature {
         &self.signature

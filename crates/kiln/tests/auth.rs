@@ -66,19 +66,6 @@ fn psql(s: &Server, user: &str, password: &str, sql: &str, stdin: &str) -> Outpu
     child.wait_with_output().unwrap()
 }
 
-/// The SQLSTATE of psql's error ("" when it succeeded).
-fn state(out: &Output) -> String {
-    if out.status.success() {
-        return String::new();
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    err.split("ERROR:")
-        .nth(1)
-        .and_then(|rest| rest.trim().split(':').next())
-        .unwrap_or_else(|| panic!("{err}"))
-        .to_string()
-}
-
 fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
@@ -191,26 +178,32 @@ fn a_read_only_user_reads_and_nothing_else() {
 
     assert_eq!(ok(reader("SELECT count(*) FROM ev", "")).trim(), "1");
     assert_eq!(
-        state(&reader("INSERT INTO ev VALUES (now(), 2)", "")),
+        common::sqlstate_of(&reader("INSERT INTO ev VALUES (now(), 2)", "")),
         "42501"
     );
     assert_eq!(
-        state(&reader("CREATE TABLE t2 (ts TIMESTAMP NOT NULL)", "")),
+        common::sqlstate_of(&reader("CREATE TABLE t2 (ts TIMESTAMP NOT NULL)", "")),
         "42501"
     );
-    assert_eq!(state(&reader("DROP TABLE ev", "")), "42501");
+    assert_eq!(common::sqlstate_of(&reader("DROP TABLE ev", "")), "42501");
     assert_eq!(
-        state(&reader(
+        common::sqlstate_of(&reader(
             "COPY ev FROM STDIN WITH (FORMAT csv)",
             "2026-01-01,3\n"
         )),
         "42501"
     );
-    assert_eq!(state(&reader("CREATE USER x PASSWORD 'y'", "")), "42501");
-    assert_eq!(state(&reader("SELECT pg_cancel_backend(1)", "")), "42501");
+    assert_eq!(
+        common::sqlstate_of(&reader("CREATE USER x PASSWORD 'y'", "")),
+        "42501"
+    );
+    assert_eq!(
+        common::sqlstate_of(&reader("SELECT pg_cancel_backend(1)", "")),
+        "42501"
+    );
     let out = files.join("out.csv");
     let copy_to = format!("COPY ev TO '{}'", out.display());
-    assert_eq!(state(&reader(&copy_to, "")), "42501");
+    assert_eq!(common::sqlstate_of(&reader(&copy_to, "")), "42501");
     assert!(!out.exists());
     admin(&copy_to);
     assert!(out.exists(), "an admin may");
@@ -307,8 +300,9 @@ fn tokens_expire_and_are_revoked() {
 #[test]
 fn auth_turns_on_off_loopback_and_needs_an_admin_password() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args([
+    let serve = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        c.args([
             "serve",
             "--http-addr",
             "0.0.0.0:0",
@@ -316,10 +310,10 @@ fn auth_turns_on_off_loopback_and_needs_an_admin_password() {
             "127.0.0.1:0",
         ])
         .arg("--data-dir")
-        .arg(tmp.path().join("data"))
-        .env_remove("KILN_ADMIN_PASSWORD")
-        .output()
-        .unwrap();
+        .arg(tmp.path().join("data"));
+        c
+    };
+    let out = serve().env_remove("KILN_ADMIN_PASSWORD").output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--admin-password"), "{err}");
@@ -327,16 +321,7 @@ fn auth_turns_on_off_loopback_and_needs_an_admin_password() {
 
     // With the password from the environment it starts, and asks for logins.
     let pw = "env pw";
-    let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args([
-            "serve",
-            "--http-addr",
-            "0.0.0.0:0",
-            "--pg-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(tmp.path().join("data"))
+    let child = serve()
         .env("KILN_ADMIN_PASSWORD", pw)
         .stderr(std::process::Stdio::piped())
         .spawn()

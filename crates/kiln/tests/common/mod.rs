@@ -274,7 +274,12 @@ fn exchange(
 
 /// psql's answer to `sql` over the simple protocol: "" or the SQLSTATE.
 pub fn psql_sqlstate(s: &Server, sql: &str) -> String {
-    let out = s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]);
+    sqlstate_of(&s.psql_output(&["-v", "VERBOSITY=verbose", "-c", sql]))
+}
+
+/// The SQLSTATE of a psql run with `VERBOSITY=verbose` ("" when it
+/// succeeded).
+pub fn sqlstate_of(out: &std::process::Output) -> String {
     if out.status.success() {
         return String::new();
     }
@@ -283,7 +288,7 @@ pub fn psql_sqlstate(s: &Server, sql: &str) -> String {
     err.split("ERROR:")
         .nth(1)
         .and_then(|rest| rest.trim().split(':').next())
-        .unwrap_or_else(|| panic!("{sql}: {err}"))
+        .unwrap_or_else(|| panic!("no SQLSTATE in: {err}"))
         .to_string()
 }
 

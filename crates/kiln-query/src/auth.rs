@@ -300,9 +300,16 @@ impl Auth {
                 checked.insert(key, name.clone());
                 Ok(name)
             }
-            _ => Err(Error::AuthFailed(format!(
-                "password authentication failed for user \"{user}\""
-            ))),
+            found => {
+                if found.is_none() {
+                    // As long as for a user who exists: the time taken does
+                    // not tell whether the user does.
+                    let _ = self.scram_verifier(user).0.matches(password);
+                }
+                Err(Error::AuthFailed(format!(
+                    "password authentication failed for user \"{user}\""
+                )))
+            }
         }
     }
 

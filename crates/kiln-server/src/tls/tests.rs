@@ -30,7 +30,11 @@ fn error(config: &TlsConfig) -> String {
 
 #[test]
 fn without_flags_there_is_no_tls() {
-    assert!(Tls::from_config(&config(None, None, false)).unwrap().is_none());
+    assert!(
+        Tls::from_config(&config(None, None, false))
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[test]
@@ -53,12 +57,18 @@ fn unreadable_or_invalid_files_are_named() {
     let (_, other_key) = write_cert(dir.path(), "b", 2);
     let missing = dir.path().join("missing.pem");
     let e = error(&config(Some(&missing), Some(&key), false));
-    assert!(e.starts_with(&format!("--tls-cert {}:", missing.display())), "{e}");
+    assert!(
+        e.starts_with(&format!("--tls-cert {}:", missing.display())),
+        "{e}"
+    );
 
     let garbage = dir.path().join("garbage.pem");
     std::fs::write(&garbage, "not a certificate\n").unwrap();
     let e = error(&config(Some(&garbage), Some(&key), false));
-    assert!(e.contains(&format!("--tls-cert {}", garbage.display())), "{e}");
+    assert!(
+        e.contains(&format!("--tls-cert {}", garbage.display())),
+        "{e}"
+    );
     // A certificate where the key should be.
     let e = error(&config(Some(&cert), Some(&cert), false));
     assert!(e.contains(&format!("--tls-key {}", cert.display())), "{e}");

@@ -177,7 +177,9 @@ async fn negotiate(
 
 /// Resolves when the peer has closed `watch` (end of stream or reset).
 /// Bytes waiting to be read mean the client is still there; they are
-/// left for the message loop and looked at again shortly.
+/// left for the message loop and looked at again shortly. Over TLS the
+/// bytes are TLS records, which is all the same: only the end of the
+/// stream is looked for.
 async fn closed(watch: &TcpStream) {
     let mut byte = [0u8; 1];
     loop {

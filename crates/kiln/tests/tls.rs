@@ -242,6 +242,11 @@ fn https_with_curl_and_python_and_plain_http_on_the_same_port() {
     let tmp = tempfile::tempdir().unwrap();
     let pki = Pki::new(tmp.path(), "main");
     let s = pki.start(&tmp.path().join("data"), &[]);
+    // Clients that stall before or inside their handshake hold up no one.
+    let silent = std::net::TcpStream::connect(&s.http).unwrap();
+    let mut stalled = std::net::TcpStream::connect(&s.http).unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01]).unwrap();
+    let started = Instant::now();
     let (ok, out, err) = curl(
         &s,
         &pki.ca_pem,
@@ -256,6 +261,8 @@ fn https_with_curl_and_python_and_plain_http_on_the_same_port() {
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["rows"], serde_json::json!([[42]]));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    drop((silent, stalled));
     let out = tls_check(&["https", http_port(&s), &pki.ca_pem.display().to_string()]);
     common::assert_ok(&s, "tls_check.py https", &out);
     // TLS is optional: plain http on the same port.
@@ -267,12 +274,13 @@ fn https_with_curl_and_python_and_plain_http_on_the_same_port() {
     );
     // curl, urllib, and the scrape itself.
     assert_eq!(handshakes, 3.0);
-    // The name check the client failed.
+    // The client that failed the name check, and the one that left
+    // inside its handshake.
     wait_metric(
         &s,
         &pki.ca_pem,
         "kiln_tls_handshakes_total{outcome=\"failed\",protocol=\"http\"}",
-        1.0,
+        2.0,
     );
     // Graceful shutdown still works with the TLS listener.
     assert!(s.terminate().success());

@@ -19,8 +19,8 @@ fi
 # psycopg, SQLAlchemy and pandas (PyPI) for the client conformance suite,
 # pgjdbc (Maven Central, fetched by mvn itself; run with a JDK 17+), pgx (Go
 # modules, fetched by go itself), node-postgres (npm, installed by the test
-# with `npm ci`; Debian's nodejs and npm), and pyroaring (PyPI) to read
-# bitmaps Kiln writes.
+# with `npm ci`; Debian's nodejs and npm), pyroaring (PyPI) to read
+# bitmaps Kiln writes, and curl (Debian) for https.
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 APT_UPDATED=""
 apt_install() {
@@ -30,6 +30,9 @@ apt_install() {
 }
 if ! command -v psql >/dev/null; then
   apt_install postgresql-client
+fi
+if ! command -v curl >/dev/null; then
+  apt_install curl
 fi
 if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then
   apt_install maven default-jdk-headless

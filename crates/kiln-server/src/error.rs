@@ -108,6 +108,26 @@ impl ApiError {
         )
     }
 
+    /// A plaintext PostgreSQL connection to a server run with `--tls-required`.
+    pub fn tls_required() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "tls_required",
+            "28000",
+            "this server requires TLS (sslmode=require)",
+        )
+    }
+
+    /// A plaintext HTTP request to a server run with `--tls-required`.
+    pub fn https_required() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "tls_required",
+            "28000",
+            "this server requires https",
+        )
+    }
+
     /// A browser page from an origin not in `--http-allowed-origins`.
     /// A request without valid credentials (401, 28P01).
     pub fn unauthenticated(message: impl Into<String>) -> Self {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod pg;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
+pub use tls::{Tls, TlsConfig};
 
 /// Settings of the server. Each is a flag with a `KILN_*` environment variable.
 #[derive(Clone, Debug, Args)]
@@ -68,6 +70,9 @@ pub struct ServerConfig {
 
     #[command(flatten)]
     pub auth: auth::AuthConfig,
+
+    #[command(flatten)]
+    pub tls: TlsConfig,
 }
 
 /// State shared by every HTTP handler.
@@ -104,8 +109,10 @@ pub async fn serve(
     config: ServerConfig,
     stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
+    // Certificate errors are found before the database is opened.
+    let tls = Tls::from_config(&config.tls)?;
     let db = Db::open(storage).await?;
-    let result = serve_db(db.clone(), &query, config, stop).await;
+    let result = serve_db(db.clone(), &query, config, tls, stop).await;
     let closed = db.close().await;
     result?;
     closed?;
@@ -117,6 +124,7 @@ async fn serve_db(
     db: Db,
     query: &QueryConfig,
     config: ServerConfig,
+    tls: Option<Arc<Tls>>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BoxError> {
     let engine = Arc::new(Engine::with_config(db, query)?);
@@ -152,22 +160,43 @@ async fn serve_db(
     let app = http::router(state.clone());
     let mut http_stop = stop.clone();
     let http_metrics = metrics.clone();
-    let http_task = tokio::spawn(async move {
-        let listener = conn::Counted {
-            inner: http_listener,
-            metrics: http_metrics,
-        };
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    let handlers = Arc::new(pg::Handlers::new(
-        engine.clone(),
-        metrics.clone(),
-        config.max_body_bytes.as_usize(),
-    ));
+    let stopped = async move {
+        let _ = http_stop.wait_for(|s| *s).await;
+    };
+    let http_task = match &tls {
+        Some(tls) => {
+            tls.reload_on_sighup(metrics.clone())?;
+            let inner = tls::http::TlsListener::new(http_listener, tls, metrics.clone())?;
+            let listener = conn::Counted {
+                inner,
+                metrics: http_metrics,
+            };
+            tokio::spawn(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .into_future(),
+            )
+        }
+        None => {
+            let listener = conn::Counted {
+                inner: http_listener,
+                metrics: http_metrics,
+            };
+            tokio::spawn(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .into_future(),
+            )
+        }
+    };
+    let handlers = Arc::new(
+        pg::Handlers::new(
+            engine.clone(),
+            metrics.clone(),
+            config.max_body_bytes.as_usize(),
+        )
+        .with_tls(tls.clone()),
+    );
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
 
     eprintln!("kiln listening http={http_addr} pg={pg_addr}");

@@ -46,6 +46,9 @@ pub const HEAP: &str = "kiln_heap_bytes";
 pub const DEGRADED: &str = "kiln_degraded";
 pub const AUTH_FAILURES: &str = "kiln_auth_failures_total";
 pub const PERMISSION_DENIED: &str = "kiln_permission_denied_total";
+pub const TLS_HANDSHAKES: &str = "kiln_tls_handshakes_total";
+pub const TLS_PLAINTEXT_REFUSED: &str = "kiln_tls_plaintext_refused_total";
+pub const TLS_CERT_RELOADS: &str = "kiln_tls_cert_reloads_total";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
@@ -54,6 +57,8 @@ pub const PG: &str = "pg";
 pub const OUTCOMES: [&str; 3] = ["ok", "rejected", "error"];
 /// Query outcome labels: the final status of a query in `system.queries`.
 pub const QUERY_OUTCOMES: [&str; 5] = ["ok", "error", "cancelled", "timeout", "overloaded"];
+/// TLS handshake and certificate reload outcome labels.
+pub const TLS_OUTCOMES: [&str; 2] = ["ok", "failed"];
 /// Write format labels (`BodyFormat` in lower case).
 pub const FORMATS: [&str; 4] = ["ndjson", "csv", "arrowstream", "parquet"];
 
@@ -70,6 +75,12 @@ struct Resolved {
     write_duration: [Histogram; 4],
     /// Open connections per protocol (HTTP, PG).
     connections: [IntGauge; 2],
+    /// TLS handshakes per protocol (HTTP, PG) and outcome ([`TLS_OUTCOMES`]).
+    tls_handshakes: [[IntCounter; 2]; 2],
+    /// Plaintext connections refused by `--tls-required`, per protocol.
+    tls_refused: [IntCounter; 2],
+    /// Certificate reloads per outcome ([`TLS_OUTCOMES`]).
+    tls_reloads: [IntCounter; 2],
 }
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -172,8 +183,27 @@ impl Metrics {
         registry
             .register(Box::new(connections.clone()))
             .expect("unique metric");
+        let handshakes = counter_vec(
+            TLS_HANDSHAKES,
+            "TLS handshakes, by protocol and outcome (ok, failed).",
+            &["protocol", "outcome"],
+        );
+        let refused = counter_vec(
+            TLS_PLAINTEXT_REFUSED,
+            "Plaintext connections refused because of --tls-required, by protocol.",
+            &["protocol"],
+        );
+        let reloads = counter_vec(
+            TLS_CERT_RELOADS,
+            "TLS certificate reloads on SIGHUP, by outcome (ok, failed: old certificate kept).",
+            &["outcome"],
+        );
         let resolved = Resolved {
             connections: [HTTP, PG].map(|p| connections.with_label_values(&[p])),
+            tls_handshakes: [HTTP, PG]
+                .map(|p| TLS_OUTCOMES.map(|o| handshakes.with_label_values(&[p, o]))),
+            tls_refused: [HTTP, PG].map(|p| refused.with_label_values(&[p])),
+            tls_reloads: TLS_OUTCOMES.map(|o| reloads.with_label_values(&[o])),
             queries: [per_protocol(HTTP), per_protocol(PG)],
             writes: OUTCOMES.map(|o| writes.with_label_values(&[o])),
             write_duration: FORMATS.map(|f| write_duration.with_label_values(&[f])),
@@ -238,6 +268,21 @@ impl Metrics {
         let g = self.resolved.connections[usize::from(protocol == PG)].clone();
         g.inc();
         ConnectionGuard(g)
+    }
+
+    /// Records one TLS handshake on `protocol` ([`HTTP`] or [`PG`]).
+    pub fn tls_handshake(&self, protocol: &str, ok: bool) {
+        self.resolved.tls_handshakes[usize::from(protocol == PG)][usize::from(!ok)].inc();
+    }
+
+    /// Records a plaintext connection refused by `--tls-required`.
+    pub fn tls_plaintext_refused(&self, protocol: &str) {
+        self.resolved.tls_refused[usize::from(protocol == PG)].inc();
+    }
+
+    /// Records one certificate reload.
+    pub fn tls_reload(&self, ok: bool) {
+        self.resolved.tls_reloads[usize::from(!ok)].inc();
     }
 
     /// Records one HTTP write request; latency only for successful ones.

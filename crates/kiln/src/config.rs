@@ -188,9 +188,13 @@ pub enum WriteFormat {
 
 #[derive(Debug, Args)]
 pub struct BenchWriteArgs {
-    /// Server: `http://HOST:PORT`.
+    /// Server: `http://HOST:PORT`, or `https://HOST:PORT` (see --ca-cert).
     #[arg(long, env = "KILN_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
+    /// PEM CA certificate to trust for an `https://` --url instead of the
+    /// system's roots. Default: none.
+    #[arg(long, env = "KILN_CA_CERT")]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Table written (`abtest`, created if missing).
     #[arg(long, env = "KILN_TABLE", default_value = "abtest")]
     pub table: String,

@@ -90,34 +90,12 @@ fn a_slow_reader_over_the_extended_protocol_holds_memory_bounded() {
 }
 
 /// pgjdbc (Metabase, Tableau, DBeaver): `tests/clients/jdbc/JdbcCheck.java`
-/// run against the server. Maven fetches the driver once and writes its
-/// classpath to the check's `target/` (ignored by git); the check runs as a
-/// single-source program (`java File.java`), so there is no build step.
+/// run against the server as a single-source program (`java File.java`),
+/// so there is no build step.
 #[test]
 fn pgjdbc_metadata_batches_transactions_and_streaming() {
     use std::process::Command;
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/jdbc");
-    let classpath_file = format!("{dir}/target/classpath.txt");
-    let fetched = std::fs::read_to_string(&classpath_file).is_ok_and(|cp| {
-        cp.trim()
-            .split(':')
-            .all(|j| std::path::Path::new(j).exists())
-    });
-    if !fetched {
-        let out = Command::new("mvn")
-            .args(["-q", "-B", "dependency:build-classpath"])
-            .arg(format!("-Dmdep.outputFile={classpath_file}"))
-            .current_dir(dir)
-            .output()
-            .expect("mvn (scripts/test.sh installs maven and a JDK)");
-        assert!(
-            out.status.success(),
-            "mvn failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let classpath = std::fs::read_to_string(&classpath_file).unwrap();
+    let (dir, classpath) = common::jdbc_classpath();
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &[]);
     let out = Command::new("java")

@@ -2,6 +2,7 @@
 //! tools: closed-loop query clients printing JMeter's table (one row per
 //! client level) and a YCSB-style write load with per-second latencies.
 
+pub mod http;
 pub mod query;
 pub mod stats;
 pub mod workload;

@@ -193,7 +193,7 @@ impl Conn {
                 client: pg_connect(&load.url).await?,
             }),
             Protocol::Http => Ok(Conn::Http {
-                client: reqwest::Client::builder().build()?,
+                client: super::http::client(None)?.build()?,
                 url: format!("{}/v1/sql?format=ndjson", load.url.trim_end_matches('/')),
             }),
         }

@@ -55,8 +55,10 @@ impl BodyFormat {
 /// One `kiln bench write` run.
 #[derive(Clone, Debug)]
 pub struct WriteLoad {
-    /// `http://HOST:PORT`.
+    /// `http://HOST:PORT` or `https://HOST:PORT`.
     pub url: String,
+    /// PEM CA certificate trusted for `https://` (instead of the system's).
+    pub ca_cert: Option<std::path::PathBuf>,
     pub table: String,
     pub clients: usize,
     /// Rows per request.
@@ -127,7 +129,7 @@ async fn post(
 /// Runs the write load; `on_second` gets each second's figures as it ends.
 pub async fn run(load: &WriteLoad, on_second: &mut dyn FnMut(&LevelReport)) -> Result<WriteReport> {
     let url = load.url.trim_end_matches('/').to_string();
-    let client = reqwest::Client::builder()
+    let client = super::http::client(load.ca_cert.as_deref())?
         .pool_max_idle_per_host(load.clients)
         .build()?;
     create_abtest(&client, &url).await?;
@@ -239,7 +241,7 @@ pub async fn load_generated(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<u64> {
     let url = url.trim_end_matches('/');
-    let client = reqwest::Client::new();
+    let client = super::http::client(None)?.build()?;
     create_abtest(&client, url).await?;
     let target = format!("{url}/v1/write/abtest");
     let done = AtomicU64::new(0);

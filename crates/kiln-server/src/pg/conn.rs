@@ -10,6 +10,13 @@
 //! next reads (a reply is never held back while the server waits for the
 //! client), when more than [`HELD_BYTES`] are waiting (a long result
 //! streams), or when the connection closes.
+//!
+//! Over TLS, [`Coalesce`] sits above the TLS stream, so one flush seals the
+//! held replies into as few records as fit and then flushes the TLS stream
+//! itself (rustls keeps sealed records until they are written). With
+//! `--tls-required` a plaintext client's startup message is answered with
+//! FATAL 28000; a plaintext cancel request is still served (it carries only
+//! the key PostgreSQL gave the session, and older libpq sends it so).
 
 use std::io;
 use std::pin::Pin;
@@ -20,9 +27,10 @@ use std::sync::Arc;
 use datafusion_postgres::pgwire::api::{
     ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers,
 };
-use datafusion_postgres::pgwire::messages::PgWireFrontendMessage;
+use datafusion_postgres::pgwire::error::ErrorInfo;
+use datafusion_postgres::pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use datafusion_postgres::pgwire::tokio::server::{
-    MaybeTls, negotiate_tls, process_error, process_message,
+    MaybeTls, PgWireMessageServerCodec, negotiate_tls, process_error, process_message,
 };
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -31,6 +39,8 @@ use tokio::time::{Duration, sleep};
 use tokio_util::codec::{Framed, FramedParts};
 
 use super::{Handlers, PgStatement};
+use crate::error::ApiError;
+use crate::metrics::PG;
 
 /// Written through once this many bytes wait.
 pub const HELD_BYTES: usize = 64 * 1024;
@@ -38,8 +48,13 @@ pub const HELD_BYTES: usize = 64 * 1024;
 /// A client has this long to finish startup and authentication.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Serves one client until it disconnects (pgwire's `process_socket`,
-/// without TLS, over [`Coalesce`]).
+/// The SSLRequest a client sends before its startup message to ask for TLS.
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+/// The first byte of a TLS ClientHello record (direct TLS, PostgreSQL 17).
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Serves one client until it disconnects (pgwire's `process_socket` over
+/// [`Coalesce`]).
 pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
     // A second handle on the socket, to notice the client leave while a
     // statement runs (the message loop reads only between statements).
@@ -50,12 +65,13 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
     tokio::pin!(startup_timeout);
     let negotiated = tokio::select! {
         _ = &mut startup_timeout => return Ok(()),
-        s = negotiate_tls::<PgStatement>(tcp, None) => s?,
+        s = negotiate(tcp, &handlers) => s?,
     };
-    // None: a direct TLS handshake, which Kiln does not offer.
+    // None: a direct TLS handshake while TLS is not configured.
     let Some(framed) = negotiated else {
         return Ok(());
     };
+    let refuse_plaintext = !framed.is_secure() && handlers.tls.as_ref().is_some_and(|t| t.required);
     let old = framed.into_parts();
     let mut parts = FramedParts::new(Coalesce::new(old.io), old.codec);
     parts.read_buf = old.read_buf;
@@ -85,6 +101,15 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
         let Some(Ok(msg)) = msg else { break };
         // Terminate: the client is gone; some (asyncpg) wait for the close.
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
+            break;
+        }
+        if refuse_plaintext && !matches!(msg, PgWireFrontendMessage::CancelRequest(_)) {
+            handlers.metrics.tls_plaintext_refused(PG);
+            let e = ApiError::tls_required();
+            let info = ErrorInfo::new("FATAL".into(), e.sqlstate.into(), e.message);
+            socket
+                .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                .await?;
             break;
         }
         let extended_query = match socket.state() {
@@ -126,9 +151,35 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
     socket.close().await
 }
 
+/// pgwire's TLS negotiation, with the acceptor when TLS is configured;
+/// counts the handshakes of clients that asked for TLS.
+async fn negotiate(
+    tcp: TcpStream,
+    handlers: &Handlers,
+) -> io::Result<Option<Framed<MaybeTls, PgWireMessageServerCodec<PgStatement>>>> {
+    let Some(tls) = &handlers.tls else {
+        return negotiate_tls::<PgStatement>(tcp, None).await;
+    };
+    let mut first = [0u8; SSL_REQUEST.len()];
+    let n = tcp.peek(&mut first).await?;
+    let asks = (n >= 1 && first[0] == TLS_HANDSHAKE) || first[..n] == SSL_REQUEST[..];
+    let addr = tcp.peer_addr().ok();
+    let negotiated = negotiate_tls::<PgStatement>(tcp, Some(tls.pg_acceptor())).await;
+    if asks {
+        let ok = matches!(&negotiated, Ok(Some(f)) if f.is_secure());
+        handlers.metrics.tls_handshake(PG, ok);
+        if let Err(e) = &negotiated {
+            tracing::debug!(?addr, "pg: TLS handshake failed: {e}");
+        }
+    }
+    negotiated
+}
+
 /// Resolves when the peer has closed `watch` (end of stream or reset).
 /// Bytes waiting to be read mean the client is still there; they are
-/// left for the message loop and looked at again shortly.
+/// left for the message loop and looked at again shortly. Over TLS the
+/// bytes are TLS records, which is all the same: only the end of the
+/// stream is looked for.
 async fn closed(watch: &TcpStream) {
     let mut byte = [0u8; 1];
     loop {

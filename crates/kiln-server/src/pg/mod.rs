@@ -697,6 +697,8 @@ pub struct Handlers {
     cancel: Arc<KilnCancel>,
     copy: Arc<copy::KilnCopy>,
     metrics: Arc<Metrics>,
+    /// TLS for clients that ask for it (SSLRequest or direct TLS).
+    tls: Option<Arc<crate::tls::Tls>>,
 }
 
 impl Handlers {
@@ -753,7 +755,14 @@ impl Handlers {
             }),
             copy: Arc::new(copy::KilnCopy { engine }),
             metrics,
+            tls: None,
         }
+    }
+
+    /// Offers TLS to clients (and, with `--tls-required`, insists on it).
+    pub fn with_tls(mut self, tls: Option<Arc<crate::tls::Tls>>) -> Self {
+        self.tls = tls;
+        self
     }
 }
 

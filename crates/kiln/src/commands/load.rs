@@ -98,6 +98,7 @@ async fn show_progress(p: Arc<Progress>, level: Duration) {
 pub async fn write(args: BenchWriteArgs) -> Result<(), BoxError> {
     let cfg = WriteLoad {
         url: args.url.clone(),
+        ca_cert: args.ca_cert.clone(),
         table: args.table.clone(),
         clients: args.clients.max(1),
         batch: args.batch.max(1),

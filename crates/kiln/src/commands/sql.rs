@@ -42,7 +42,7 @@ pub async fn run(args: SqlArgs) -> Result<(), BoxError> {
 /// error, which is the server's message.
 async fn remote(url: &str, args: &SqlArgs) -> Result<(), BoxError> {
     let endpoint = format!("{}/v1/sql?format=arrow", url.trim_end_matches('/'));
-    let client = reqwest::Client::new();
+    let client = kiln_bench::load::http::client(None)?.build()?;
     let mut out = std::io::stdout().lock();
     // Split locally so each statement's result is printed, as embedded.
     for stmt in Engine::split(&args.sql)? {

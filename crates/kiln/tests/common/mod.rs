@@ -338,3 +338,32 @@ pub fn pg_extended(s: &Server, statements: &[&str]) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// The pgjdbc checks' directory and the driver's classpath. Maven fetches
+/// the driver once and writes its classpath to the checks' `target/`
+/// (ignored by git).
+pub fn jdbc_classpath() -> (&'static str, String) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/jdbc");
+    let classpath_file = format!("{dir}/target/classpath.txt");
+    let fetched = std::fs::read_to_string(&classpath_file).is_ok_and(|cp| {
+        cp.trim()
+            .split(':')
+            .all(|j| std::path::Path::new(j).exists())
+    });
+    if !fetched {
+        let out = Command::new("mvn")
+            .args(["-q", "-B", "dependency:build-classpath"])
+            .arg(format!("-Dmdep.outputFile={classpath_file}"))
+            .current_dir(dir)
+            .output()
+            .expect("mvn (scripts/test.sh installs maven and a JDK)");
+        assert!(
+            out.status.success(),
+            "mvn failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let classpath = std::fs::read_to_string(&classpath_file).unwrap();
+    (dir, classpath.trim().to_string())
+}

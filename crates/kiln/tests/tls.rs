@@ -497,3 +497,48 @@ fn bad_tls_flags_are_clear_startup_errors() {
         assert!(!err.contains("kiln listening"), "{err}");
     }
 }
+
+#[test]
+fn scram_and_basic_logins_over_tls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path(), "main");
+    let s = pki.start(
+        &tmp.path().join("data"),
+        &["--auth", "on", "--admin-password", "tls admin pw"],
+    );
+    let info = |password: &str| {
+        format!(
+            "host=localhost port={} user=admin password='{password}' dbname=kiln sslmode=verify-full sslrootcert={}",
+            s.pg_port,
+            pki.ca_pem.display()
+        )
+    };
+    // libpq over TLS sends the SCRAM flag for "could bind, server cannot".
+    let (ok, out, err) = psql(
+        &info("tls admin pw"),
+        &["-c", "SELECT 6 * 7", "-c", "\\conninfo"],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("42\n") && out.contains("SSL connection"),
+        "{out}"
+    );
+    let (ok, _, err) = psql(&info("wrong"), &["-c", "SELECT 1"]);
+    assert!(!ok);
+    assert!(err.contains("password authentication failed"), "{err}");
+    let sql = [
+        "https://localhost:PORT/v1/sql",
+        "-H",
+        "Content-Type: application/sql",
+        "-d",
+        "SELECT 5",
+    ];
+    let (_, body, _) = curl(
+        &s,
+        &pki.ca_pem,
+        &[&sql[..], &["-u", "admin:tls admin pw"]].concat(),
+    );
+    assert!(body.contains("\"rows\":[[5]]"), "{body}");
+    let (_, body, _) = curl(&s, &pki.ca_pem, &sql);
+    assert!(body.contains("unauthenticated"), "{body}");
+}

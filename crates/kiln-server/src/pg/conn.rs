@@ -146,6 +146,11 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
         if let Err(mut e) = result {
             errors.on_error(&socket, &mut e);
             process_error(&mut socket, e, extended_query).await?;
+            // A failed login ends the connection: a client gets one try
+            // per connection, as with PostgreSQL.
+            if starting {
+                break;
+            }
         }
     }
     socket.close().await

@@ -70,9 +70,11 @@ use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
+use account::{run_account, user};
 use hook::Hook;
 use startup::Startup;
 
+mod account;
 mod catalog;
 mod conn;
 mod copy;
@@ -220,39 +222,6 @@ impl ProtocolHooks {
 /// The client metadata key under which datafusion-postgres's SET hook
 /// keeps the session's `statement_timeout`, in milliseconds.
 const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
-
-/// The user a connection logged in as (in its session extensions, which
-/// a client cannot set), when authentication is on.
-pub(crate) struct LoggedIn(pub Arc<str>);
-
-/// The user whose privileges `client`'s statements need (None:
-/// authentication is off).
-fn user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
-    client
-        .session_extensions()
-        .get::<LoggedIn>()
-        .map(|u| u.0.clone())
-}
-
-/// Runs an account statement ([`kiln_query::auth`]) of `client`: `text`
-/// (recorded with its passwords hidden) parsed as `stmt`.
-async fn run_account<C: ClientInfo + Send + Sync>(
-    engine: &Engine,
-    text: &str,
-    stmt: kiln_query::Result<kiln_query::auth::Account>,
-    client: &C,
-) -> PgWireResult<Response> {
-    let stmt = match stmt {
-        Ok(s) => s,
-        Err(e) => {
-            engine.record_failed(Origin::pg(client.pid_and_secret_key().0), text, &e);
-            return Err(to_pg(e));
-        }
-    };
-    let query = begin(engine, text, client, true).await?;
-    let streamed = engine.run_account(&query, stmt).await.map_err(to_pg)?;
-    respond(streamed, &Format::UnifiedText, client)
-}
 
 /// Registers `text` as a query of `client`'s connection at the engine's
 /// door, under the session's `statement_timeout`, in the light lane when

@@ -117,7 +117,7 @@ impl StartupHandler for Startup {
                             .await?;
                         client
                             .session_extensions()
-                            .insert(super::LoggedIn(user.as_str().into()));
+                            .insert(super::account::LoggedIn(user.as_str().into()));
                         self.finish(client).await?;
                     }
                 }

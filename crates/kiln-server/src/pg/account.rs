@@ -1,0 +1,46 @@
+//! The connection's user: who logged in (when authentication is on), and
+//! account statements ([`kiln_query::auth`]) run as that user on either
+//! protocol.
+
+use std::sync::Arc;
+
+use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::results::Response;
+use datafusion_postgres::pgwire::error::PgWireResult;
+use kiln_query::{Engine, Origin};
+
+use super::{begin, respond, to_pg};
+
+/// The user a connection logged in as (in its session extensions, which
+/// a client cannot set), when authentication is on.
+pub(super) struct LoggedIn(pub Arc<str>);
+
+/// The user whose privileges `client`'s statements need (None:
+/// authentication is off).
+pub(super) fn user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
+    client
+        .session_extensions()
+        .get::<LoggedIn>()
+        .map(|u| u.0.clone())
+}
+
+/// Runs an account statement ([`kiln_query::auth`]) of `client`: `text`
+/// (recorded with its passwords hidden) parsed as `stmt`.
+pub(super) async fn run_account<C: ClientInfo + Send + Sync>(
+    engine: &Engine,
+    text: &str,
+    stmt: kiln_query::Result<kiln_query::auth::Account>,
+    client: &C,
+) -> PgWireResult<Response> {
+    let stmt = match stmt {
+        Ok(s) => s,
+        Err(e) => {
+            engine.record_failed(Origin::pg(client.pid_and_secret_key().0), text, &e);
+            return Err(to_pg(e));
+        }
+    };
+    let query = begin(engine, text, client, true).await?;
+    let streamed = engine.run_account(&query, stmt).await.map_err(to_pg)?;
+    respond(streamed, &Format::UnifiedText, client)
+}

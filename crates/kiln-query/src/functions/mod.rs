@@ -12,7 +12,8 @@
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
 //!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
-//!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`).
+//!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`); `number * INTERVAL`
+//!   (`kiln_interval_mul`, `pg_interval.rs`).
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.
@@ -23,6 +24,7 @@ mod bitmap_scalar;
 mod distributions;
 mod funnel;
 mod pg_format;
+mod pg_interval;
 mod pg_json;
 mod pg_like;
 mod pg_quote;
@@ -51,6 +53,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(udf(pg_json::JsonBuildObject::default()));
     ctx.register_udf(udf(pg_like::LikeEscape::default()));
     ctx.register_udf(udf(pg_quote::QuoteLiteral::default()));
+    ctx.register_udf(udf(pg_interval::IntervalMul::default()));
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);
     }

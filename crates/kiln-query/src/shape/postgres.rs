@@ -24,20 +24,36 @@
 //!   NULL, NULL`, pgjdbc's `getProcedures`) gets a label of its own,
 //!   `?column?N` for the Nth column: PostgreSQL allows duplicate output
 //!   names, DataFusion refuses them ("Projections require unique
-//!   expression names"). The first keeps DataFusion's label.
+//!   expression names"). The first keeps DataFusion's label;
+//! - `number * INTERVAL '...'` (either order; the interval a literal or a
+//!   cast) becomes [`INTERVAL_MUL`]`(interval, number)`: Arrow multiplies
+//!   no interval, and dashboards write `now() - 5 * INTERVAL '1 minute'`.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    AccessExpr, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, Subscript, Value,
-    VisitMut, VisitorMut,
+    AccessExpr, BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr,
+    Statement, Subscript, Value, VisitMut, VisitorMut,
 };
 
 /// Set-returning functions implemented as functions returning a list of
 /// their rows (lower case, as named in SQL, schema included if any).
 pub const SET_RETURNING: &[&str] = &["_pg_expandarray", "information_schema._pg_expandarray"];
+
+/// Kiln's function for an interval times a number (in `functions`).
+pub const INTERVAL_MUL: &str = "kiln_interval_mul";
+
+/// Whether `e` is an interval by its syntax: a literal or a cast.
+fn is_interval(e: &Expr) -> bool {
+    match e {
+        Expr::Interval(_) => true,
+        Expr::Cast { data_type, .. } => matches!(data_type, DataType::Interval { .. }),
+        Expr::Nested(inner) => is_interval(inner),
+        _ => false,
+    }
+}
 
 /// Whether `sql` may hold something [`rewrite`] rewrites: lets a protocol
 /// skip parsing the text a second time.
@@ -48,6 +64,7 @@ pub fn may_rewrite(sql: &str) -> bool {
         || lower.contains("generate_subscripts")
         || lower.contains("escape")
         || repeats_a_term(&lower)
+        || (lower.contains("interval") && sql.contains('*'))
 }
 
 /// Whether some select-list term may repeat: two equal comma-separated
@@ -129,6 +146,18 @@ impl VisitorMut for Rewrite {
                     *expr = unnest(series);
                     self.rewrote = true;
                 }
+            }
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::Multiply,
+                right,
+            } if is_interval(left) != is_interval(right) => {
+                let (interval, factor) = match is_interval(left) {
+                    true => (left.as_ref().clone(), right.as_ref().clone()),
+                    false => (right.as_ref().clone(), left.as_ref().clone()),
+                };
+                *expr = call(INTERVAL_MUL, vec![interval, factor]);
+                self.rewrote = true;
             }
             Expr::Like {
                 pattern,

@@ -54,10 +54,6 @@ KNOWN_GAPS = {
     "getSchema('graf'): columns with parse_ident": SEARCH_PATH_GAP + ": no rows",
     "legacy buildColumnQuery('time'): data_type IN (...)": SEARCH_PATH_GAP + ": no rows",
     "legacy findMetricTable (correlated subqueries on columns)": UDT_NAME_GAP,
-    "integer * INTERVAL": (
-        "an integer times an INTERVAL fails: 42601 \"Cannot get result type for "
-        "temporal operation Int64 * Interval(MonthDayNano)\""
-    ),
 }
 
 FAILURES = []

@@ -16,7 +16,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::Schema;
+use bytes::{BufMut, BytesMut};
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ParamValues;
@@ -34,6 +36,7 @@ use datafusion_postgres::pgwire::api::portal::{Format, Portal};
 use datafusion_postgres::pgwire::api::results::{FieldInfo, QueryResponse};
 use datafusion_postgres::pgwire::api::stmt::StoredStatement;
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
+use datafusion_postgres::pgwire::messages::data::DataRow;
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use futures::StreamExt;
 use kiln_query::{Engine, Query, Streamed};
@@ -129,13 +132,63 @@ pub(super) fn encode<C: ClientInfo + ?Sized>(
     let rows = batches
         .map(move |batch| {
             let rows: Box<dyn Iterator<Item = PgWireResult<_>> + Send + Sync> = match batch {
-                Ok(batch) => encode_recordbatch(row_fields.clone(), batch),
+                Ok(batch) => {
+                    let nulls = null_intervals(&batch);
+                    let rows = encode_recordbatch(row_fields.clone(), batch);
+                    match nulls.is_empty() {
+                        true => rows,
+                        false => Box::new(
+                            rows.enumerate()
+                                .map(move |(i, row)| row.map(|row| with_nulls(row, i, &nulls))),
+                        ),
+                    }
+                }
                 Err(e) => Box::new(std::iter::once(Err(ApiError::from(e).to_pg()))),
             };
             futures::stream::iter(rows)
         })
         .flatten();
     Ok(QueryResponse::new(fields, rows))
+}
+
+/// The interval columns of `batch` that hold NULLs, with their arrays.
+/// arrow-pg writes a NULL interval as `00:00:00` (its encoder checks
+/// nulls for durations, not intervals): [`with_nulls`] puts them back.
+fn null_intervals(batch: &RecordBatch) -> Vec<(usize, ArrayRef)> {
+    batch
+        .columns()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| matches!(c.data_type(), DataType::Interval(_)) && c.null_count() > 0)
+        .map(|(i, c)| (i, c.clone()))
+        .collect()
+}
+
+/// `row` (row `index` of its batch) with the fields of `nulls` that are
+/// NULL in that row sent as NULL (length -1).
+pub(super) fn with_nulls(row: DataRow, index: usize, nulls: &[(usize, ArrayRef)]) -> DataRow {
+    let null_at = |field: usize| {
+        nulls
+            .iter()
+            .any(|(c, array)| *c == field && array.is_null(index))
+    };
+    if !(0..row.field_count as usize).any(null_at) {
+        return row;
+    }
+    let data = &row.data;
+    let mut out = BytesMut::with_capacity(data.len());
+    let mut at = 0;
+    for field in 0..row.field_count as usize {
+        let len = i32::from_be_bytes(data[at..at + 4].try_into().expect("four bytes"));
+        let end = at + 4 + usize::try_from(len).unwrap_or(0);
+        if null_at(field) {
+            out.put_i32(-1);
+        } else {
+            out.extend_from_slice(&data[at..end]);
+        }
+        at = end;
+    }
+    DataRow::new(out, row.field_count)
 }
 
 /// Result columns as PostgreSQL describes them: a column of no type (a

@@ -10,7 +10,7 @@ Usage: python3 psycopg_check.py PORT   (prints "ok" and exits 0 on success)
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -43,6 +43,15 @@ def main(port: int) -> None:
             prepare=True,
         )
         assert c.fetchone()[0] == want
+
+    # A NULL interval arrives as NULL (not 00:00:00), in text and binary.
+    for binary in (False, True):
+        c.execute(
+            "SELECT id, CASE WHEN id = 2 THEN NULL ELSE id * INTERVAL '1 hour' END "
+            "FROM pgt ORDER BY id", binary=binary,
+        )
+        got = [(r[0], r[1]) for r in c.fetchall()]
+        assert got == [(1, timedelta(hours=1)), (2, None), (3, timedelta(hours=3))], (binary, got)
 
     # Errors carry SQLSTATEs that client libraries turn into typed exceptions.
     try:

@@ -22,17 +22,19 @@
 pub mod scram;
 pub mod statement;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use arc_swap::ArcSwap;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use dashmap::DashMap;
 use kiln_storage::Clock;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 
@@ -110,14 +112,16 @@ pub enum AccountOutput {
 pub struct Auth {
     enabled: AtomicBool,
     path: PathBuf,
-    state: RwLock<State>,
+    /// Read without a lock by every login and statement check; replaced
+    /// whole by a change.
+    state: ArcSwap<State>,
     /// Serialises changes (each rewrites the file).
     changing: Mutex<()>,
     /// HTTP Basic credentials already checked: a hash of user and password
     /// to the user. PBKDF2 costs milliseconds by design; a dashboard
     /// sending the same Basic header with every request pays it once.
     /// Emptied on every change.
-    checked: Mutex<HashMap<Vec<u8>, Arc<str>>>,
+    checked: DashMap<Vec<u8>, Arc<str>>,
     clock: Arc<dyn Clock>,
     random: SystemRandom,
     /// Random per process: salts answered for unknown users are derived
@@ -170,9 +174,9 @@ impl Auth {
         Ok(Self {
             enabled: AtomicBool::new(false),
             path,
-            state: RwLock::new(state),
+            state: ArcSwap::from_pointee(state),
             changing: Mutex::new(()),
-            checked: Mutex::new(HashMap::new()),
+            checked: DashMap::new(),
             clock,
             random,
             mock_key,
@@ -205,7 +209,7 @@ impl Auth {
             None => {
                 let has_admin = self
                     .state
-                    .read()
+                    .load()
                     .users
                     .values()
                     .any(|u| u.admin && u.verifier.is_some());
@@ -255,7 +259,7 @@ impl Auth {
     pub fn scram_verifier(&self, user: &str) -> (Verifier, bool) {
         if let Some(v) = self
             .state
-            .read()
+            .load()
             .users
             .get(user)
             .and_then(|u| u.verifier.clone())
@@ -273,7 +277,7 @@ impl Auth {
     /// since): no password hashing.
     pub fn checked(&self, user: &str, password: &str) -> Option<Arc<str>> {
         let key = sha256(format!("{user}\0{password}").as_bytes());
-        self.checked.lock().get(&key).cloned()
+        self.checked.get(&key).map(|u| u.clone())
     }
 
     /// The user HTTP Basic credentials log in as (`Err`: refused, with a
@@ -281,23 +285,22 @@ impl Auth {
     /// password (milliseconds) unless [`Auth::checked`] knows it.
     pub fn login_password(&self, user: &str, password: &str) -> Result<Arc<str>> {
         let key = sha256(format!("{user}\0{password}").as_bytes());
-        if let Some(u) = self.checked.lock().get(&key) {
+        if let Some(u) = self.checked.get(&key) {
             return Ok(u.clone());
         }
         let verifier = self
             .state
-            .read()
+            .load()
             .users
             .get(user)
             .and_then(|u| u.verifier.clone());
         match verifier {
             Some(v) if v.matches(password) => {
                 let name: Arc<str> = user.into();
-                let mut checked = self.checked.lock();
-                if checked.len() >= CHECKED_MAX {
-                    checked.clear();
+                if self.checked.len() >= CHECKED_MAX {
+                    self.checked.clear();
                 }
-                checked.insert(key, name.clone());
+                self.checked.insert(key, name.clone());
                 Ok(name)
             }
             found => {
@@ -317,7 +320,7 @@ impl Auth {
     /// expired; the message says which, never the token).
     pub fn login_token(&self, token: &str) -> Result<Arc<str>> {
         let hash = hex(&sha256(token.as_bytes()));
-        let state = self.state.read();
+        let state = self.state.load();
         let Some((name, t)) = state.tokens.iter().find(|(_, t)| t.hash == hash) else {
             return Err(Error::AuthFailed(
                 "invalid token (unknown or revoked)".into(),
@@ -336,7 +339,7 @@ impl Auth {
 
     /// Whether `user` may do `access`; refusals are counted.
     pub fn authorize(&self, user: &str, access: Access<'_>) -> Result<()> {
-        let state = self.state.read();
+        let state = self.state.load();
         let Some(u) = state.users.get(user) else {
             self.counters.denied.fetch_add(1, Ordering::Relaxed);
             return Err(denied(format!("user \"{user}\" no longer exists")));
@@ -366,7 +369,7 @@ impl Auth {
     /// makes it current: a failed write changes nothing.
     fn change(&self, change: impl FnOnce(&mut State) -> Result<()>) -> Result<()> {
         let _one = self.changing.lock();
-        let mut next = self.state.read().clone();
+        let mut next = State::clone(&self.state.load());
         change(&mut next)?;
         let bytes = serde_json::to_vec_pretty(&next).map_err(|e| Error::Io {
             context: "encoding users".into(),
@@ -381,8 +384,8 @@ impl Auth {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(0o600));
         }
-        *self.state.write() = next;
-        self.checked.lock().clear();
+        self.state.store(Arc::new(next));
+        self.checked.clear();
         Ok(())
     }
 
@@ -580,7 +583,7 @@ impl Auth {
 
     /// `SHOW USERS`: name, admin, privileges (never a password).
     fn users_batch(&self) -> RecordBatch {
-        let state = self.state.read();
+        let state = self.state.load();
         let mut names = vec![];
         let mut admins = vec![];
         let mut privileges = vec![];
@@ -605,7 +608,7 @@ impl Auth {
 
     /// `SHOW TOKENS`: name, user, created, expiry (never the token).
     fn tokens_batch(&self) -> RecordBatch {
-        let state = self.state.read();
+        let state = self.state.load();
         let now = self.clock.now_ns();
         let tokens: Vec<(&String, &Token)> = state.tokens.iter().collect();
         let text = |f: &dyn Fn(&(&String, &Token)) -> String| -> ArrayRef {

@@ -395,7 +395,7 @@ impl Engine {
     /// Runs every statement of `sql` in order as one embedded query,
     /// stopping at the first error; rows are collected.
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {
-        if let Some(account) = crate::auth::statement::parse(sql) {
+        if let Some(account) = self.account(sql) {
             let query = self.begin(Origin::EMBEDDED, sql).await?;
             return Ok(vec![
                 self.run_account(&query, account?).await?.collect().await?,

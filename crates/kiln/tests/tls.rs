@@ -478,16 +478,7 @@ fn bad_tls_flags_are_clear_startup_errors() {
         ),
     ];
     for (args, want) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args([
-                "serve",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--pg-addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(tmp.path().join("data"))
+        let out = common::serve_command(&tmp.path().join("data"))
             .args(&args)
             .output()
             .unwrap();

@@ -187,17 +187,20 @@ fn first_words(sql: &str) -> Vec<String> {
 /// `sql` as one account statement; `None` when it is not one (it is then
 /// for the SQL parser).
 pub fn parse(sql: &str) -> Option<Result<Account>> {
-    if !is_account(&first_words(sql)) {
-        return None;
-    }
-    Some(Parser::new(sql).and_then(|mut p| p.statement()))
+    is_account_text(sql).then(|| Parser::new(sql).and_then(|mut p| p.statement()))
+}
+
+/// Whether `sql` starts like an account statement, read from its first
+/// two words only (no tokenizer).
+pub fn is_account_text(sql: &str) -> bool {
+    is_account(&first_words(sql))
 }
 
 /// `sql` as it may be shown (`system.queries`, logs): an account
 /// statement's string literals (passwords) are replaced by `'***'`; other
 /// statements are returned as they are.
 pub fn redact(sql: &str) -> Cow<'_, str> {
-    if !is_account(&first_words(sql)) {
+    if !is_account_text(sql) {
         return Cow::Borrowed(sql);
     }
     let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {

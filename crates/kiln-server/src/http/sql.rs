@@ -128,7 +128,7 @@ async fn run_sql(
         settings: vec![],
         user: identity.0.clone(),
     };
-    if let Some(account) = kiln_query::auth::statement::parse(&text) {
+    if let Some(account) = engine.account(&text) {
         let account = account.inspect_err(|e| engine.record_failed(Origin::HTTP, &text, e))?;
         let query = engine.begin_with(Origin::HTTP, &text, begin(true)).await?;
         let streamed = engine.run_account(&query, account).await?;

@@ -321,14 +321,14 @@ impl QueryParser for KilnParser {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let pid = client.pid_and_secret_key().0;
-        // An account statement is kept as text (no plan) and run at
-        // Execute: no other parser sees its password.
-        if kiln_query::auth::statement::parse(sql).is_some() {
-            return Ok(Some((sql.to_string(), None)));
-        }
         if let Err(e) = self.engine.check_size(sql) {
             self.engine.record_failed(Origin::pg(pid), sql, &e);
             return Err(to_pg(e));
+        }
+        // An account statement is kept as text (no plan), parsed and run
+        // at Execute: no other parser sees its password.
+        if kiln_query::auth::statement::is_account_text(sql) {
+            return Ok(Some((sql.to_string(), None)));
         }
         // Only text this long can nest past the limit (each level takes a
         // term and an operator), and only some text has PostgreSQL syntax
@@ -429,7 +429,7 @@ impl SimpleQueryHandler for PgSimple {
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
         let origin = Origin::pg(client.pid_and_secret_key().0);
-        if let Some(account) = kiln_query::auth::statement::parse(query) {
+        if let Some(account) = self.engine.account(query) {
             return Ok(vec![
                 run_account(&self.engine, query, account, client).await?,
             ]);

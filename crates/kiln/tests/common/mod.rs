@@ -21,16 +21,7 @@ pub struct Server {
 
 impl Server {
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
-        let child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args([
-                "serve",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--pg-addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(dir)
+        let child = serve_command(dir)
             .args(extra)
             .env("KILN_LOG", "warn")
             .stdout(Stdio::null())
@@ -169,6 +160,21 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// `kiln serve` on `dir` with both listeners on free loopback ports.
+pub fn serve_command(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    c.args([
+        "serve",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--pg-addr",
+        "127.0.0.1:0",
+    ])
+    .arg("--data-dir")
+    .arg(dir);
+    c
 }
 
 impl Drop for Server {

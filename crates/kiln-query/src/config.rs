@@ -109,6 +109,12 @@ pub struct QueryConfig {
     #[arg(long, env = "KILN_PARTIAL_CACHE_BYTES", default_value = "1GiB")]
     pub partial_cache_bytes: ByteSize,
 
+    /// Memory for cube parts kept decoded (0: decode each part at every
+    /// query). Parts are small (the groups of a segment, not its rows);
+    /// a query answered from a cube reads them from here.
+    #[arg(long, env = "KILN_CUBE_CACHE_BYTES", default_value = "512MiB")]
+    pub cube_cache_bytes: ByteSize,
+
     /// A directory SQL may read and write files in (`COPY ... TO 'path'`,
     /// `COPY ... FROM 'path'`, `CREATE EXTERNAL TABLE ... LOCATION`);
     /// paths are resolved (symlinks, `..`) and must stay inside it, and

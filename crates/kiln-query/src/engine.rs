@@ -29,6 +29,7 @@ use crate::admission::{Begin, QueryHandle, QueryRegistry};
 use crate::auth::{Access, Auth};
 use crate::cache::{Caches, PartialCache, SegmentCache};
 use crate::config::QueryConfig;
+use crate::cube::{Cubes, PartBuilder};
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::executor::{Executor, deferred};
@@ -123,6 +124,8 @@ pub struct Engine {
     executor: Executor,
     /// Users and their privileges ([`crate::auth`]).
     auth: Arc<Auth>,
+    /// Cubes' plans, parts and counters ([`crate::cube`]).
+    cubes: Arc<Cubes>,
 }
 
 impl Engine {
@@ -142,7 +145,20 @@ impl Engine {
             )),
             partials: PartialCache::new(config.partial_cache_bytes.as_usize()),
         });
-        let ctx = build_session(&db, cores, queries.clone(), caches.clone(), config)?;
+        let cubes = Cubes::new(config.cube_cache_bytes.as_usize());
+        let ctx = build_session(
+            &db,
+            cores,
+            queries.clone(),
+            caches.clone(),
+            cubes.clone(),
+            config,
+        )?;
+        cubes.attach(ctx.state_weak_ref());
+        own::prepare_cubes(&db, &cubes);
+        db.set_cube_builder(Arc::new(PartBuilder {
+            cubes: cubes.clone(),
+        }));
         let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
         let auth = Arc::new(Auth::open(
             &db.config().data_dir,
@@ -150,6 +166,7 @@ impl Engine {
         )?);
         Ok(Self {
             auth,
+            cubes,
             files,
             plans: PlanCache::new(db.clone(), config.plan_cache_mode),
             db,
@@ -395,11 +412,9 @@ impl Engine {
     /// Runs every statement of `sql` in order as one embedded query,
     /// stopping at the first error; rows are collected.
     pub async fn execute(&self, sql: &str) -> Result<Vec<Output>> {
-        if let Some(account) = self.account(sql) {
+        if let Some(own) = self.own_statement(sql) {
             let query = self.begin(Origin::EMBEDDED, sql).await?;
-            return Ok(vec![
-                self.run_account(&query, account?).await?.collect().await?,
-            ]);
+            return Ok(vec![self.run_own(&query, own?).await?.collect().await?]);
         }
         let stmts = self.parse(sql)?;
         let query = self.begin(Origin::EMBEDDED, sql).await?;
@@ -749,5 +764,7 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
 }
 
 mod access;
+mod own;
+pub use own::OwnStatement;
 #[cfg(test)]
 mod tests;

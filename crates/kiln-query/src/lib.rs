@@ -16,6 +16,8 @@
 //! - [`session`]: the DataFusion session, its rules and catalog, and each
 //!   query's share of the cores;
 //! - [`rules`] (optimizer rules) and [`system`] (`system.*` tables);
+//! - [`cube`]: cubes (aggregating indexes): their plans, the rule that
+//!   answers aggregates from them, their scans and part builder;
 //! - [`scan`]: the table provider and its execution nodes;
 //! - [`cache`]: decoded segments and partial aggregates, in [`cache::ByteLru`];
 //! - [`config`] ([`QueryConfig`], one clap group for every query setting);
@@ -34,6 +36,7 @@ pub mod admission;
 pub mod auth;
 pub mod cache;
 pub mod config;
+pub mod cube;
 pub mod ddl;
 pub mod engine;
 pub mod error;
@@ -56,7 +59,7 @@ pub use admission::{
 };
 pub use cache::{Caches, PartialCache, SegmentCache};
 pub use config::{PlanCacheMode, QueryConfig};
-pub use engine::{Engine, Names, Origin, Output, Query, Streamed};
+pub use engine::{Engine, Names, Origin, Output, OwnStatement, Query, Streamed};
 pub use error::{Error, ErrorKind, Result};
 pub use executor::Executor;
 pub use plan_cache::PlanCache;

@@ -14,11 +14,13 @@ use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
-use datafusion::optimizer::{Analyzer, AnalyzerRule};
+use datafusion::optimizer::{Analyzer, AnalyzerRule, Optimizer, OptimizerRule};
 
 use crate::admission::QueryRegistry;
 use crate::cache::Caches;
 use crate::config::QueryConfig;
+use crate::cube::rewrite::CubeRewrite;
+use crate::cube::{CubePlanner, Cubes, KilnOptions};
 use crate::memory::{QueryPool, ServerPool, heap};
 use crate::rules::balance::BalanceChains;
 use crate::scan::KilnTable;
@@ -62,6 +64,7 @@ pub fn build_session(
     target_partitions: usize,
     queries: Arc<QueryRegistry>,
     caches: Arc<Caches>,
+    cubes: Arc<Cubes>,
     config: &QueryConfig,
 ) -> DfResult<SessionContext> {
     let query_config = config;
@@ -69,14 +72,15 @@ pub fn build_session(
         .with_information_schema(true)
         .with_default_catalog_and_schema(CATALOG, SCHEMA)
         .with_create_default_catalog_and_schema(false)
-        .with_target_partitions(target_partitions.max(1));
+        .with_target_partitions(target_partitions.max(1))
+        .with_option_extension(KilnOptions::default());
     let opts = config.options_mut();
     opts.execution.parquet.pushdown_filters = false;
     opts.execution.parquet.enable_page_index = true;
     let pool = Arc::new(ServerPool::new(
         query_config.memory_limit.as_usize(),
         Box::new(heap::allocated),
-        held_outside_queries(db.clone(), caches.clone()),
+        held_outside_queries(db.clone(), caches.clone(), cubes.clone()),
     ));
     let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone());
     if let Some(dir) = &query_config.spill_dir {
@@ -100,9 +104,21 @@ pub fn build_session(
         .with_analyzer_rule(Arc::new(crate::rules::float_division::FloatDivision))
         .with_analyzer_rule(Arc::new(crate::rules::pg_types::PgTypeNames))
         .with_analyzer_rule(Arc::new(crate::rules::single_row::SingleRowSubqueries))
+        // Cubes first: before DataFusion splits `count(DISTINCT)` apart.
+        .with_optimizer_rules(
+            std::iter::once(
+                Arc::new(CubeRewrite::new(cubes.clone())) as Arc<dyn OptimizerRule + Send + Sync>
+            )
+            .chain(Optimizer::new().rules)
+            .collect(),
+        )
         .with_optimizer_rule(Arc::new(crate::rules::time_predicates::TimePredicates))
         .with_optimizer_rule(Arc::new(BalanceChains))
-        .with_query_planner(Arc::new(crate::rules::shared::QueryPlanner))
+        .with_query_planner(Arc::new(crate::rules::shared::QueryPlanner {
+            others: vec![Arc::new(CubePlanner {
+                cubes: cubes.clone(),
+            })],
+        }))
         .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
         .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))
         .build();
@@ -128,6 +144,7 @@ pub fn build_session(
                 db.clone(),
                 queries,
                 caches,
+                cubes,
             )),
         )
         .map_err(|e| DataFusionError::Plan(e.to_string()))?;
@@ -157,10 +174,10 @@ pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionStat
 
 /// What the server holds on the heap apart from queries: memstores and
 /// caches ([`ServerPool`] leaves it out of query memory).
-fn held_outside_queries(db: Db, caches: Arc<Caches>) -> crate::memory::Outside {
+fn held_outside_queries(db: Db, caches: Arc<Caches>, cubes: Arc<Cubes>) -> crate::memory::Outside {
     Box::new(move || {
         let memstores: usize = db.tables().iter().map(|t| t.mem.bytes()).sum();
-        memstores + caches.segments.usage() + caches.partials.usage()
+        memstores + caches.segments.usage() + caches.partials.usage() + cubes.held_bytes()
     })
 }
 

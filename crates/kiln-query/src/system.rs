@@ -4,9 +4,11 @@
 //! Parquet segment of the current manifest versions (with the memory it
 //! holds in the segment cache, 0 if none); `system.queries`: the
 //! running and recent queries of every protocol (see [`crate::admission`]);
+//! `system.cubes` ([`cubes`]): one row per cube;
 //! `pg_cancel_backend(pid)` ([`cancel`]) stops those of one session.
 
 pub mod cancel;
+pub mod cubes;
 
 use std::sync::Arc;
 
@@ -26,6 +28,7 @@ use kiln_storage::Db;
 
 use crate::admission::QueryRegistry;
 use crate::cache::Caches;
+use crate::cube::Cubes;
 
 /// Schema name of the system tables.
 pub const SYSTEM: &str = "system";
@@ -35,12 +38,14 @@ enum Kind {
     Tables,
     Segments,
     Queries,
+    Cubes,
 }
 
-const NAMES: [(&str, Kind); 3] = [
+const NAMES: [(&str, Kind); 4] = [
     ("tables", Kind::Tables),
     ("segments", Kind::Segments),
     ("queries", Kind::Queries),
+    ("cubes", Kind::Cubes),
 ];
 
 /// The `system` schema provider.
@@ -49,14 +54,21 @@ pub struct SystemSchema {
     db: Db,
     queries: Arc<QueryRegistry>,
     caches: Arc<Caches>,
+    cubes: Arc<Cubes>,
 }
 
 impl SystemSchema {
-    pub fn new(db: Db, queries: Arc<QueryRegistry>, caches: Arc<Caches>) -> Self {
+    pub fn new(
+        db: Db,
+        queries: Arc<QueryRegistry>,
+        caches: Arc<Caches>,
+        cubes: Arc<Cubes>,
+    ) -> Self {
         Self {
             db,
             queries,
             caches,
+            cubes,
         }
     }
 }
@@ -73,6 +85,7 @@ impl SchemaProvider for SystemSchema {
                 db: self.db.clone(),
                 queries: self.queries.clone(),
                 caches: self.caches.clone(),
+                cubes: self.cubes.clone(),
                 kind: *kind,
             }) as _
         }))
@@ -88,6 +101,7 @@ struct SystemTable {
     db: Db,
     queries: Arc<QueryRegistry>,
     caches: Arc<Caches>,
+    cubes: Arc<Cubes>,
     kind: Kind,
 }
 
@@ -99,6 +113,7 @@ impl SystemTable {
     fn build(&self) -> DfResult<RecordBatch> {
         let schema = self.schema();
         let cols: Vec<ArrayRef> = match self.kind {
+            Kind::Cubes => return Ok(cubes::batch(&self.db, &self.cubes)?),
             Kind::Tables => {
                 let (mut name, mut id, mut time, mut sort) = (
                     StringBuilder::new(),
@@ -229,6 +244,7 @@ impl TableProvider for SystemTable {
     fn schema(&self) -> SchemaRef {
         let f = |n: &str, t: DataType| Field::new(n, t, false);
         Arc::new(Schema::new(match self.kind {
+            Kind::Cubes => return cubes::schema(),
             Kind::Tables => vec![
                 f("table_name", DataType::Utf8),
                 f("table_id", DataType::Int64),

@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["cache"],
     &["scan"],
+    &["cube"],
     &["rules", "system"],
     &["session"],
     &["plan_cache", "ddl", "ingest"],

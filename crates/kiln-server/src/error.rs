@@ -191,6 +191,8 @@ fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
     let (status, code, sqlstate) = match kind {
         K::TableNotFound => (StatusCode::NOT_FOUND, "table_not_found", "42P01"),
         K::TableExists => (StatusCode::CONFLICT, "table_exists", "42P07"),
+        K::CubeNotFound => (StatusCode::NOT_FOUND, "cube_not_found", "42704"),
+        K::CubeExists => (StatusCode::CONFLICT, "cube_exists", "42710"),
         K::InvalidSchema => (StatusCode::BAD_REQUEST, "invalid_schema", "42P16"),
         K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
         K::NotNull => (StatusCode::BAD_REQUEST, "not_null_violation", "23502"),

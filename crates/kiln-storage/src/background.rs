@@ -1,5 +1,6 @@
 //! Background work: flushing memstores to Parquet segments, compacting
-//! small segments, and deleting WAL files whose rows are all persisted.
+//! small segments, building the cube parts segments lack, and deleting WAL
+//! files whose rows are all persisted.
 //!
 //! One task does it all, so flushes across tables are naturally staggered:
 //! at most one runs at a time, with `flush_gap` between starts. Writers and
@@ -20,6 +21,10 @@ use crate::failpoints::{
 use crate::manifest::Segment;
 use crate::segment;
 use crate::table::Table;
+
+/// Segments of one table whose missing cube parts one round builds, so a
+/// new cube over a large table does not hold up flushes.
+const PARTS_PER_ROUND: usize = 4;
 
 /// Runs until shutdown is signalled.
 pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
@@ -73,6 +78,10 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
             compact_table(inner, &t).await?;
         }
     }
+    let tables: Vec<_> = inner.registry.load().by_id.values().cloned().collect();
+    for t in tables {
+        inner.build_missing_parts(&t, PARTS_PER_ROUND).await?;
+    }
     trim_wal(inner)
 }
 
@@ -114,8 +123,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     let mut committing = false;
     let result: Result<()> = async {
         for (day, batches) in by_day {
-            let meta = inner.write_segment(table, day, batches).await?;
-            written.push(Segment::new(meta, &inner.reaper));
+            written.push(inner.write_segment(table, day, batches).await?);
         }
         failpoint!(FLUSH_AFTER_SEGMENTS, error);
         let current = table.mem.manifest();
@@ -177,8 +185,7 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     for s in &picked {
         batches.extend(segment::read(&inner.store, &s.meta.path).await?);
     }
-    let meta = inner.write_segment(table, day, batches).await?;
-    let merged = Segment::new(meta, &inner.reaper);
+    let merged = inner.write_segment(table, day, batches).await?;
     let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
     let mut committing = false;
     let committed: Result<()> = async {
@@ -218,7 +225,10 @@ pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
             None => false,
             Some(t) => {
                 !path.as_ref().ends_with(".parquet")
-                    || t.segments().iter().any(|s| s.meta.path == path.as_ref())
+                    || t.segments().iter().any(|s| {
+                        s.meta.path == path.as_ref()
+                            || s.parts().iter().any(|p| p.meta.path == path.as_ref())
+                    })
             }
         };
         if !keep {

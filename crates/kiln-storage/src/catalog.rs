@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::cube::CubeDef;
 use crate::error::{Error, Result};
 use crate::fs_util::write_atomic;
 use crate::schema::TableDef;
@@ -17,6 +18,10 @@ use crate::table::Table;
 pub(crate) struct CatalogFile {
     pub next_table_id: u64,
     pub tables: Vec<TableDef>,
+    #[serde(default)]
+    pub next_cube_id: u64,
+    #[serde(default)]
+    pub cubes: Vec<CubeDef>,
 }
 
 impl CatalogFile {
@@ -35,12 +40,23 @@ impl CatalogFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogFile {
                 next_table_id: 1,
                 tables: vec![],
+                next_cube_id: 1,
+                cubes: vec![],
             }),
             Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
         }
     }
 
     /// Replaces the catalog atomically and durably (temp file, fsync, rename, fsync dir).
+    /// The cubes of table `table_id`.
+    pub fn cubes_of(&self, table_id: u64) -> Vec<Arc<CubeDef>> {
+        self.cubes
+            .iter()
+            .filter(|c| c.table_id == table_id)
+            .map(|c| Arc::new(c.clone()))
+            .collect()
+    }
+
     pub fn save(&self, dir: &Path) -> Result<()> {
         let path = Self::path(dir);
         let bytes = serde_json::to_vec_pretty(self).expect("catalog serializes");

@@ -21,9 +21,10 @@ use crate::catalog::{CatalogFile, Registry, SharedRegistry};
 use crate::clock::{Clock, SystemClock};
 use crate::codec;
 use crate::config::{StorageConfig, WalSync};
+use crate::cube::CubeBuilder;
 use crate::error::{Error, Result};
 use crate::idempotency::{Begin, Done, IdempotencyKey, Keys};
-use crate::manifest::{Manifest, Reaper, Segment, SegmentMeta, table_prefix};
+use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
 use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
 use crate::segment;
 use crate::store::Store;
@@ -113,20 +114,28 @@ pub(crate) struct Inner {
     /// Why the last background round (flush, compaction) failed, until one
     /// succeeds.
     pub background_failure: parking_lot::Mutex<Option<String>>,
+    /// Computes cube parts, once the query layer installed it.
+    pub cube_builder: std::sync::OnceLock<Arc<dyn CubeBuilder>>,
+    /// Parts that failed to build (segment path, cube id): not retried
+    /// until a restart; queries read those segments raw.
+    pub failed_parts: parking_lot::Mutex<std::collections::HashSet<(String, u64)>>,
 }
 
 impl Inner {
     /// Sorts, encodes (with the configured compression) and durably writes
-    /// one segment of `table`'s partition `day`; not visible until a
-    /// manifest refers to it.
+    /// one segment of `table`'s partition `day`, with its cube parts; not
+    /// visible until a manifest refers to it.
     pub(crate) async fn write_segment(
         &self,
         table: &Table,
         day: i32,
         batches: Vec<RecordBatch>,
-    ) -> Result<SegmentMeta> {
+    ) -> Result<Arc<Segment>> {
         let c = self.config.segment_compression;
-        segment::write(&self.store, &table.def, &table.schema, day, batches, c).await
+        let (meta, rows) =
+            segment::write(&self.store, &table.def, &table.schema, day, batches, c).await?;
+        let parts = self.build_parts(table, &meta, &rows, &table.cubes()).await;
+        Ok(Segment::with_parts(meta, parts, &self.reaper))
     }
 }
 
@@ -195,10 +204,13 @@ impl Db {
         let mut registry = Registry::default();
         for def in &catalog.tables {
             let manifest = Manifest::load(&store, def.id, &reaper).await?;
+            let cubes = catalog.cubes_of(def.id);
+            cubes::forget_dropped_parts(&manifest, &cubes);
             registry = registry.with(Table::new(
                 def.clone(),
                 manifest,
                 config.memstore_freeze_bytes.as_usize(),
+                cubes,
             ));
         }
         let registry: SharedRegistry = Arc::new(ArcSwap::from_pointee(registry));
@@ -264,6 +276,8 @@ impl Db {
             background: parking_lot::Mutex::new(None),
             lock: parking_lot::Mutex::new(Some(lock)),
             background_failure: parking_lot::Mutex::new(None),
+            cube_builder: Default::default(),
+            failed_parts: Default::default(),
         });
         background::remove_orphans(&inner).await?;
         let task = tokio::spawn(background::run(inner.clone(), rx));
@@ -348,6 +362,7 @@ impl Db {
             def,
             Manifest::default(),
             self.inner.config.memstore_freeze_bytes.as_usize(),
+            vec![],
         );
         self.inner.registry.rcu(|r| r.with(table.clone()));
         Ok(table)
@@ -370,8 +385,11 @@ impl Db {
             .filter(|d| d.id != table.def.id)
             .cloned()
             .collect();
+        let old_cubes = catalog.cubes.clone();
+        catalog.cubes.retain(|c| c.table_id != table.def.id);
         if let Err(e) = catalog.save(&self.inner.config.data_dir) {
             catalog.tables = old;
+            catalog.cubes = old_cubes;
             return Err(e);
         }
         self.inner.registry.rcu(|r| r.without(name));
@@ -583,7 +601,7 @@ impl Db {
                 .map(|(day, parts)| self.inner.write_segment(&t, day, parts))
                 .buffer_unordered(cores);
             while let Some(meta) = writes.next().await {
-                written.push(Segment::new(meta?, &self.inner.reaper));
+                written.push(meta?);
             }
             drop(writes);
             let current = t.mem.manifest();
@@ -645,6 +663,9 @@ impl Db {
         Ok(())
     }
 }
+
+mod cubes;
+pub use cubes::CreateCube;
 
 fn wal_options(c: &StorageConfig) -> WalOptions {
     WalOptions {

@@ -13,6 +13,15 @@ pub enum Error {
     /// A table of that name already exists.
     #[error("table '{0}' already exists")]
     TableExists(String),
+    /// The named cube does not exist.
+    #[error("cube '{0}' does not exist")]
+    CubeNotFound(String),
+    /// A cube of that name already exists.
+    #[error("cube '{0}' already exists")]
+    CubeExists(String),
+    /// A cube part could not be computed (the query layer says why).
+    #[error("cube '{cube}': {reason}")]
+    CubeBuild { cube: String, reason: String },
     /// The table definition is not acceptable (no time column, unknown type...).
     #[error("invalid table definition: {0}")]
     InvalidSchema(String),
@@ -77,6 +86,8 @@ pub enum Error {
 pub enum ErrorKind {
     TableNotFound,
     TableExists,
+    CubeNotFound,
+    CubeExists,
     /// A table definition Kiln cannot accept.
     InvalidSchema,
     /// Rows or data that do not fit the table.
@@ -111,6 +122,9 @@ impl Error {
         match self {
             Error::TableNotFound(_) => ErrorKind::TableNotFound,
             Error::TableExists(_) => ErrorKind::TableExists,
+            Error::CubeNotFound(_) => ErrorKind::CubeNotFound,
+            Error::CubeExists(_) => ErrorKind::CubeExists,
+            Error::CubeBuild { .. } => ErrorKind::Internal,
             Error::InvalidSchema(_) => ErrorKind::InvalidSchema,
             Error::InvalidRow { .. } | Error::InvalidData(_) => ErrorKind::InvalidData,
             Error::NotNull { .. } => ErrorKind::NotNull,

@@ -4,7 +4,8 @@
 //! its table's [`MemStore`] before it is acknowledged: from then on it is
 //! durable (under `--wal-sync=always`) and visible to every new snapshot.
 //! In the background, memstores are flushed as sorted Parquet segments and
-//! small segments are compacted; each change is committed by writing a new
+//! small segments are compacted; each new segment gets its [`cube`] parts
+//! (aggregate states) in the same commit; each change is committed by writing a new
 //! [`Manifest`] version and swapping one pointer. Queries pin a
 //! [`TableSnapshot`] — a manifest version plus the in-memory rows not in it —
 //! and never wait for writers, flushes or compactions.
@@ -17,6 +18,7 @@
 //! idempotency.json                      live idempotency keys, saved before WAL files are deleted
 //! tables/{id}/manifest/{version}.json   the newest manifest of a table
 //! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet   segments, by day partition
+//! tables/{id}/{YYYY-MM-DD}/{uuid}.cube{n}.parquet   a segment's part of cube n
 //! ```
 
 mod background;
@@ -24,6 +26,7 @@ mod catalog;
 pub mod clock;
 mod codec;
 mod config;
+pub mod cube;
 mod db;
 mod error;
 pub mod failpoints;
@@ -42,7 +45,10 @@ mod table;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::decode_payload as decode_wal_payload;
 pub use config::{SegmentCompression, StorageConfig, WalSync};
-pub use db::{Ack, CreateTable, Db, MEMSTORE_WAIT, StorageMetrics, WriteOptions, Written};
+pub use cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
+pub use db::{
+    Ack, CreateCube, CreateTable, Db, MEMSTORE_WAIT, StorageMetrics, WriteOptions, Written,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use fs_util::replace_file;
 pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};

@@ -9,10 +9,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arc_swap::ArcSwap;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::cube::{Part, PartMeta};
 use crate::error::{Error, Result};
 use crate::failpoints::{MANIFEST_AFTER_WRITE, failpoint};
 use crate::store::Store;
@@ -72,35 +74,90 @@ impl Reaper {
         });
         Self(tx)
     }
+
+    /// Deletes `path` after the delay.
+    pub(crate) fn delete(&self, path: Path) {
+        let _ = self.0.send(path);
+    }
 }
 
 /// A live segment. Dropping the last reference to an obsolete segment deletes its file.
 #[derive(Debug)]
 pub struct Segment {
     pub meta: SegmentMeta,
+    /// Its cube parts ([`crate::cube`]): set before the segment is
+    /// committed, added to by the background build, removed by DROP CUBE.
+    parts: ArcSwap<Vec<Arc<Part>>>,
     obsolete: AtomicBool,
     reaper: Reaper,
 }
 
 impl Segment {
     pub fn new(meta: SegmentMeta, reaper: &Reaper) -> Arc<Self> {
+        Self::with_parts(meta, vec![], reaper)
+    }
+
+    pub fn with_parts(meta: SegmentMeta, parts: Vec<Arc<Part>>, reaper: &Reaper) -> Arc<Self> {
         Arc::new(Self {
             meta,
+            parts: ArcSwap::from_pointee(parts),
             obsolete: AtomicBool::new(false),
             reaper: reaper.clone(),
         })
     }
 
-    /// Marks the file for deletion once no pinned version uses it.
+    /// Marks the file, and its parts' files, for deletion once no pinned
+    /// version uses them.
     pub fn retire(&self) {
         self.obsolete.store(true, Ordering::Release);
+        self.parts.load().iter().for_each(|p| p.retire());
+    }
+
+    /// Its cube parts now.
+    pub fn parts(&self) -> Arc<Vec<Arc<Part>>> {
+        self.parts.load_full()
+    }
+
+    /// Its part of cube `cube_id`, if built.
+    pub fn part(&self, cube_id: u64) -> Option<Arc<Part>> {
+        self.parts
+            .load()
+            .iter()
+            .find(|p| p.meta.cube_id == cube_id)
+            .cloned()
+    }
+
+    /// Adds (or replaces) a part; the caller commits a manifest version.
+    pub(crate) fn add_part(&self, part: Arc<Part>) {
+        self.parts.rcu(|parts| {
+            let mut parts: Vec<_> = parts
+                .iter()
+                .filter(|p| p.meta.cube_id != part.meta.cube_id)
+                .cloned()
+                .collect();
+            parts.push(part.clone());
+            parts
+        });
+    }
+
+    /// Removes the part of cube `cube_id`, returning it.
+    pub(crate) fn remove_part(&self, cube_id: u64) -> Option<Arc<Part>> {
+        let part = self.part(cube_id)?;
+        self.parts.rcu(|parts| {
+            parts
+                .iter()
+                .filter(|p| p.meta.cube_id != cube_id)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        Some(part)
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
-            let _ = self.reaper.0.send(Path::from(self.meta.path.as_str()));
+            self.reaper.delete(Path::from(self.meta.path.as_str()));
         }
     }
 }
@@ -119,7 +176,16 @@ struct ManifestFile {
     table_id: u64,
     version: u64,
     flushed_seq: u64,
-    segments: Vec<SegmentMeta>,
+    segments: Vec<SegmentEntry>,
+}
+
+/// A segment as the manifest file names it, with its cube parts.
+#[derive(Serialize, Deserialize)]
+struct SegmentEntry {
+    #[serde(flatten)]
+    meta: SegmentMeta,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    parts: Vec<PartMeta>,
 }
 
 /// Prefix of a table's objects.
@@ -163,7 +229,14 @@ impl Manifest {
             table_id,
             version: self.version,
             flushed_seq: self.flushed_seq,
-            segments: self.segments.iter().map(|s| s.meta.clone()).collect(),
+            segments: self
+                .segments
+                .iter()
+                .map(|s| SegmentEntry {
+                    meta: s.meta.clone(),
+                    parts: s.parts().iter().map(|p| p.meta.clone()).collect(),
+                })
+                .collect(),
         };
         let bytes = serde_json::to_vec(&file).expect("manifest serializes");
         store
@@ -216,7 +289,10 @@ impl Manifest {
             segments: file
                 .segments
                 .into_iter()
-                .map(|m| Segment::new(m, reaper))
+                .map(|e| {
+                    let parts = e.parts.into_iter().map(|p| Part::new(p, reaper)).collect();
+                    Segment::with_parts(e.meta, parts, reaper)
+                })
                 .collect(),
         })
     }

@@ -66,7 +66,8 @@ pub fn encode(batch: &RecordBatch, compression: SegmentCompression) -> Result<By
 }
 
 /// Sorts, encodes and durably writes one segment of partition `day`.
-/// Returns its manifest entry; the segment is not visible until a manifest refers to it.
+/// Returns its manifest entry and its sorted rows; the segment is not
+/// visible until a manifest refers to it.
 pub async fn write(
     store: &Store,
     def: &TableDef,
@@ -74,7 +75,7 @@ pub async fn write(
     day: i32,
     batches: Vec<RecordBatch>,
     compression: SegmentCompression,
-) -> Result<SegmentMeta> {
+) -> Result<(SegmentMeta, RecordBatch)> {
     let (def2, schema2) = (def.clone(), schema.clone());
     let (batch, bytes) = tokio::task::spawn_blocking(move || -> Result<_> {
         let batch = sort_rows(&def2, &schema2, &batches)?;
@@ -91,7 +92,8 @@ pub async fn write(
     );
     let len = bytes.len() as u64;
     store.put_durable(&Path::from(path.as_str()), bytes).await?;
-    Ok(meta(def, path, day, &batch, len))
+    let meta = meta(def, path, day, &batch, len);
+    Ok((meta, batch))
 }
 
 /// Reads a whole segment back (compaction).

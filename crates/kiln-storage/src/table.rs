@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arc_swap::ArcSwap;
 use arrow::datatypes::SchemaRef;
 
+use crate::cube::CubeDef;
 use crate::manifest::{Manifest, Segment};
 use crate::memstore::{MemStore, TableSnapshot};
 use crate::schema::TableDef;
@@ -17,19 +19,27 @@ pub struct Table {
     pub def: TableDef,
     pub schema: SchemaRef,
     pub mem: MemStore,
+    /// Its cubes, replaced whole by CREATE and DROP CUBE.
+    cubes: ArcSwap<Vec<Arc<CubeDef>>>,
     /// Serializes manifest changes of this table only.
     pub(crate) manifest_lock: tokio::sync::Mutex<()>,
     dropped: AtomicBool,
 }
 
 impl Table {
-    pub(crate) fn new(def: TableDef, manifest: Manifest, freeze_bytes: usize) -> Arc<Self> {
+    pub(crate) fn new(
+        def: TableDef,
+        manifest: Manifest,
+        freeze_bytes: usize,
+        cubes: Vec<Arc<CubeDef>>,
+    ) -> Arc<Self> {
         let schema = def.arrow_schema();
         let mem = MemStore::new(&def, schema.clone(), manifest, freeze_bytes);
         Arc::new(Self {
             def,
             schema,
             mem,
+            cubes: ArcSwap::from_pointee(cubes),
             manifest_lock: tokio::sync::Mutex::new(()),
             dropped: AtomicBool::new(false),
         })
@@ -47,6 +57,15 @@ impl Table {
     /// Segments of the current manifest version.
     pub fn segments(&self) -> Vec<Arc<Segment>> {
         self.mem.manifest().segments.clone()
+    }
+
+    /// Its cubes now, lock-free.
+    pub fn cubes(&self) -> Arc<Vec<Arc<CubeDef>>> {
+        self.cubes.load_full()
+    }
+
+    pub(crate) fn set_cubes(&self, cubes: Vec<Arc<CubeDef>>) {
+        self.cubes.store(Arc::new(cubes));
     }
 
     pub(crate) fn mark_dropped(&self) {

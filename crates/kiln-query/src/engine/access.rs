@@ -151,22 +151,9 @@ impl Engine {
         refused.map_or(Ok(()), Err)
     }
 
-    /// `sql` as an account statement ([`crate::auth::statement`]); `None`
-    /// when it is not one. Text longer than `--max-statement-bytes` is
-    /// refused before it is tokenized, as any other statement is.
-    pub fn account(&self, sql: &str) -> Option<Result<Account>> {
-        if !crate::auth::statement::is_account_text(sql) {
-            return None;
-        }
-        if let Err(e) = self.check_size(sql) {
-            return Some(Err(e));
-        }
-        crate::auth::statement::parse(sql)
-    }
-
     /// Runs an account statement ([`crate::auth::statement`]) as `query`'s
     /// user (who must be an admin, but for their own password).
-    pub async fn run_account(&self, query: &Query, stmt: Account) -> Result<Streamed> {
+    pub(super) async fn run_account(&self, query: &Query, stmt: Account) -> Result<Streamed> {
         let auth = self.auth.clone();
         let user = query.user().map(str::to_string);
         self.guarded(query, async move {

@@ -166,9 +166,19 @@ impl UserDefinedLogicalNodeCore for Shared {
 /// one [`exec::SharedSource`] (a fresh map per plan planned). Copies are
 /// matched by their whole node, not only the id: a filter that names no
 /// column (`$2 = 'x'`) can still be pushed into one copy, which then needs
-/// its own rows.
-#[derive(Debug, Default)]
-pub struct QueryPlanner;
+/// its own rows. Other node kinds go to `others` (cube scans).
+#[derive(Default)]
+pub struct QueryPlanner {
+    pub others: Vec<Arc<dyn ExtensionPlanner + Send + Sync>>,
+}
+
+impl fmt::Debug for QueryPlanner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueryPlanner")
+            .field("others", &self.others.len())
+            .finish()
+    }
+}
 
 #[async_trait]
 impl DfQueryPlanner for QueryPlanner {
@@ -177,9 +187,10 @@ impl DfQueryPlanner for QueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let planner = DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(
-            SharedPlanner::default(),
-        )]);
+        let mut planners: Vec<Arc<dyn ExtensionPlanner + Send + Sync>> =
+            vec![Arc::new(SharedPlanner::default())];
+        planners.extend(self.others.iter().cloned());
+        let planner = DefaultPhysicalPlanner::with_extension_planners(planners);
         planner
             .create_physical_plan(logical_plan, session_state)
             .await

@@ -36,7 +36,7 @@ use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
 use kiln_storage::schema::view_schema;
-use kiln_storage::{Db, STORE_URL, Table};
+use kiln_storage::{Db, STORE_URL, Table, TableSnapshot};
 use object_store::ObjectStore;
 
 use crate::cache::Caches;
@@ -72,6 +72,9 @@ pub struct KilnTable {
     table: Arc<Table>,
     schema: SchemaRef,
     caches: Arc<Caches>,
+    /// A snapshot fixed by the caller ([`KilnTable::scan_pinned`]), read
+    /// instead of the table's current one.
+    pinned: Option<TableSnapshot>,
 }
 
 impl KilnTable {
@@ -82,12 +85,54 @@ impl KilnTable {
             table,
             schema,
             caches,
+            pinned: None,
         }
     }
 
     /// The storage table it reads.
     pub fn table(&self) -> &Arc<Table> {
         &self.table
+    }
+
+    /// The database it reads from.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// A scan of `snapshot`, pinned by the caller, planned now from an
+    /// execution's context rather than by DataFusion's planner: all
+    /// columns, the rows passing `predicate` (over the view schema), one
+    /// partition. A cube reads its raw rows with it.
+    pub(crate) fn scan_pinned(
+        &self,
+        snapshot: TableSnapshot,
+        predicate: Option<Arc<dyn PhysicalExpr>>,
+        ctx: &TaskContext,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let table = KilnTable {
+            pinned: Some(snapshot),
+            ..self.clone()
+        };
+        let store_url = ObjectStoreUrl::parse(STORE_URL)?;
+        let mut parquet = TableParquetOptions::default();
+        parquet.global = ctx.session_config().options().execution.parquet.clone();
+        let spec = ScanSpec {
+            store: ctx.runtime_env().object_store(&store_url)?,
+            store_url,
+            projection: None,
+            limit: None,
+            target: 1,
+            conjuncts: predicate
+                .as_ref()
+                .map(|p| Arc::new(Conjuncts::of(p, &self.schema))),
+            predicate,
+            parquet,
+            metadata: ctx.runtime_env().cache_manager.get_file_metadata_cache(),
+        };
+        let pruning = pruner(spec.predicate.as_ref(), &self.schema);
+        let mut scan = table.scan_snapshot(&spec, pruning.as_deref(), ParquetFilter::Own)?;
+        scan.held_into_batches(spec.conjuncts.as_deref());
+        table.plan_scan(&spec, scan)
     }
 }
 

@@ -99,7 +99,10 @@ impl KilnTable {
         pruning: Option<&Pruner>,
         parquet: ParquetFilter,
     ) -> DfResult<SnapshotScan> {
-        let snapshot = self.table.snapshot();
+        let snapshot = match &self.pinned {
+            Some(s) => s.clone(),
+            None => self.table.snapshot(),
+        };
         let (decoded, files) = self.segments_to_read(&snapshot, pruning);
         Ok(SnapshotScan {
             held: self.held_slices(decoded, pruning, spec.conjuncts.as_deref()),

@@ -128,10 +128,10 @@ async fn run_sql(
         settings: vec![],
         user: identity.0.clone(),
     };
-    if let Some(account) = engine.account(&text) {
-        let account = account.inspect_err(|e| engine.record_failed(Origin::HTTP, &text, e))?;
+    if let Some(own) = engine.own_statement(&text) {
+        let own = own.inspect_err(|e| engine.record_failed(Origin::HTTP, &text, e))?;
         let query = engine.begin_with(Origin::HTTP, &text, begin(true)).await?;
-        let streamed = engine.run_account(&query, account).await?;
+        let streamed = engine.run_own(&query, own).await?;
         return respond(streamed, format, started).await;
     }
     let stmts = engine.parse(&text)?;

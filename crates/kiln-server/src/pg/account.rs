@@ -27,10 +27,10 @@ pub(super) fn user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
 
 /// Runs an account statement ([`kiln_query::auth`]) of `client`: `text`
 /// (recorded with its passwords hidden) parsed as `stmt`.
-pub(super) async fn run_account<C: ClientInfo + Send + Sync>(
+pub(super) async fn run_own<C: ClientInfo + Send + Sync>(
     engine: &Engine,
     text: &str,
-    stmt: kiln_query::Result<kiln_query::auth::Account>,
+    stmt: kiln_query::Result<kiln_query::OwnStatement>,
     client: &C,
 ) -> PgWireResult<Response> {
     let stmt = match stmt {
@@ -41,6 +41,6 @@ pub(super) async fn run_account<C: ClientInfo + Send + Sync>(
         }
     };
     let query = begin(engine, text, client, true).await?;
-    let streamed = engine.run_account(&query, stmt).await.map_err(to_pg)?;
+    let streamed = engine.run_own(&query, stmt).await.map_err(to_pg)?;
     respond(streamed, &Format::UnifiedText, client)
 }

@@ -70,7 +70,7 @@ use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
-use account::{run_account, user};
+use account::{run_own, user};
 use hook::Hook;
 use startup::Startup;
 
@@ -325,9 +325,9 @@ impl QueryParser for KilnParser {
             self.engine.record_failed(Origin::pg(pid), sql, &e);
             return Err(to_pg(e));
         }
-        // An account statement is kept as text (no plan), parsed and run
-        // at Execute: no other parser sees its password.
-        if kiln_query::auth::statement::is_account_text(sql) {
+        // Kiln's own statements (accounts, cubes) are kept as text (no
+        // plan), parsed and run at Execute: no other parser sees a password.
+        if kiln_query::OwnStatement::is_own_text(sql) {
             return Ok(Some((sql.to_string(), None)));
         }
         // Only text this long can nest past the limit (each level takes a
@@ -371,9 +371,9 @@ impl QueryParser for KilnParser {
         column_format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
         if let (text, None) = stmt
-            && let Some(Ok(account)) = kiln_query::auth::statement::parse(text)
+            && let Some(Ok(own)) = kiln_query::OwnStatement::parse(text)
         {
-            return match kiln_query::auth::result_schema(&account) {
+            return match own.result_schema() {
                 Some(schema) => execute::fields(&schema, column_format),
                 None => Ok(vec![]),
             };
@@ -429,10 +429,8 @@ impl SimpleQueryHandler for PgSimple {
         PgWireError: From<<C as futures::Sink<PgWireBackendMessage>>::Error>,
     {
         let origin = Origin::pg(client.pid_and_secret_key().0);
-        if let Some(account) = self.engine.account(query) {
-            return Ok(vec![
-                run_account(&self.engine, query, account, client).await?,
-            ]);
+        if let Some(own) = self.engine.own_statement(query) {
+            return Ok(vec![run_own(&self.engine, query, own, client).await?]);
         }
         let checked = self.engine.check_size(query).and_then(|()| {
             let mut statements = self
@@ -612,8 +610,8 @@ impl ExtendedQueryHandler for PgExtended {
     {
         let (text, parsed) = &portal.statement.statement;
         let Some((stmt, plan)) = parsed else {
-            if let Some(account) = kiln_query::auth::statement::parse(text) {
-                return run_account(&self.engine, text, account, client).await;
+            if let Some(own) = kiln_query::OwnStatement::parse(text) {
+                return run_own(&self.engine, text, own, client).await;
             }
             return Ok(Response::EmptyQuery);
         };

@@ -63,7 +63,7 @@ fn context(shared: bool) -> (SessionContext, Arc<AtomicUsize>) {
     if shared {
         builder = builder
             .with_analyzer_rule(Arc::new(SharedSubplans))
-            .with_query_planner(Arc::new(QueryPlanner));
+            .with_query_planner(Arc::new(QueryPlanner::default()));
     }
     let ctx = SessionContext::new_with_state(builder.build());
     let schema = Arc::new(Schema::new(vec![

@@ -1,0 +1,369 @@
+//! Cubes: aggregating indexes kept current at every flush, which answer
+//! dashboard aggregates from pre-aggregated states.
+//!
+//! A cube (`CREATE CUBE name ON table DIMENSIONS (...) MEASURES (...)`)
+//! keeps, for each segment, a part: the measures' partial states grouped
+//! by the dimensions, written with the segment and committed in the same
+//! manifest version ([`kiln_storage::cube`]). A query's aggregate that the
+//! cube can derive is rewritten to merge those states ([`rewrite`]), and
+//! what has no part yet (the memstore, segments not built, the edges of a
+//! time range cutting a bucket) is aggregated from raw rows at query time
+//! ([`scan`]), so an answer always includes every acknowledged row.
+//!
+//! Submodules, in layer order: [`rewrite`] (the optimizer rule) over
+//! [`scan`] (the plan node and its execution) over [`plan`] (a definition
+//! planned and checked) over [`merge`] (merging states), [`statement`]
+//! (the statements' syntax) and [`unit`] (time buckets).
+
+pub mod merge;
+pub mod plan;
+pub mod rewrite;
+pub mod scan;
+pub mod statement;
+#[cfg(test)]
+mod tests;
+pub mod unit;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
+use datafusion::common::{DFSchema, Result as DfResult};
+use datafusion::config::ConfigOptions;
+use datafusion::execution::{SessionState, TaskContext};
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
+use datafusion::prelude::SessionConfig;
+use futures::future::BoxFuture;
+use kiln_storage::schema::view_schema;
+use kiln_storage::{CubeBuilder, CubeDef, Db, Part, Table};
+use object_store::path::Path;
+use parking_lot::RwLock;
+
+use crate::cache::ByteLru;
+use crate::error::{Error, Result};
+use plan::CubePlan;
+use scan::{CubeScan, CubeScanExec, PhysicalRange};
+
+/// Session options of cubes: `SET kiln.cubes = off` turns rewriting off.
+#[derive(Debug, Clone)]
+pub struct KilnOptions {
+    pub cubes: bool,
+}
+
+impl Default for KilnOptions {
+    fn default() -> Self {
+        Self { cubes: true }
+    }
+}
+
+impl ConfigExtension for KilnOptions {
+    const PREFIX: &'static str = "kiln";
+}
+
+impl ExtensionOptions for KilnOptions {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> DfResult<()> {
+        match key {
+            "cubes" => {
+                self.cubes = match value.to_ascii_lowercase().as_str() {
+                    "on" | "true" | "1" => true,
+                    "off" | "false" | "0" => false,
+                    other => {
+                        return Err(datafusion::error::DataFusionError::Configuration(format!(
+                            "kiln.cubes is on or off, not '{other}'"
+                        )));
+                    }
+                };
+                Ok(())
+            }
+            _ => Err(datafusion::error::DataFusionError::Configuration(format!(
+                "unknown setting kiln.{key} (known: kiln.cubes)"
+            ))),
+        }
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        vec![ConfigEntry {
+            key: "kiln.cubes".into(),
+            value: Some(if self.cubes { "on" } else { "off" }.into()),
+            description: "whether aggregates are answered from cubes",
+        }]
+    }
+}
+
+/// Whether rewriting is on in these options.
+pub fn enabled(options: &ConfigOptions) -> bool {
+    options
+        .extensions
+        .get::<KilnOptions>()
+        .is_none_or(|o| o.cubes)
+}
+
+thread_local! {
+    /// Why the cubes of the last aggregates planned on this thread did not
+    /// answer them (EXPLAIN shows it).
+    static MISSES: RefCell<Vec<String>> = const { RefCell::new(vec![]) };
+}
+
+/// Takes the reasons recorded on this thread since the last call.
+pub fn take_misses() -> Vec<String> {
+    MISSES.with(|m| std::mem::take(&mut *m.borrow_mut()))
+}
+
+/// The cubes' planned forms, decoded parts and counters, shared by the
+/// rule, the scans and the part builder.
+pub struct Cubes {
+    plans: RwLock<HashMap<u64, Arc<CubePlan>>>,
+    /// Decoded parts by path (parts are immutable).
+    parts: ByteLru<String, RecordBatch>,
+    answered: DashMap<u64, u64>,
+    /// The session that plans definitions; weak, as the session holds the rule.
+    session: OnceLock<Weak<parking_lot::RwLock<SessionState>>>,
+}
+
+impl std::fmt::Debug for Cubes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cubes")
+            .field("plans", &self.plans.read().len())
+            .field("parts", &self.parts)
+            .finish()
+    }
+}
+
+impl Cubes {
+    /// With a cache of `part_bytes` for decoded parts.
+    pub fn new(part_bytes: usize) -> Arc<Self> {
+        Arc::new(Self {
+            plans: Default::default(),
+            parts: ByteLru::new(part_bytes, part_bytes / 4, 0),
+            answered: Default::default(),
+            session: OnceLock::new(),
+        })
+    }
+
+    /// Sets the session that plans definitions.
+    pub fn attach(&self, session: Weak<parking_lot::RwLock<SessionState>>) {
+        let _ = self.session.set(session);
+    }
+
+    fn state(&self) -> Result<SessionState> {
+        let state = self
+            .session
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| Error::Sql("cubes: the query engine is shutting down".into()))?;
+        let state = state.read().clone();
+        Ok(state)
+    }
+
+    /// Plans `def` over `table` (checking it) and keeps the plan.
+    pub async fn prepare(&self, table: &Table, def: Arc<CubeDef>) -> Result<Arc<CubePlan>> {
+        if let Some(p) = self.plans.read().get(&def.id) {
+            return Ok(p.clone());
+        }
+        let state = self.state()?;
+        let plan = Arc::new(CubePlan::new(&state, table, def).await?);
+        self.plans.write().insert(plan.def.id, plan.clone());
+        Ok(plan)
+    }
+
+    /// Checks a definition without keeping it.
+    pub async fn check(&self, table: &Table, def: Arc<CubeDef>) -> Result<()> {
+        CubePlan::new(&self.state()?, table, def).await.map(|_| ())
+    }
+
+    /// Forgets a dropped cube.
+    pub fn forget(&self, id: u64) {
+        self.plans.write().remove(&id);
+        self.answered.remove(&id);
+    }
+
+    /// `table`'s planned cubes, each with its size in rows (parts, plus
+    /// raw rows of segments without one).
+    pub fn candidates(&self, table: &Table) -> Vec<(Arc<CubePlan>, u64)> {
+        let cubes = table.cubes();
+        if cubes.is_empty() {
+            return vec![];
+        }
+        let plans = self.plans.read();
+        let segments = table.segments();
+        cubes
+            .iter()
+            .filter_map(|c| plans.get(&c.id).cloned())
+            .map(|p| {
+                let rows = segments
+                    .iter()
+                    .map(|s| s.part(p.def.id).map_or(s.meta.rows, |part| part.meta.rows))
+                    .sum();
+                (p, rows)
+            })
+            .collect()
+    }
+
+    /// Records why no cube answered an aggregate ([`take_misses`]).
+    pub fn record_misses(&self, misses: Vec<String>) {
+        MISSES.with(|m| m.borrow_mut().extend(misses));
+    }
+
+    fn count_answer(&self, id: u64) {
+        *self.answered.entry(id).or_default() += 1;
+    }
+
+    /// Queries a cube has answered since the start.
+    pub fn answered(&self, id: u64) -> u64 {
+        self.answered.get(&id).map_or(0, |n| *n)
+    }
+
+    /// Bytes of decoded parts held.
+    pub fn held_bytes(&self) -> usize {
+        self.parts.usage()
+    }
+
+    /// A part's rows, decoded once and kept; in `schema`.
+    async fn part_rows(&self, db: &Db, part: &Part, schema: &SchemaRef) -> DfResult<RecordBatch> {
+        if let Some(b) = self.parts.get(&part.meta.path) {
+            return Ok(b);
+        }
+        let bytes = db
+            .store()
+            .get(&Path::from(part.meta.path.as_str()))
+            .await
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)?
+            .with_batch_size(64 * 1024)
+            .build()?;
+        let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+        let batch = concat_batches(schema, &batches)?;
+        let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+        let size = batch.get_array_memory_size();
+        self.parts
+            .insert(part.meta.path.clone(), batch.clone(), size, |_| false);
+        Ok(batch)
+    }
+}
+
+/// Plans [`CubeScan`] nodes.
+#[derive(Debug)]
+pub struct CubePlanner {
+    pub cubes: Arc<Cubes>,
+}
+
+#[async_trait]
+impl ExtensionPlanner for CubePlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        _physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn Session,
+        _planning_ctx: &PhysicalPlanningContext,
+    ) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(scan) = node.as_any().downcast_ref::<CubeScan>() else {
+            return Ok(None);
+        };
+        let view = view_schema(&scan.table.table().schema);
+        let df_schema = DFSchema::try_from(view.as_ref().clone())?;
+        let filter = match scan
+            .filters
+            .iter()
+            .cloned()
+            .reduce(datafusion::prelude::Expr::and)
+        {
+            Some(f) => Some(session.create_physical_expr(f, &df_schema)?),
+            None => None,
+        };
+        let range = match &scan.range {
+            Some(r) => {
+                let physical = |e: &datafusion::prelude::Expr| {
+                    session.create_physical_expr(e.clone(), &df_schema)
+                };
+                let dimension = scan.cube.schema.index_of(&r.dimension)?;
+                let column = datafusion::prelude::col(r.column.as_str());
+                Some(Arc::new(PhysicalRange {
+                    dimension,
+                    unit: r.unit,
+                    column: physical(&column)?,
+                    lower: r.lower.iter().map(physical).collect::<DfResult<_>>()?,
+                    upper: r.upper.iter().map(physical).collect::<DfResult<_>>()?,
+                }))
+            }
+            None => None,
+        };
+        Ok(Some(Arc::new(CubeScanExec {
+            cubes: self.cubes.clone(),
+            properties: CubeScanExec::properties_of(&scan.cube),
+            cube: scan.cube.clone(),
+            table: scan.table.clone(),
+            filter,
+            range,
+        })))
+    }
+}
+
+/// Computes parts at flush and in the background build.
+pub struct PartBuilder {
+    pub cubes: Arc<Cubes>,
+}
+
+impl CubeBuilder for PartBuilder {
+    fn build(
+        &self,
+        _: &Table,
+        cube: &CubeDef,
+        rows: RecordBatch,
+    ) -> BoxFuture<'static, kiln_storage::Result<RecordBatch>> {
+        let cubes = self.cubes.clone();
+        let plan = cubes.plans.read().get(&cube.id).cloned();
+        let name = cube.name.clone();
+        let failed = move |e: String| kiln_storage::Error::CubeBuild {
+            cube: name.clone(),
+            reason: e,
+        };
+        let Some(plan) = plan else {
+            return Box::pin(async move { Err(failed("not planned yet".into())) });
+        };
+        Box::pin(async move {
+            let rows = kiln_storage::memstore::view_strings(&rows);
+            let input = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+                &[vec![rows.clone()]],
+                rows.schema(),
+                None,
+            )
+            .map_err(|e| failed(e.to_string()))?;
+            let states = plan.aggregate(input).map_err(|e| failed(e.to_string()))?;
+            // Aggregate every group: never pass rows through unaggregated.
+            let mut config = SessionConfig::new().with_target_partitions(1);
+            config
+                .options_mut()
+                .execution
+                .skip_partial_aggregation_probe_ratio_threshold = 2.0;
+            let ctx = Arc::new(TaskContext::default().with_session_config(config));
+            let batches = collect(states, ctx)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            concat_batches(&plan.schema, &batches).map_err(|e| failed(e.to_string()))
+        })
+    }
+}

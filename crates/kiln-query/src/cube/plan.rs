@@ -1,0 +1,310 @@
+//! A cube definition made executable ([`CubePlan`]): its dimensions and
+//! measures planned once against its table, checked, and turned into the
+//! partial aggregation that computes its states.
+//!
+//! One plan serves both sides of a cube: at flush it aggregates a new
+//! segment's rows into a part; at query time the same aggregation runs over
+//! the rows that have no part yet (memstore, segments not built), so both
+//! produce rows of one schema, which the query merges.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, DFSchema};
+use datafusion::error::Result as DfResult;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{AggregateUDF, Expr, LogicalPlan};
+use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
+use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
+use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use kiln_storage::schema::view_schema;
+use kiln_storage::{CubeDef, Table};
+
+use super::merge::MergeStates;
+use crate::error::{Error, Result};
+
+/// Aggregates a cube may keep: each merges exactly from partial states.
+pub const MEASURES: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "var_samp",
+    "var_pop",
+    "stddev_samp",
+    "stddev_pop",
+    "covar_samp",
+    "covar_pop",
+    "corr",
+    "bitmap_agg",
+    "approx_distinct",
+    "approx_percentile_cont",
+];
+
+/// A cube's planned form.
+#[derive(Debug)]
+pub struct CubePlan {
+    pub def: Arc<CubeDef>,
+    /// Dimension expressions over the table's unqualified columns, as
+    /// DataFusion's optimizer leaves a query's (analyzed, simplified).
+    pub dimensions: Vec<Expr>,
+    pub measures: Vec<Measure>,
+    /// The partial aggregation over the table's (view) schema.
+    group_by: PhysicalGroupBy,
+    aggregates: Vec<Arc<AggregateFunctionExpr>>,
+    /// The table's view schema, the input of `aggregate`.
+    input: SchemaRef,
+    /// What a part holds: dimension columns, then each measure's states.
+    pub schema: SchemaRef,
+}
+
+/// One measure: its aggregate as a query would spell it, and where its
+/// states are in a part.
+#[derive(Debug)]
+pub struct Measure {
+    /// The aggregate over unqualified table columns, without alias.
+    pub expr: AggregateFunction,
+    /// Its state columns' names in [`CubePlan::schema`].
+    pub states: Vec<String>,
+    /// The aggregate merging those states.
+    pub merge: Arc<AggregateUDF>,
+}
+
+impl CubePlan {
+    /// Plans `def` over `table` with `state`'s functions and rules; each
+    /// error names the dimension or measure at fault.
+    pub async fn new(state: &SessionState, table: &Table, def: Arc<CubeDef>) -> Result<Self> {
+        let name = table.name();
+        let quoted = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        for d in &def.dimensions {
+            let sql = format!("SELECT {} FROM {}", d.sql, quoted(name));
+            plan_sql(state, &sql)
+                .await
+                .map_err(|e| Error::Sql(format!("dimension {}: {e}", d.sql)))?;
+        }
+        let dims: Vec<String> = def
+            .dimensions
+            .iter()
+            .map(|d| format!("{} AS {}", d.sql, quoted(&d.name)))
+            .collect();
+        let measures: Vec<String> = def
+            .measures
+            .iter()
+            .map(|m| format!("{} AS {}", m.sql, quoted(&m.name)))
+            .collect();
+        let group_by = match dims.len() {
+            0 => String::new(),
+            n => format!(
+                " GROUP BY {}",
+                (1..=n)
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let all: Vec<String> = dims.iter().chain(&measures).cloned().collect();
+        let sql = format!("SELECT {} FROM {}{group_by}", all.join(", "), quoted(name));
+        let plan = plan_sql(state, &sql)
+            .await
+            .map_err(|e| Error::Sql(format!("cube '{}' on {name}: {e}", def.name)))?;
+        let Some((groups, aggregates, input)) = find_aggregate(&plan) else {
+            return Err(Error::Sql(format!(
+                "cube '{}': its measures must be aggregates ({})",
+                def.name,
+                MEASURES.join(", ")
+            )));
+        };
+        let simplify = |e: Expr| -> Result<Expr> {
+            let ctx = SimplifyContext::builder()
+                .with_schema(input.clone())
+                .build();
+            Ok(unqualify(ExprSimplifier::new(ctx).simplify(e)?))
+        };
+        let mut dimensions = vec![];
+        for (d, e) in def.dimensions.iter().zip(groups) {
+            let e = e.unalias_nested().data;
+            if e.is_volatile() {
+                return Err(Error::Sql(format!(
+                    "dimension {}: not deterministic (a dimension must give the same value for the same row every time)",
+                    d.sql
+                )));
+            }
+            dimensions.push(simplify(e)?);
+        }
+        let mut funcs = vec![];
+        for (m, e) in def.measures.iter().zip(aggregates) {
+            let Expr::AggregateFunction(f) = e.unalias_nested().data else {
+                return Err(Error::Sql(format!(
+                    "measure {}: not an aggregate; a measure is one of {}",
+                    m.sql,
+                    MEASURES.join(", ")
+                )));
+            };
+            check_measure(&m.sql, &f)?;
+            let Expr::AggregateFunction(f) = simplify(Expr::AggregateFunction(f))? else {
+                unreachable!("simplifying keeps an aggregate an aggregate")
+            };
+            funcs.push(f);
+        }
+        Self::physical(state, table, def, dimensions, funcs)
+    }
+
+    fn physical(
+        state: &SessionState,
+        table: &Table,
+        def: Arc<CubeDef>,
+        dimensions: Vec<Expr>,
+        funcs: Vec<AggregateFunction>,
+    ) -> Result<Self> {
+        let input = view_schema(&table.schema);
+        let df_schema = DFSchema::try_from(input.as_ref().clone())?;
+        let props = state.execution_props();
+        let planning = PhysicalPlanningContext::default();
+        let mut groups = vec![];
+        for (d, e) in def.dimensions.iter().zip(&dimensions) {
+            groups.push((
+                create_physical_expr(e, &df_schema, props, &planning)?,
+                d.name.clone(),
+            ));
+        }
+        let group_by = PhysicalGroupBy::new_single(groups);
+        let mut aggregates = vec![];
+        for (m, f) in def.measures.iter().zip(&funcs) {
+            let args = f
+                .params
+                .args
+                .iter()
+                .map(|a| create_physical_expr(a, &df_schema, props, &planning))
+                .collect::<DfResult<Vec<_>>>()?;
+            let order =
+                create_physical_sort_exprs(&f.params.order_by, &df_schema, props, &planning)?;
+            let agg = AggregateExprBuilder::new(f.func.clone(), args)
+                .schema(input.clone())
+                .alias(m.name.clone())
+                .with_distinct(f.params.distinct)
+                .order_by(order)
+                .build()?;
+            aggregates.push(Arc::new(agg));
+        }
+        let probe = AggregateExec::try_new(
+            AggregateMode::Partial,
+            group_by.clone(),
+            aggregates.clone(),
+            vec![None; aggregates.len()],
+            Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
+                input.clone(),
+            )),
+            input.clone(),
+        )?;
+        let schema = probe.schema();
+        let mut measures = vec![];
+        for (i, (f, agg)) in funcs.into_iter().zip(&aggregates).enumerate() {
+            let states = agg
+                .state_fields()?
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            let merge = AggregateUDF::new_from_impl(MergeStates::new(agg.clone(), def.id, i));
+            measures.push(Measure {
+                expr: f,
+                states,
+                merge: Arc::new(merge),
+            });
+        }
+        Ok(Self {
+            def,
+            dimensions,
+            measures,
+            group_by,
+            aggregates,
+            input,
+            schema,
+        })
+    }
+
+    /// The cube's states over `rows` (an input of the table's view schema):
+    /// dimension values and each measure's partial state, per group.
+    pub fn aggregate(&self, rows: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(AggregateExec::try_new(
+            AggregateMode::Partial,
+            self.group_by.clone(),
+            self.aggregates.clone(),
+            vec![None; self.aggregates.len()],
+            rows,
+            self.input.clone(),
+        )?))
+    }
+}
+
+async fn plan_sql(state: &SessionState, sql: &str) -> DfResult<LogicalPlan> {
+    let plan = state.create_logical_plan(sql).await?;
+    state
+        .analyzer()
+        .execute_and_check(plan, state.config_options(), |_, _| {})
+}
+
+/// The group and aggregate expressions of the plan's aggregate, with the
+/// schema they read.
+fn find_aggregate(plan: &LogicalPlan) -> Option<(Vec<Expr>, Vec<Expr>, Arc<DFSchema>)> {
+    match plan {
+        LogicalPlan::Aggregate(a) => Some((
+            a.group_expr.clone(),
+            a.aggr_expr.clone(),
+            a.input.schema().clone(),
+        )),
+        LogicalPlan::Projection(p) => find_aggregate(&p.input),
+        _ => None,
+    }
+}
+
+/// Refuses a measure Kiln cannot keep exactly, naming it.
+fn check_measure(sql: &str, f: &AggregateFunction) -> Result<()> {
+    let name = f.func.name();
+    if !MEASURES.contains(&name) {
+        return Err(Error::Sql(format!(
+            "measure {sql}: {name} cannot be kept in a cube (its state does not merge exactly); a measure is one of {}",
+            MEASURES.join(", ")
+        )));
+    }
+    if f.params.distinct && name != "count" {
+        return Err(Error::Sql(format!(
+            "measure {sql}: DISTINCT is kept for count only"
+        )));
+    }
+    if f.params.filter.is_some() {
+        return Err(Error::Sql(format!(
+            "measure {sql}: a measure takes no FILTER; make its condition a dimension and filter on it in queries"
+        )));
+    }
+    if f.params.null_treatment.is_some() {
+        return Err(Error::Sql(format!(
+            "measure {sql}: IGNORE/RESPECT NULLS is not kept"
+        )));
+    }
+    if f.params.args.iter().any(Expr::is_volatile) {
+        return Err(Error::Sql(format!("measure {sql}: not deterministic")));
+    }
+    Ok(())
+}
+
+/// `e` with column qualifiers and aliases removed, so a query's expression
+/// and a dimension compare equal whatever the table is called in either.
+pub fn unqualify(e: Expr) -> Expr {
+    e.transform_up(|e| {
+        Ok(match e {
+            Expr::Column(c) if c.relation.is_some() => {
+                Transformed::yes(Expr::Column(Column::new_unqualified(c.name)))
+            }
+            Expr::Alias(a) => Transformed::yes(*a.expr),
+            e => Transformed::no(e),
+        })
+    })
+    .map(|t| t.data)
+    .expect("infallible")
+}

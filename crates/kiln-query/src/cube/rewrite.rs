@@ -1,0 +1,494 @@
+//! The optimizer rule that answers an aggregate from a cube.
+//!
+//! An `Aggregate` over one Kiln table (through filters, projections and
+//! aliases) is answered from a cube when each of its parts derives from
+//! the cube's dimensions:
+//! - a group key, a filter conjunct, or an aggregate's `FILTER` condition
+//!   that is a dimension's expression, or an expression of dimensions and
+//!   constants (`region = 'eu'`, `upper(region)`), or `date_trunc` to a
+//!   unit made of whole buckets of a dimension's (day from hour);
+//! - a range on the raw time column (`ts >= a`, `ts < b`, with literals or
+//!   parameters) when a dimension truncates that column: whole buckets come
+//!   from the cube, the edges from raw rows ([`super::scan`]);
+//! - an aggregate equal to a measure (function, arguments, DISTINCT), or
+//!   over `CASE WHEN c THEN x END` where the measure is over `x` and `c`
+//!   derives (it becomes a `FILTER`).
+//!
+//! The aggregate is then replaced by the same aggregate merging the
+//! measures' states over a [`CubeScan`], renamed to the original's output.
+//! Among the cubes that can answer, the one with the fewest part rows wins.
+//! The rule runs first among the optimizer rules, before DataFusion splits
+//! a `count(DISTINCT)` into two aggregates.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{Column, DFSchema, Result, ScalarValue, TableReference};
+use datafusion::datasource::source_as_provider;
+use datafusion::logical_expr::expr::{AggregateFunction, Case, ScalarFunction};
+use datafusion::logical_expr::utils::split_conjunction_owned;
+use datafusion::logical_expr::{
+    Aggregate, BinaryExpr, Expr, Extension, Filter, LogicalPlan, Operator, Projection,
+};
+use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
+use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
+
+use super::Cubes;
+use super::plan::{CubePlan, unqualify};
+use super::scan::{CubeScan, TimeRange};
+use super::unit::Unit;
+use crate::scan::KilnTable;
+
+/// The rule (module docs).
+#[derive(Debug)]
+pub struct CubeRewrite {
+    cubes: Arc<Cubes>,
+}
+
+impl CubeRewrite {
+    pub fn new(cubes: Arc<Cubes>) -> Self {
+        Self { cubes }
+    }
+}
+
+impl OptimizerRule for CubeRewrite {
+    fn name(&self) -> &str {
+        "cube_rewrite"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::TopDown)
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        let LogicalPlan::Aggregate(agg) = &plan else {
+            return Ok(Transformed::no(plan));
+        };
+        if !super::enabled(config.options().as_ref()) {
+            return Ok(Transformed::no(plan));
+        }
+        let Some(source) = Source::find(&agg.input) else {
+            return Ok(Transformed::no(plan));
+        };
+        let mut candidates = self.cubes.candidates(source.table.table());
+        if candidates.is_empty() {
+            return Ok(Transformed::no(plan));
+        }
+        candidates.sort_by_key(|(_, rows)| *rows);
+        let mut misses = vec![];
+        for (cube, _) in candidates {
+            match answer(agg, &source, &cube) {
+                Ok(plan) => return Ok(Transformed::yes(plan)),
+                Err(why) => misses.push(format!("cube {}: {why}", cube.def.name)),
+            }
+        }
+        self.cubes.record_misses(misses);
+        Ok(Transformed::no(plan))
+    }
+}
+
+/// The table an aggregate reads and what lies between them.
+struct Source {
+    table: KilnTable,
+    /// The table's (unqualified, view) schema, to simplify expressions.
+    schema: Arc<DFSchema>,
+    /// Each column of the aggregate's input as an expression of table columns.
+    columns: HashMap<String, Expr>,
+    /// Filter conjuncts over table columns.
+    filters: Vec<Expr>,
+}
+
+impl Source {
+    /// Walks filters, projections and aliases down to a Kiln table scan.
+    fn find(plan: &LogicalPlan) -> Option<Source> {
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                if scan.fetch.is_some() {
+                    return None;
+                }
+                let provider = source_as_provider(&scan.source).ok()?;
+                let table = provider.downcast_ref::<KilnTable>()?.clone();
+                let schema = Arc::new(DFSchema::try_from(provider.schema().as_ref().clone()).ok()?);
+                let columns = scan
+                    .projected_schema
+                    .fields()
+                    .iter()
+                    .map(|f| (f.name().clone(), Expr::Column(Column::from_name(f.name()))))
+                    .collect();
+                let mut source = Source {
+                    table,
+                    schema,
+                    columns,
+                    filters: vec![],
+                };
+                for f in &scan.filters {
+                    let f = source.resolve(f)?;
+                    source.filters.extend(split_conjunction_owned(f));
+                }
+                Some(source)
+            }
+            LogicalPlan::Filter(Filter {
+                predicate, input, ..
+            }) => {
+                let mut source = Source::find(input)?;
+                let p = source.resolve(predicate)?;
+                source.filters.extend(split_conjunction_owned(p));
+                Some(source)
+            }
+            LogicalPlan::Projection(Projection {
+                expr,
+                input,
+                schema,
+                ..
+            }) => {
+                let mut source = Source::find(input)?;
+                let mut columns = HashMap::new();
+                for (e, f) in expr.iter().zip(schema.fields()) {
+                    columns.insert(f.name().clone(), source.resolve(e)?);
+                }
+                source.columns = columns;
+                Some(source)
+            }
+            LogicalPlan::SubqueryAlias(a) => Source::find(&a.input),
+            _ => None,
+        }
+    }
+
+    /// `e` (over the input's columns) as a simplified expression of table columns.
+    fn resolve(&self, e: &Expr) -> Option<Expr> {
+        let mut missing = false;
+        let e = e
+            .clone()
+            .transform_up(|e| {
+                Ok(match e {
+                    Expr::Column(c) => match self.columns.get(&c.name) {
+                        Some(x) => Transformed::yes(x.clone()),
+                        None => {
+                            missing = true;
+                            Transformed::no(Expr::Column(c))
+                        }
+                    },
+                    Expr::Alias(a) => Transformed::yes(*a.expr),
+                    e => Transformed::no(e),
+                })
+            })
+            .ok()?
+            .data;
+        if missing || has_subquery(&e) {
+            return None;
+        }
+        let ctx = SimplifyContext::builder()
+            .with_schema(self.schema.clone())
+            .build();
+        ExprSimplifier::new(ctx).simplify(unqualify(e)).ok()
+    }
+}
+
+fn has_subquery(e: &Expr) -> bool {
+    e.exists(|e| {
+        Ok(matches!(
+            e,
+            Expr::ScalarSubquery(_)
+                | Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::OuterReferenceColumn(..)
+        ))
+    })
+    .unwrap_or(true)
+}
+
+/// The cube's dimensions as the rule matches them.
+struct Dimensions<'a> {
+    cube: &'a CubePlan,
+    qualifier: TableReference,
+}
+
+impl Dimensions<'_> {
+    fn column(&self, i: usize) -> Expr {
+        Expr::Column(Column::new(
+            Some(self.qualifier.clone()),
+            self.cube.def.dimensions[i].name.clone(),
+        ))
+    }
+
+    /// `e` (over table columns) as an expression of dimension columns.
+    fn derive(&self, e: &Expr) -> Option<Expr> {
+        if let Some(i) = self.cube.dimensions.iter().position(|d| d == e) {
+            return Some(self.column(i));
+        }
+        if let Some((unit, arg)) = date_trunc(e) {
+            for (i, d) in self.cube.dimensions.iter().enumerate() {
+                if let Some((finer, darg)) = date_trunc(d)
+                    && darg == arg
+                    && unit.covers(finer)
+                    && let Expr::ScalarFunction(f) = e
+                {
+                    let args = vec![f.args[0].clone(), self.column(i)];
+                    return Some(Expr::ScalarFunction(ScalarFunction::new_udf(
+                        f.func.clone(),
+                        args,
+                    )));
+                }
+            }
+        }
+        match e {
+            Expr::Column(_) | Expr::AggregateFunction(_) | Expr::WindowFunction(_) => None,
+            Expr::Literal(..) | Expr::Placeholder(_) => Some(e.clone()),
+            e if has_subquery(e) || e.is_volatile() => None,
+            e => {
+                let mut ok = true;
+                let out = e
+                    .clone()
+                    .map_children(|c| {
+                        Ok(match self.derive(&c) {
+                            Some(d) => Transformed::yes(d),
+                            None => {
+                                ok = false;
+                                Transformed::no(c)
+                            }
+                        })
+                    })
+                    .ok()?
+                    .data;
+                ok.then_some(out)
+            }
+        }
+    }
+
+    /// The finest dimension truncating column `name`: (index, unit).
+    fn time_dimension(&self, name: &str) -> Option<(usize, Unit)> {
+        self.cube
+            .dimensions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| match date_trunc(d) {
+                Some((unit, Expr::Column(c))) if c.name == name => Some((i, unit)),
+                _ => None,
+            })
+            .min_by_key(|(_, u)| *u)
+    }
+}
+
+/// `date_trunc('unit', arg)` as (unit, arg).
+fn date_trunc(e: &Expr) -> Option<(Unit, &Expr)> {
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    if f.name() != "date_trunc" || f.args.len() != 2 {
+        return None;
+    }
+    let unit = match &f.args[0] {
+        Expr::Literal(ScalarValue::Utf8(Some(u)), _)
+        | Expr::Literal(ScalarValue::Utf8View(Some(u)), _)
+        | Expr::Literal(ScalarValue::LargeUtf8(Some(u)), _) => Unit::parse(u)?,
+        _ => return None,
+    };
+    Some((unit, &f.args[1]))
+}
+
+/// A bound on a column: `column >= v` (lower) or `column < v` (upper).
+fn time_bound(e: &Expr) -> Option<(String, bool, Expr)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
+        return None;
+    };
+    let (col, op, v) = match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), v) => (c, *op, v),
+        (v, Expr::Column(c)) => (c, op.swap()?, v),
+        _ => return None,
+    };
+    if !matches!(v, Expr::Literal(..) | Expr::Placeholder(_)) {
+        return None;
+    }
+    let shift = |v: &Expr, by: i64| match v {
+        Expr::Literal(ScalarValue::TimestampNanosecond(Some(n), tz), m) => Some(Expr::Literal(
+            ScalarValue::TimestampNanosecond(Some(n.checked_add(by)?), tz.clone()),
+            m.clone(),
+        )),
+        _ => None,
+    };
+    match op {
+        Operator::GtEq => Some((col.name.clone(), true, v.clone())),
+        Operator::Lt => Some((col.name.clone(), false, v.clone())),
+        Operator::Gt => Some((col.name.clone(), true, shift(v, 1)?)),
+        Operator::LtEq => Some((col.name.clone(), false, shift(v, 1)?)),
+        _ => None,
+    }
+}
+
+/// The plan answering `agg` from `cube`, or why it cannot.
+fn answer(
+    agg: &Aggregate,
+    source: &Source,
+    cube: &Arc<CubePlan>,
+) -> std::result::Result<LogicalPlan, String> {
+    if agg
+        .group_expr
+        .iter()
+        .any(|g| matches!(g, Expr::GroupingSet(_)))
+    {
+        return Err("GROUPING SETS, CUBE and ROLLUP are not answered from cubes".into());
+    }
+    let dims = Dimensions {
+        cube,
+        qualifier: TableReference::bare(cube.def.name.clone()),
+    };
+    let unknown = |what: &str, e: &Expr| format!("{what} {e} is not derived from its dimensions");
+    let mut groups = vec![];
+    for g in &agg.group_expr {
+        let base = source.resolve(g).ok_or_else(|| unknown("group key", g))?;
+        groups.push(
+            dims.derive(&base)
+                .ok_or_else(|| unknown("group key", &base))?,
+        );
+    }
+    let mut filters = vec![];
+    let mut range: Option<TimeRange> = None;
+    for f in &source.filters {
+        if let Some(d) = dims.derive(f) {
+            filters.push(d);
+            continue;
+        }
+        let bound = time_bound(f).and_then(|(col, lower, v)| {
+            let (i, unit) = dims.time_dimension(&col)?;
+            Some((col, i, unit, lower, v))
+        });
+        let Some((column, i, unit, lower, v)) = bound else {
+            return Err(unknown("filter", f));
+        };
+        let r = range.get_or_insert_with(|| TimeRange {
+            dimension: cube.def.dimensions[i].name.clone(),
+            unit,
+            column: column.clone(),
+            lower: vec![],
+            upper: vec![],
+        });
+        if r.column != column {
+            return Err(format!("filter {f}: ranges on two time columns"));
+        }
+        match lower {
+            true => r.lower.push(v),
+            false => r.upper.push(v),
+        }
+    }
+    let mut aggregates = vec![];
+    for a in &agg.aggr_expr {
+        aggregates.push(measure(a, source, &dims)?);
+    }
+    let scan = CubeScan::new(
+        cube.clone(),
+        source.table.clone(),
+        source.filters.clone(),
+        range,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut plan = LogicalPlan::Extension(Extension {
+        node: Arc::new(scan),
+    });
+    if let Some(p) = filters.into_iter().reduce(Expr::and) {
+        plan = LogicalPlan::Filter(Filter::try_new(p, Arc::new(plan)).map_err(|e| e.to_string())?);
+    }
+    let new = Aggregate::try_new(Arc::new(plan), groups, aggregates).map_err(|e| e.to_string())?;
+    let new = LogicalPlan::Aggregate(new);
+    // The original's output names and qualifiers, so the plan above is unchanged.
+    let renamed: Vec<Expr> = new
+        .schema()
+        .columns()
+        .into_iter()
+        .zip(agg.schema.iter())
+        .map(|(c, (q, f))| Expr::Column(c).alias_qualified(q.cloned(), f.name()))
+        .collect();
+    Projection::try_new(renamed, Arc::new(new))
+        .map(LogicalPlan::Projection)
+        .map_err(|e| e.to_string())
+}
+
+/// The merge of the measure answering aggregate `a`, with its filter.
+fn measure(a: &Expr, source: &Source, dims: &Dimensions) -> std::result::Result<Expr, String> {
+    let Expr::AggregateFunction(f) = a.clone().unalias_nested().data else {
+        return Err(format!("{a} is not a plain aggregate"));
+    };
+    let mut args = f
+        .params
+        .args
+        .iter()
+        .map(|x| source.resolve(x))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| format!("aggregate {a} reads columns the cube cannot see"))?;
+    let mut conditions = vec![];
+    if let Some(c) = &f.params.filter {
+        conditions.push(source.resolve(c).ok_or_else(|| format!("filter of {a}"))?);
+    }
+    // `agg(CASE WHEN c THEN x END)` is `agg(x) FILTER (WHERE c)`.
+    if let [
+        Expr::Case(Case {
+            expr: None,
+            when_then_expr,
+            else_expr,
+        }),
+    ] = args.as_slice()
+        && let [(when, then)] = when_then_expr.as_slice()
+        && else_expr
+            .as_deref()
+            .is_none_or(|e| matches!(e, Expr::Literal(v, _) if v.is_null()))
+    {
+        conditions.push(when.as_ref().clone());
+        args = vec![then.as_ref().clone()];
+    }
+    let order: Vec<_> = f
+        .params
+        .order_by
+        .iter()
+        .map(|s| {
+            source.resolve(&s.expr).map(|e| {
+                let mut s = s.clone();
+                s.expr = e;
+                s
+            })
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("ORDER BY of {a}"))?;
+    let count_star = |x: &[Expr]| matches!(x, [Expr::Literal(v, _)] if !v.is_null());
+    let found = dims.cube.measures.iter().find(|m| {
+        let e = &m.expr;
+        e.func.name() == f.func.name()
+            && e.params.distinct == f.params.distinct
+            && e.params.order_by == order
+            && (e.params.args == args
+                || (f.func.name() == "count" && count_star(&e.params.args) && count_star(&args)))
+    });
+    let Some(m) = found else {
+        return Err(format!("no measure is {a}"));
+    };
+    let filter = conditions
+        .into_iter()
+        .map(|c| {
+            dims.derive(&c).ok_or_else(|| {
+                format!("the condition {c} of {a} is not derived from its dimensions")
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?
+        .into_iter()
+        .reduce(Expr::and);
+    let states = m
+        .states
+        .iter()
+        .map(|s| Expr::Column(Column::new(Some(dims.qualifier.clone()), s.clone())))
+        .collect();
+    Ok(Expr::AggregateFunction(AggregateFunction::new_udf(
+        m.merge.clone(),
+        states,
+        false,
+        filter.map(Box::new),
+        vec![],
+        None,
+    )))
+}

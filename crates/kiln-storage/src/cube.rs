@@ -1,0 +1,122 @@
+//! Cubes as the storage engine keeps them.
+//!
+//! A cube is an aggregating index of one table: the mergeable states of
+//! its measures grouped by its dimensions. The storage engine does not
+//! know what those are (it knows no SQL): it persists each definition in
+//! the catalog as text, and gives each segment one *part* per cube, a
+//! small Parquet file of that cube's states over that segment's rows,
+//! computed by the [`CubeBuilder`] the query layer installs.
+//!
+//! Why per segment: a part is derived from one immutable file, so it never
+//! goes stale. A flush or compaction writes the parts of its new segments
+//! before it commits, so the manifest version that adds a segment also
+//! names its parts, and no query sees one without the other. A segment
+//! without a part (written before its cube existed, or whose part failed to
+//! build) is read raw by queries until the background builds it; adding a
+//! part later commits a new manifest version, and queries that pinned the
+//! older one may see the part too, which is harmless: the part holds
+//! exactly what the segment holds.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arrow::array::RecordBatch;
+use futures::future::BoxFuture;
+use object_store::path::Path;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::manifest::Reaper;
+use crate::table::Table;
+
+/// An expression of a cube definition, as SQL text, and its output name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CubeColumn {
+    pub sql: String,
+    pub name: String,
+}
+
+/// A cube's definition, as persisted in the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CubeDef {
+    pub id: u64,
+    pub name: String,
+    pub table_id: u64,
+    pub dimensions: Vec<CubeColumn>,
+    pub measures: Vec<CubeColumn>,
+}
+
+impl CubeDef {
+    /// The definition as the statement that creates it.
+    pub fn sql(&self, table: &str) -> String {
+        let list = |cols: &[CubeColumn]| {
+            cols.iter()
+                .map(|c| format!("{} AS {}", c.sql, c.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "CREATE CUBE {} ON {table} DIMENSIONS ({}) MEASURES ({})",
+            self.name,
+            list(&self.dimensions),
+            list(&self.measures)
+        )
+    }
+}
+
+/// What the manifest records about a segment's part of one cube.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartMeta {
+    pub cube_id: u64,
+    /// Object path relative to the store root.
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// A live part. Dropping the last reference to a retired part deletes its
+/// file, as for segments: a query that pinned it keeps it readable.
+#[derive(Debug)]
+pub struct Part {
+    pub meta: PartMeta,
+    obsolete: AtomicBool,
+    reaper: Reaper,
+}
+
+impl Part {
+    pub fn new(meta: PartMeta, reaper: &Reaper) -> Arc<Self> {
+        Arc::new(Self {
+            meta,
+            obsolete: AtomicBool::new(false),
+            reaper: reaper.clone(),
+        })
+    }
+
+    /// Marks the file for deletion once nothing uses it.
+    pub fn retire(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            self.reaper.delete(Path::from(self.meta.path.as_str()));
+        }
+    }
+}
+
+/// Computes cube parts; installed by the query layer with
+/// [`crate::Db::set_cube_builder`].
+pub trait CubeBuilder: Send + Sync + 'static {
+    /// The part of `cube` over `rows`, one segment's rows in the table's
+    /// storage schema: the cube's dimension values and measure states, one
+    /// row per group. Nothing is written by this call. An error leaves the
+    /// segment without this part; queries then read that segment raw.
+    fn build(
+        &self,
+        table: &Table,
+        cube: &CubeDef,
+        rows: RecordBatch,
+    ) -> BoxFuture<'static, Result<RecordBatch>>;
+}

@@ -1,0 +1,286 @@
+//! Cubes in the database: their definitions in the catalog, and their
+//! parts written beside each new segment or built later for the segments
+//! that lack them ([`crate::cube`] says why parts are per segment).
+
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
+use object_store::path::Path;
+
+use super::{Db, Inner};
+use crate::cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
+use crate::error::{Error, Result};
+use crate::manifest::{Manifest, Segment, SegmentMeta};
+use crate::segment;
+use crate::table::Table;
+
+/// How a new cube is declared (the query layer has checked its expressions).
+#[derive(Debug, Clone)]
+pub struct CreateCube {
+    pub name: String,
+    pub table: String,
+    pub dimensions: Vec<CubeColumn>,
+    pub measures: Vec<CubeColumn>,
+    pub if_not_exists: bool,
+}
+
+impl Db {
+    /// Installs what computes cube parts. Until then segments are written
+    /// without parts (and built later).
+    pub fn set_cube_builder(&self, builder: Arc<dyn CubeBuilder>) {
+        let _ = self.inner.cube_builder.set(builder);
+    }
+
+    /// Every cube with its table, by cube name.
+    pub fn cubes(&self) -> Vec<(Arc<Table>, Arc<CubeDef>)> {
+        let mut all: Vec<_> = self
+            .tables()
+            .into_iter()
+            .flat_map(|t| {
+                let cubes = t.cubes();
+                cubes
+                    .iter()
+                    .map(|c| (t.clone(), c.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        all
+    }
+
+    /// The cube of that name and its table.
+    pub fn cube(&self, name: &str) -> Option<(Arc<Table>, Arc<CubeDef>)> {
+        self.cubes().into_iter().find(|(_, c)| c.name == name)
+    }
+
+    /// Creates a cube; durable in the catalog when this returns. The parts
+    /// of the table's segments are built in the background; new segments
+    /// get theirs as they are written. `None` if it existed and
+    /// `if_not_exists` was given.
+    pub async fn create_cube(&self, req: CreateCube) -> Result<Option<Arc<CubeDef>>> {
+        let mut catalog = self.inner.catalog.lock().await;
+        let table = self
+            .table(&req.table)
+            .ok_or_else(|| Error::TableNotFound(req.table.clone()))?;
+        if catalog.cubes.iter().any(|c| c.name == req.name) {
+            return match req.if_not_exists {
+                true => Ok(None),
+                false => Err(Error::CubeExists(req.name)),
+            };
+        }
+        let def = CubeDef {
+            id: catalog.next_cube_id.max(1),
+            name: req.name,
+            table_id: table.def.id,
+            dimensions: req.dimensions,
+            measures: req.measures,
+        };
+        catalog.next_cube_id = def.id + 1;
+        catalog.cubes.push(def.clone());
+        if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+            catalog.cubes.pop();
+            return Err(e);
+        }
+        table.set_cubes(catalog.cubes_of(table.def.id));
+        Ok(table.cubes().iter().find(|c| c.id == def.id).cloned())
+    }
+
+    /// Drops a cube: gone from the catalog when this returns, its parts
+    /// leave the table's manifest, and their files are deleted once no
+    /// running query reads them.
+    pub async fn drop_cube(&self, name: &str, if_exists: bool) -> Result<bool> {
+        let (table, cube) = {
+            let mut catalog = self.inner.catalog.lock().await;
+            let Some((table, cube)) = self.cube(name) else {
+                return match if_exists {
+                    true => Ok(false),
+                    false => Err(Error::CubeNotFound(name.into())),
+                };
+            };
+            let old = catalog.cubes.clone();
+            catalog.cubes.retain(|c| c.id != cube.id);
+            if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+                catalog.cubes = old;
+                return Err(e);
+            }
+            table.set_cubes(catalog.cubes_of(table.def.id));
+            (table, cube)
+        };
+        let _guard = table.manifest_lock.lock().await;
+        let current = table.mem.manifest();
+        let removed: Vec<Arc<Part>> = current
+            .segments
+            .iter()
+            .filter_map(|s| s.remove_part(cube.id))
+            .collect();
+        if removed.is_empty() {
+            return Ok(true);
+        }
+        let next = current.next(vec![], &[], current.flushed_seq);
+        // The cube is gone from the catalog either way: a failed commit only
+        // leaves its parts named in the manifest, ignored and forgotten at
+        // the next open.
+        if let Err(e) = next.persist(&self.inner.store, table.def.id).await {
+            tracing::warn!(
+                cube = name,
+                "dropping the cube's parts from the manifest: {e}"
+            );
+            return Ok(true);
+        }
+        table.mem.publish(next, None);
+        removed.iter().for_each(|p| p.retire());
+        Ok(true)
+    }
+
+    /// Builds every missing cube part now (tests, and `kiln` commands that
+    /// want cubes ready). Returns how many segments got parts.
+    pub async fn build_cube_parts(&self) -> Result<usize> {
+        let mut n = 0;
+        for t in self.tables() {
+            n += self.inner.build_missing_parts(&t, usize::MAX).await?;
+        }
+        Ok(n)
+    }
+}
+
+/// Leaves out of a loaded manifest the parts of cubes the catalog no longer
+/// has (a DROP CUBE whose manifest commit failed); their files go as orphans.
+pub(super) fn forget_dropped_parts(manifest: &Manifest, cubes: &[Arc<CubeDef>]) {
+    for s in &manifest.segments {
+        for p in s.parts().iter() {
+            if !cubes.iter().any(|c| c.id == p.meta.cube_id) {
+                s.remove_part(p.meta.cube_id);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The parts of `cubes` over one new segment's `rows`. A part that fails
+    /// to build is left out (logged, and not retried until a restart): its
+    /// segment is then read raw, which is slower but exact.
+    pub(crate) async fn build_parts(
+        &self,
+        table: &Table,
+        segment: &SegmentMeta,
+        rows: &RecordBatch,
+        cubes: &[Arc<CubeDef>],
+    ) -> Vec<Arc<Part>> {
+        let Some(builder) = self.cube_builder.get() else {
+            return vec![];
+        };
+        let mut parts = vec![];
+        for cube in cubes {
+            match self.write_part(builder, table, cube, segment, rows).await {
+                Ok(p) => parts.push(p),
+                Err(e) => {
+                    tracing::warn!(cube = cube.name, segment = segment.path, error = %e,
+                        "cube part not built; queries read this segment raw");
+                    self.failed_parts
+                        .lock()
+                        .insert((segment.path.clone(), cube.id));
+                }
+            }
+        }
+        parts
+    }
+
+    async fn write_part(
+        &self,
+        builder: &Arc<dyn CubeBuilder>,
+        table: &Table,
+        cube: &CubeDef,
+        segment: &SegmentMeta,
+        rows: &RecordBatch,
+    ) -> Result<Arc<Part>> {
+        let states = builder.build(table, cube, rows.clone()).await?;
+        let compression = self.config.segment_compression;
+        let rows = states.num_rows() as u64;
+        let bytes = tokio::task::spawn_blocking(move || segment::encode(&states, compression))
+            .await
+            .expect("cube part encoder panicked")?;
+        let stem = segment.path.trim_end_matches(".parquet");
+        let path = format!("{stem}.cube{}.parquet", cube.id);
+        let len = bytes.len() as u64;
+        self.store
+            .put_durable(&Path::from(path.as_str()), bytes)
+            .await?;
+        let meta = PartMeta {
+            cube_id: cube.id,
+            path,
+            rows,
+            bytes: len,
+        };
+        Ok(Part::new(meta, &self.reaper))
+    }
+
+    /// Builds the parts `table`'s segments lack, for at most `limit`
+    /// segments, each committed in a manifest version of its own. Returns
+    /// how many segments got parts.
+    pub(crate) async fn build_missing_parts(&self, table: &Table, limit: usize) -> Result<usize> {
+        if self.cube_builder.get().is_none() {
+            return Ok(0);
+        }
+        let cubes = table.cubes();
+        if cubes.is_empty() {
+            return Ok(0);
+        }
+        let todo: Vec<(Arc<Segment>, Vec<Arc<CubeDef>>)> = {
+            let failed = self.failed_parts.lock();
+            table
+                .segments()
+                .into_iter()
+                .filter_map(|s| {
+                    let missing: Vec<_> = cubes
+                        .iter()
+                        .filter(|c| s.part(c.id).is_none())
+                        .filter(|c| !failed.contains(&(s.meta.path.clone(), c.id)))
+                        .cloned()
+                        .collect();
+                    (!missing.is_empty()).then_some((s, missing))
+                })
+                .take(limit)
+                .collect()
+        };
+        let mut built = 0;
+        for (segment, missing) in todo {
+            let batches = segment::read(&self.store, &segment.meta.path).await?;
+            let rows = concat_batches(&table.schema, &batches)?;
+            let parts = self
+                .build_parts(table, &segment.meta, &rows, &missing)
+                .await;
+            if parts.is_empty() {
+                continue;
+            }
+            let _guard = table.manifest_lock.lock().await;
+            let current = table.mem.manifest();
+            let live = table.cubes();
+            let still_there = current.segments.iter().any(|s| Arc::ptr_eq(s, &segment));
+            let mut added = vec![];
+            for p in parts {
+                if still_there && live.iter().any(|c| c.id == p.meta.cube_id) {
+                    segment.add_part(p.clone());
+                    added.push(p);
+                } else {
+                    p.retire();
+                }
+            }
+            if added.is_empty() {
+                continue;
+            }
+            let next = current.next(vec![], &[], current.flushed_seq);
+            if let Err(e) = next.persist(&self.store, table.def.id).await {
+                // The files stay: a version that failed after its write may
+                // name them; the next open deletes them if none does.
+                for p in &added {
+                    segment.remove_part(p.meta.cube_id);
+                }
+                return Err(e);
+            }
+            table.mem.publish(next, None);
+            built += 1;
+        }
+        Ok(built)
+    }
+}

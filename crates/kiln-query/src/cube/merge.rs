@@ -12,8 +12,8 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BooleanArray};
-use datafusion::arrow::compute::filter;
+use datafusion::arrow::array::{ArrayRef, BooleanArray};
+use datafusion::arrow::compute::{filter, nullif};
 use datafusion::arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, ScalarValue, not_impl_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
@@ -93,9 +93,14 @@ impl AggregateUDFImpl for MergeStates {
     }
 
     fn create_groups_accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(MergingGroups(
-            self.inner.create_groups_accumulator()?,
-        )))
+        let field = self.inner.field();
+        let empty_is_null = self.inner.fun().default_value(field.data_type())?.is_null();
+        Ok(Box::new(MergingGroups {
+            inner: self.inner.create_groups_accumulator()?,
+            empty_is_null,
+            states: self.inner.state_fields()?,
+            seen: None,
+        }))
     }
 
     fn default_value(&self, data_type: &DataType) -> Result<ScalarValue> {
@@ -130,7 +135,48 @@ impl Accumulator for Merging {
 }
 
 /// A groups accumulator whose input rows are states.
-struct MergingGroups(Box<dyn GroupsAccumulator>);
+///
+/// With a `FILTER`, a group may get no row at all. DataFusion's
+/// accumulators take a group none of whose rows was filtered out or NULL
+/// as seen, so such a group would evaluate to its state's zero (a `sum` of
+/// 0, not NULL). Groups that got rows are tracked here, and the others
+/// evaluate as an aggregate over no rows does.
+struct MergingGroups {
+    inner: Box<dyn GroupsAccumulator>,
+    /// Whether the aggregate of no rows is NULL (all but counts).
+    empty_is_null: bool,
+    states: Vec<FieldRef>,
+    /// Groups that got a row, once a filter was given.
+    seen: Option<Vec<bool>>,
+}
+
+impl MergingGroups {
+    /// `arrays` with the groups that got no row NULL, where an empty
+    /// group's value is NULL and the column can be.
+    fn unseen_null(
+        &mut self,
+        emit_to: EmitTo,
+        arrays: Vec<ArrayRef>,
+        nullable: impl Fn(usize) -> bool,
+    ) -> Result<Vec<ArrayRef>> {
+        let Some(seen) = &mut self.seen else {
+            return Ok(arrays);
+        };
+        let seen = emit_to.take_needed(seen);
+        if !self.empty_is_null || seen.iter().all(|s| *s) {
+            return Ok(arrays);
+        }
+        let unseen = BooleanArray::from_iter(seen.iter().map(|s| Some(!s)));
+        arrays
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| match nullable(i) {
+                true => Ok(nullif(&a, &unseen)?),
+                false => Ok(a),
+            })
+            .collect()
+    }
+}
 
 impl GroupsAccumulator for MergingGroups {
     fn update_batch(
@@ -142,7 +188,9 @@ impl GroupsAccumulator for MergingGroups {
     ) -> Result<()> {
         // Merging takes no filter: the rows it does not pass are left out.
         let Some(keep) = opt_filter else {
-            return self.0.merge_batch(values, group_indices, total_num_groups);
+            return self
+                .inner
+                .merge_batch(values, group_indices, total_num_groups);
         };
         let values = values
             .iter()
@@ -154,8 +202,12 @@ impl GroupsAccumulator for MergingGroups {
             .filter(|(_, k)| k.unwrap_or(false))
             .map(|(g, _)| *g)
             .collect();
-        debug_assert_eq!(values.first().map_or(0, |v| v.len()), indices.len());
-        self.0.merge_batch(&values, &indices, total_num_groups)
+        let seen = self.seen.get_or_insert_with(Vec::new);
+        seen.resize(total_num_groups, false);
+        for g in &indices {
+            seen[*g] = true;
+        }
+        self.inner.merge_batch(&values, &indices, total_num_groups)
     }
 
     fn merge_batch(
@@ -164,7 +216,8 @@ impl GroupsAccumulator for MergingGroups {
         group_indices: &[usize],
         total_num_groups: usize,
     ) -> Result<()> {
-        self.0.merge_batch(values, group_indices, total_num_groups)
+        self.inner
+            .merge_batch(values, group_indices, total_num_groups)
     }
 
     fn convert_to_state(&self, _: &[ArrayRef], _: Option<&BooleanArray>) -> Result<Vec<ArrayRef>> {
@@ -172,14 +225,20 @@ impl GroupsAccumulator for MergingGroups {
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        self.0.evaluate(emit_to)
+        let value = self.inner.evaluate(emit_to)?;
+        let mut out = self.unseen_null(emit_to, vec![value], |_| true)?;
+        Ok(out.remove(0))
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        self.0.state(emit_to)
+        let states = self.inner.state(emit_to)?;
+        let nullable: Vec<bool> = self.states.iter().map(|f| f.is_nullable()).collect();
+        self.unseen_null(emit_to, states, |i| {
+            nullable.get(i).copied().unwrap_or(false)
+        })
     }
 
     fn size(&self) -> usize {
-        self.0.size()
+        self.inner.size() + self.seen.as_ref().map_or(0, Vec::capacity)
     }
 }

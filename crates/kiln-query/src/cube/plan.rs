@@ -82,11 +82,13 @@ impl CubePlan {
     pub async fn new(state: &SessionState, table: &Table, def: Arc<CubeDef>) -> Result<Self> {
         let name = table.name();
         let quoted = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        for d in &def.dimensions {
-            let sql = format!("SELECT {} FROM {}", d.sql, quoted(name));
+        for (what, c) in (def.dimensions.iter().map(|d| ("dimension", d)))
+            .chain(def.measures.iter().map(|m| ("measure", m)))
+        {
+            let sql = format!("SELECT {} FROM {}", c.sql, quoted(name));
             plan_sql(state, &sql)
                 .await
-                .map_err(|e| Error::Sql(format!("dimension {}: {e}", d.sql)))?;
+                .map_err(|e| Error::Sql(format!("{what} {}: {e}", c.sql)))?;
         }
         let dims: Vec<String> = def
             .dimensions

@@ -1,0 +1,356 @@
+//! Cubes answer exactly what the table answers: random cube definitions and
+//! random aggregate queries (group keys, filters, conditional aggregates,
+//! coarser time units, ranges cutting buckets), each compared with the
+//! same query read raw, while rows sit in the memstore, after flushes,
+//! after more writes, after compaction, and for a cube created over
+//! existing data before and after its parts are built; also through
+//! prepared statements with generic plans.
+
+use std::sync::Arc;
+
+use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray};
+use arrow::datatypes::DataType;
+use arrow::util::pretty::pretty_format_batches;
+use datafusion::common::ScalarValue;
+use kiln_query::{Engine, Origin, Output, PlanCacheMode, QueryConfig};
+use kiln_storage::{Db, StorageConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const HOUR_NS: i64 = 3_600 * 1_000_000_000;
+const DAY_NS: i64 = 24 * HOUR_NS;
+/// 2026-11-02 00:00:00 UTC (a Monday).
+const START_NS: i64 = 1_793_577_600 * 1_000_000_000;
+const DAYS: i64 = 4;
+
+const CUBES: &[&str] = &[
+    "CREATE CUBE by_hour ON ev DIMENSIONS (date_trunc('hour', ts) AS h, region, action) \
+     MEASURES (count(*) AS n, sum(qty) AS q, min(amount) AS lo, max(amount) AS hi, \
+     count(DISTINCT user_id) AS users, avg(qty) AS mean, count(amount) AS priced, sum(amount) AS total)",
+    "CREATE CUBE by_day ON ev DIMENSIONS (date_trunc('day', ts) AS d, region) \
+     MEASURES (count(*) AS n, sum(qty) AS q, count(DISTINCT user_id) AS users)",
+    "CREATE CUBE by_flag ON ev DIMENSIONS (amount > 500 AS big, action) \
+     MEASURES (count(*) AS n, sum(qty) AS q, max(amount) AS hi)",
+];
+
+const KEYS: &[&str] = &[
+    "region",
+    "action",
+    "date_trunc('hour', ts)",
+    "date_trunc('day', ts)",
+    "amount > 500",
+];
+
+const AGGREGATES: &[&str] = &[
+    "count(*)",
+    "sum(qty)",
+    "min(amount)",
+    "max(amount)",
+    "count(DISTINCT user_id)",
+    "avg(qty)",
+    "count(amount)",
+    "sum(amount)",
+    "count(*) FILTER (WHERE action = 'buy')",
+    "sum(CASE WHEN region = 'eu' THEN qty END)",
+    "count(CASE WHEN action <> 'view' THEN 1 END)",
+];
+
+type Row = (
+    i64,
+    Option<&'static str>,
+    &'static str,
+    Option<f64>,
+    i64,
+    i64,
+);
+
+fn rows(rng: &mut StdRng, n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|_| {
+            let t = START_NS + rng.random_range(0..DAYS * DAY_NS);
+            let region = [Some("eu"), Some("us"), Some("apac"), None][rng.random_range(0..4)];
+            let action = ["view", "buy", "click"][rng.random_range(0..3)];
+            // Whole amounts: float sums are exact in any order.
+            let amount = rng
+                .random_bool(0.7)
+                .then(|| rng.random_range(0..1000) as f64);
+            (
+                t,
+                region,
+                action,
+                amount,
+                rng.random_range(-5..50),
+                rng.random_range(0..300),
+            )
+        })
+        .collect()
+}
+
+async fn write(db: &Db, rows: &[Row]) {
+    let schema = db.table("ev").unwrap().schema.clone();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                rows.iter().map(|r| r.0),
+            )),
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.3))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.4))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.5))),
+        ],
+    )
+    .unwrap();
+    db.write("ev", &[batch]).await.unwrap();
+}
+
+fn ts_sql(ns: i64) -> String {
+    format!("arrow_cast({ns}, 'Timestamp(Nanosecond, None)')")
+}
+
+/// A random time bound: on an hour, on a day, or cutting both.
+fn bound(rng: &mut StdRng) -> i64 {
+    let t = START_NS + rng.random_range(0..DAYS * DAY_NS);
+    match rng.random_range(0..3) {
+        0 => t / HOUR_NS * HOUR_NS,
+        1 => t / DAY_NS * DAY_NS,
+        _ => t,
+    }
+}
+
+/// A random query: its SQL with `$1`, `$2` for an optional time range, and
+/// that range.
+fn query(rng: &mut StdRng) -> (String, Option<(i64, i64)>) {
+    let nkeys = rng.random_range(0..=2);
+    let mut keys: Vec<&str> = vec![];
+    while keys.len() < nkeys {
+        let k = KEYS[rng.random_range(0..KEYS.len())];
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let naggs = rng.random_range(1..=3);
+    let aggs: Vec<&str> = (0..naggs)
+        .map(|_| AGGREGATES[rng.random_range(0..AGGREGATES.len())])
+        .collect();
+    let mut filters = vec![];
+    if rng.random_bool(0.3) {
+        filters.push("region = 'eu'".to_string());
+    }
+    if rng.random_bool(0.3) {
+        filters.push("action IN ('buy', 'click')".to_string());
+    }
+    let range = rng.random_bool(0.5).then(|| {
+        let (a, b) = (bound(rng), bound(rng));
+        (a.min(b), a.max(b) + HOUR_NS)
+    });
+    if range.is_some() {
+        filters.push("ts >= $1 AND ts < $2".to_string());
+    }
+    let select: Vec<String> = keys
+        .iter()
+        .chain(&aggs)
+        .enumerate()
+        .map(|(i, e)| format!("{e} AS c{i}"))
+        .collect();
+    let mut sql = format!("SELECT {} FROM ev", select.join(", "));
+    if !filters.is_empty() {
+        sql += &format!(" WHERE {}", filters.join(" AND "));
+    }
+    if !keys.is_empty() {
+        let n: Vec<String> = (1..=keys.len()).map(|i| i.to_string()).collect();
+        sql += &format!(" GROUP BY {} ORDER BY {}", n.join(", "), n.join(", "));
+    }
+    (sql, range)
+}
+
+fn text(batches: &[RecordBatch]) -> String {
+    pretty_format_batches(batches).unwrap().to_string()
+}
+
+async fn rows_of(engine: &Engine, sql: &str) -> String {
+    match engine.execute(sql).await.unwrap().pop().unwrap() {
+        Output::Rows { batches, .. } => text(&batches),
+        other => panic!("not rows: {other:?}"),
+    }
+}
+
+fn with_range(sql: &str, range: Option<(i64, i64)>) -> String {
+    match range {
+        Some((a, b)) => sql.replace("$1", &ts_sql(a)).replace("$2", &ts_sql(b)),
+        None => sql.to_string(),
+    }
+}
+
+/// The query as a prepared statement (generic plans: the engine forces them).
+async fn prepared(engine: &Engine, sql: &str, (a, b): (i64, i64)) -> String {
+    let params = [
+        ScalarValue::TimestampNanosecond(Some(a), None),
+        ScalarValue::TimestampNanosecond(Some(b), None),
+    ];
+    let logical = engine
+        .session()
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .unwrap();
+    let types: Vec<DataType> = params.iter().map(ScalarValue::data_type).collect();
+    let query = engine.begin(Origin::EMBEDDED, sql).await.unwrap();
+    let streamed = engine
+        .run_prepared(&query, sql, &logical, &types, &params)
+        .await
+        .unwrap();
+    let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
+        panic!("rows expected")
+    };
+    text(&batches)
+}
+
+/// Runs `n` random queries; each answer equals the raw one. Returns how
+/// many were answered from a cube.
+async fn check(engine: &Engine, rng: &mut StdRng, n: usize, phase: &str) -> usize {
+    let mut answered = 0;
+    for _ in 0..n {
+        let (sql, range) = query(rng);
+        let literal = with_range(&sql, range);
+        let raw = literal.replace("FROM ev", "FROM (SELECT * FROM ev LIMIT 1000000000) AS ev");
+        let want = rows_of(engine, &raw).await;
+        let got = rows_of(engine, &literal).await;
+        assert_eq!(got, want, "{phase}: {literal}");
+        let explain = rows_of(engine, &format!("EXPLAIN {literal}")).await;
+        if explain.contains("CubeScan") {
+            answered += 1;
+        }
+        if let Some(r) = range {
+            let got = prepared(engine, &sql, r).await;
+            assert_eq!(got, want, "{phase}, prepared: {sql} with {r:?}");
+        }
+    }
+    answered
+}
+
+async fn engine(dir: &std::path::Path) -> Engine {
+    let config = QueryConfig {
+        plan_cache_mode: PlanCacheMode::ForceGeneric,
+        ..QueryConfig::default()
+    };
+    let mut storage = StorageConfig::for_dir(dir);
+    storage.compaction_min_segments = 2;
+    let db = Db::open(storage).await.unwrap();
+    Engine::with_config(db, &config).unwrap()
+}
+
+#[tokio::test]
+async fn cube_answers_equal_raw_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    engine
+        .execute(
+            "CREATE TABLE ev (ts TIMESTAMP NOT NULL, region VARCHAR, action VARCHAR NOT NULL, \
+             amount DOUBLE, qty BIGINT NOT NULL, user_id BIGINT NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let db = engine.db().clone();
+    for c in &CUBES[..2] {
+        engine.execute(c).await.unwrap();
+    }
+    write(&db, &rows(&mut rng, 3_000)).await;
+    let mut answered = check(&engine, &mut rng, 40, "memstore only").await;
+    db.flush_all().await.unwrap();
+    write(&db, &rows(&mut rng, 2_000)).await;
+    answered += check(&engine, &mut rng, 40, "parts and memstore").await;
+    db.flush_all().await.unwrap();
+    assert!(db.compact_all().await.unwrap() > 0, "segments compacted");
+    answered += check(&engine, &mut rng, 40, "compacted").await;
+    // A cube over existing data: segments read raw until their parts are built.
+    engine.execute(CUBES[2]).await.unwrap();
+    answered += check(&engine, &mut rng, 30, "new cube, not built").await;
+    // The background may have built some already.
+    db.build_cube_parts().await.unwrap();
+    answered += check(&engine, &mut rng, 30, "new cube, built").await;
+    assert!(
+        answered > 60,
+        "{answered} of 180 queries answered from cubes"
+    );
+    let cubes = rows_of(&engine, "SELECT name, state, segments = segments_covered AS all_built FROM system.cubes ORDER BY name").await;
+    assert!(
+        !cubes.contains("building") && !cubes.contains("false"),
+        "{cubes}"
+    );
+}
+
+#[tokio::test]
+async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    engine
+        .execute(
+            "CREATE TABLE ev (ts TIMESTAMP NOT NULL, region VARCHAR, action VARCHAR NOT NULL, \
+             amount DOUBLE, qty BIGINT NOT NULL, user_id BIGINT NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    write(engine.db(), &rows(&mut rng, 2_000)).await;
+    engine.db().flush_all().await.unwrap();
+    for c in &CUBES[..2] {
+        engine.execute(c).await.unwrap();
+    }
+    engine.db().build_cube_parts().await.unwrap();
+    let explain = rows_of(
+        &engine,
+        "EXPLAIN SELECT region, count(*) FROM ev GROUP BY region",
+    )
+    .await;
+    assert!(explain.contains("cube=by_day"), "{explain}");
+    let explain = rows_of(
+        &engine,
+        "EXPLAIN SELECT action, count(*) FROM ev GROUP BY action",
+    )
+    .await;
+    assert!(explain.contains("cube=by_hour"), "{explain}");
+    let bad = [
+        (
+            "CREATE CUBE x ON ev DIMENSIONS (nope) MEASURES (count(*))",
+            "nope",
+        ),
+        (
+            "CREATE CUBE x ON missing DIMENSIONS (a) MEASURES (count(*))",
+            "missing",
+        ),
+        (
+            "CREATE CUBE x ON ev DIMENSIONS (random() > 0.5) MEASURES (count(*))",
+            "not deterministic",
+        ),
+        (
+            "CREATE CUBE x ON ev DIMENSIONS (region) MEASURES (string_agg(action, ','))",
+            "string_agg",
+        ),
+        (
+            "CREATE CUBE x ON ev DIMENSIONS (region) MEASURES (sum(region))",
+            "sum(region)",
+        ),
+        (
+            "CREATE CUBE by_day ON ev DIMENSIONS (region) MEASURES (count(*))",
+            "already exists",
+        ),
+    ];
+    for (sql, needle) in bad {
+        let e = engine.execute(sql).await.unwrap_err().to_string();
+        assert!(e.contains(needle), "{sql}: {e}");
+    }
+    let cubes = rows_of(&engine, "SELECT count(*) AS n FROM system.cubes").await;
+    assert!(cubes.contains("| 2 "), "nothing created: {cubes}");
+    engine.execute("DROP CUBE by_day").await.unwrap();
+    let explain = rows_of(
+        &engine,
+        "EXPLAIN SELECT region, count(*) FROM ev GROUP BY region",
+    )
+    .await;
+    assert!(explain.contains("cube=by_hour"), "{explain}");
+    assert!(engine.execute("DROP CUBE by_day").await.is_err());
+    engine.execute("DROP CUBE IF EXISTS by_day").await.unwrap();
+}

@@ -1,0 +1,35 @@
+-- Cubes for the dashboard of bench/workload/dashboard (table abtest,
+-- bench/sql/abtest.sql). Every chart filters one experiment and a day range
+-- and groups by arm, so each cube keeps experiment_id, arm and a time
+-- bucket; the rest is what the charts group or filter by.
+
+-- 01 sample size, 02 conversion (the purchasers are count(DISTINCT CASE
+-- WHEN action = 'purchase' ...), a filter on the action dimension),
+-- 03 revenue, 05 DAU, 06 daily revenue, 11 funnel, 12 t-test inputs,
+-- 15 events per hour (hour buckets).
+CREATE CUBE ab_hourly ON abtest
+  DIMENSIONS (experiment_id, arm, date_trunc('hour', event_time) AS hour, action)
+  MEASURES (count(*) AS events, count(DISTINCT user_id) AS users,
+            count(amount) AS purchases, sum(amount) AS revenue,
+            avg(amount) AS avg_amount, stddev_samp(amount) AS stddev_amount,
+            sum(amount * amount) AS sum_sq_amount);
+
+-- 07 top regions, 08 platform split.
+CREATE CUBE ab_audience ON abtest
+  DIMENSIONS (experiment_id, arm, date_trunc('day', event_time) AS day, region, platform)
+  MEASURES (count(*) AS events, count(DISTINCT user_id) AS users);
+
+-- 09 feed traffic, 10 item-page traffic: the URL predicates are dimensions.
+CREATE CUBE ab_urls ON abtest
+  DIMENSIONS (experiment_id, arm, date_trunc('day', event_time) AS day,
+              page_url LIKE '%src=feed%' AS from_feed, page_url LIKE '/item/%' AS item_page)
+  MEASURES (count(*) AS events);
+
+-- 04 spend vs. time on page (purchases: a filter on the action dimension).
+CREATE CUBE ab_dwell ON abtest
+  DIMENSIONS (experiment_id, arm, date_trunc('day', event_time) AS day, action)
+  MEASURES (count(*) AS events,
+            covar_samp(amount, CAST(dwell_ms AS DOUBLE PRECISION)) AS covar_amount_dwell,
+            corr(amount, CAST(dwell_ms AS DOUBLE PRECISION)) AS corr_amount_dwell);
+
+-- 13 and 14 (retention) group by user: no cube serves them.

@@ -21,7 +21,7 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::{self, Statement, visit_expressions, visit_relations};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kiln_storage::Db;
 use std::ops::ControlFlow;
 
@@ -680,10 +680,12 @@ impl Engine {
                 rows,
             });
         }
-        Ok(Streamed::Rows {
-            schema,
-            stream: deferred(physical, task),
-        })
+        let mut stream = deferred(physical, task);
+        if let Some(why) = crate::cube::why_not(&state, &plan) {
+            let rows = stream.chain(futures::stream::once(async { Ok(why) }));
+            stream = Box::pin(RecordBatchStreamAdapter::new(schema.clone(), rows));
+        }
+        Ok(Streamed::Rows { schema, stream })
     }
 
     /// Writes what `txn` staged as one atomic write (PostgreSQL's COMMIT),

@@ -121,14 +121,41 @@ pub fn enabled(options: &ConfigOptions) -> bool {
 }
 
 thread_local! {
-    /// Why the cubes of the last aggregates planned on this thread did not
-    /// answer them (EXPLAIN shows it).
-    static MISSES: RefCell<Vec<String>> = const { RefCell::new(vec![]) };
+    /// Why no cube answered the aggregates optimized on this thread, while
+    /// [`why_not`] records them (`None`: not recording).
+    static MISSES: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
 }
 
-/// Takes the reasons recorded on this thread since the last call.
-pub fn take_misses() -> Vec<String> {
-    MISSES.with(|m| std::mem::take(&mut *m.borrow_mut()))
+/// For `EXPLAIN` of a plan over tables with cubes: one more row
+/// (`plan_type` = `cube_rewrite`) saying, for each aggregate no cube
+/// answered, why each cube could not (the first condition that failed).
+/// The explained plan is optimized again, on this thread, to find out.
+pub fn why_not(state: &SessionState, plan: &LogicalPlan) -> Option<RecordBatch> {
+    let LogicalPlan::Explain(e) = plan else {
+        return None;
+    };
+    MISSES.with(|m| *m.borrow_mut() = Some(vec![]));
+    let _ = state.optimize(&e.plan);
+    let misses = MISSES.with(|m| m.borrow_mut().take()).unwrap_or_default();
+    let mut lines: Vec<String> = vec![];
+    for m in misses {
+        if !lines.contains(&m) {
+            lines.push(m);
+        }
+    }
+    if lines.is_empty() {
+        return None;
+    }
+    let schema = plan.schema().inner().clone();
+    let columns: Vec<datafusion::arrow::array::ArrayRef> = vec![
+        Arc::new(datafusion::arrow::array::StringArray::from(vec![
+            "cube_rewrite",
+        ])),
+        Arc::new(datafusion::arrow::array::StringArray::from(vec![
+            lines.join("\n"),
+        ])),
+    ];
+    RecordBatch::try_new(schema, columns).ok()
 }
 
 /// The cubes' planned forms, decoded parts and counters, shared by the
@@ -221,9 +248,13 @@ impl Cubes {
             .collect()
     }
 
-    /// Records why no cube answered an aggregate ([`take_misses`]).
+    /// Records why no cube answered an aggregate, if [`why_not`] asks.
     pub fn record_misses(&self, misses: Vec<String>) {
-        MISSES.with(|m| m.borrow_mut().extend(misses));
+        MISSES.with(|m| {
+            if let Some(m) = m.borrow_mut().as_mut() {
+                m.extend(misses);
+            }
+        });
     }
 
     fn count_answer(&self, id: u64) {

@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result, ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
@@ -305,7 +306,9 @@ fn time_bound(e: &Expr) -> Option<(String, bool, Expr)> {
         (v, Expr::Column(c)) => (c, op.swap()?, v),
         _ => return None,
     };
-    if !matches!(v, Expr::Literal(..) | Expr::Placeholder(_)) {
+    // A value, or an expression of values (`CAST($3 AS TIMESTAMP) -
+    // INTERVAL '1 day'`), evaluated when the query runs.
+    if v.any_column_refs() || v.is_volatile() || has_subquery(v) {
         return None;
     }
     let shift = |v: &Expr, by: i64| match v {
@@ -359,7 +362,9 @@ fn answer(
         }
         let bound = time_bound(f).and_then(|(col, lower, v)| {
             let (i, unit) = dims.time_dimension(&col)?;
-            Some((col, i, unit, lower, v))
+            let nanos = DataType::Timestamp(TimeUnit::Nanosecond, None);
+            let field = source.schema.field_with_unqualified_name(&col).ok()?;
+            (field.data_type() == &nanos).then_some((col, i, unit, lower, v))
         });
         let Some((column, i, unit, lower, v)) = bound else {
             return Err(unknown("filter", f));

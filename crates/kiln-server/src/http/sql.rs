@@ -36,6 +36,8 @@ pub(crate) struct SqlParams {
     /// This request's own timeout (`250ms`, `5s`); the sooner of it and
     /// `--query-timeout` applies.
     timeout: Option<String>,
+    /// `off` answers this request from raw rows only (`SET kiln.cubes`).
+    cubes: Option<String>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -118,14 +120,21 @@ async fn run_sql(
                 .map_err(|e| ApiError::bad_request(format!("bad timeout '{t}': {e}")))
         })
         .transpose()?;
+    let engine = &st.engine;
+    let settings = match &params.cubes {
+        Some(v) => match engine.check_setting("kiln.cubes", v)? {
+            (name, Some(value)) => vec![(name, value)],
+            (_, None) => vec![],
+        },
+        None => vec![],
+    };
     let raw = read_body(headers, body, st.config.max_body_bytes.as_usize()).await?;
     let (text, params) = parse_body(headers, &raw)?;
-    let engine = &st.engine;
     let begin = |light| Begin {
         timeout,
         light,
         transaction: None,
-        settings: vec![],
+        settings: settings.clone(),
         user: identity.0.clone(),
     };
     if let Some(own) = engine.own_statement(&text) {

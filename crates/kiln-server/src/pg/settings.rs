@@ -418,8 +418,14 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 }
 
-/// The prefix of DataFusion's options.
-const DATAFUSION: &str = "datafusion.";
+/// The prefixes of the session options the engine keeps: DataFusion's and
+/// Kiln's own (`kiln.cubes`).
+const SESSION_OPTIONS: [&str; 2] = ["datafusion.", "kiln."];
+
+/// Whether `name` is an option of the engine's session.
+fn engine_option(name: &str) -> bool {
+    SESSION_OPTIONS.iter().any(|p| name.starts_with(p))
+}
 
 /// The DataFusion options `client`'s session `SET`, for each of its queries
 /// ([`kiln_query::Begin::settings`]).
@@ -427,14 +433,14 @@ pub(super) fn datafusion_settings(client: &(impl ClientInfo + ?Sized)) -> Vec<(S
     let mut out: Vec<(String, String)> = client
         .metadata()
         .iter()
-        .filter(|(k, _)| k.starts_with(DATAFUSION))
+        .filter(|(k, _)| engine_option(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     out.sort();
     out
 }
 
-/// `SET datafusion.name = value` (and `TO DEFAULT`): checked by the engine,
+/// `SET datafusion.name = value` or `SET kiln.name = value` (and `TO DEFAULT`): checked by the engine,
 /// kept in the connection's metadata, applied to its queries only; the
 /// shared session is never changed. Other `SET`s go on to
 /// datafusion-postgres's hook (`statement_timeout`, `DateStyle`, ...).
@@ -458,7 +464,7 @@ impl SetHook {
             // DataFusion's alias: it would set the shared session's.
             name = "datafusion.execution.time_zone".into();
         }
-        if !name.starts_with(DATAFUSION) {
+        if !engine_option(&name) {
             return None;
         }
         let value = match values.first() {
@@ -510,7 +516,7 @@ impl Answer for SetHook {
 }
 
 /// `SHOW name` and `SHOW ALL`, answered from [`SETTINGS`] and the session;
-/// `SHOW datafusion.name` from the session's `SET` or the server's value.
+/// `SHOW datafusion.name` or `SHOW kiln.name` from the session's `SET` or the server's value.
 pub(crate) struct ShowHook {
     pub engine: Arc<kiln_query::Engine>,
 }
@@ -530,10 +536,10 @@ impl ShowHook {
             ["all"] => return Some(Ok(show_all(client))),
             ["time", "zone"] => "timezone".to_string(),
             ["transaction", "isolation", "level"] => "transaction_isolation".to_string(),
-            ["datafusion", ..] => words.join("."),
+            ["datafusion" | "kiln", ..] => words.join("."),
             _ => words.join(" "),
         };
-        if name.starts_with(DATAFUSION) {
+        if engine_option(&name) {
             let value = client
                 .metadata()
                 .get(&name)

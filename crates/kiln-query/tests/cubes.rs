@@ -30,7 +30,7 @@ const CUBES: &[&str] = &[
     "CREATE CUBE by_day ON ev DIMENSIONS (date_trunc('day', ts) AS d, region) \
      MEASURES (count(*) AS n, sum(qty) AS q, count(DISTINCT user_id) AS users)",
     "CREATE CUBE by_flag ON ev DIMENSIONS (amount > 500 AS big, action) \
-     MEASURES (count(*) AS n, sum(qty) AS q, max(amount) AS hi)",
+     MEASURES (count(*) AS n, sum(qty) AS q, max(amount) AS hi, count(DISTINCT qty) AS qtys)",
 ];
 
 const KEYS: &[&str] = &[
@@ -47,6 +47,8 @@ const AGGREGATES: &[&str] = &[
     "min(amount)",
     "max(amount)",
     "count(DISTINCT user_id)",
+    // Negative values too (a bitmap keeps them apart).
+    "count(DISTINCT qty)",
     "avg(qty)",
     "count(amount)",
     "sum(amount)",

@@ -12,9 +12,11 @@
 //!
 //! Submodules, in layer order: [`rewrite`] (the optimizer rule) over
 //! [`scan`] (the plan node and its execution) over [`plan`] (a definition
-//! planned and checked) over [`merge`] (merging states), [`statement`]
+//! planned and checked) over [`merge`] (merging states), [`distinct`]
+//! (bitmap states of integer distinct counts), [`statement`]
 //! (the statements' syntax) and [`unit`] (time buckets).
 
+pub mod distinct;
 pub mod merge;
 pub mod plan;
 pub mod rewrite;

@@ -25,6 +25,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, Physic
 use kiln_storage::schema::view_schema;
 use kiln_storage::{CubeDef, Table};
 
+use super::distinct::{DistinctBitmap, kept_as_bitmap};
 use super::merge::MergeStates;
 use crate::error::{Error, Result};
 
@@ -186,10 +187,22 @@ impl CubePlan {
                 .collect::<DfResult<Vec<_>>>()?;
             let order =
                 create_physical_sort_exprs(&f.params.order_by, &df_schema, props, &planning)?;
-            let agg = AggregateExprBuilder::new(f.func.clone(), args)
+            // An integer distinct count keeps a bitmap, not the values.
+            let bitmap = f.func.name() == "count"
+                && f.params.distinct
+                && args.len() == 1
+                && kept_as_bitmap(&args[0].data_type(&input)?);
+            let (func, distinct) = match bitmap {
+                true => (
+                    Arc::new(AggregateUDF::from(DistinctBitmap::default())),
+                    false,
+                ),
+                false => (f.func.clone(), f.params.distinct),
+            };
+            let agg = AggregateExprBuilder::new(func, args)
                 .schema(input.clone())
                 .alias(m.name.clone())
-                .with_distinct(f.params.distinct)
+                .with_distinct(distinct)
                 .order_by(order)
                 .build()?;
             aggregates.push(Arc::new(agg));

@@ -281,7 +281,8 @@ fn find_aggregate(plan: &LogicalPlan) -> Option<(Vec<Expr>, Vec<Expr>, Arc<DFSch
 /// Refuses a measure Kiln cannot keep exactly, naming it.
 fn check_measure(sql: &str, f: &AggregateFunction) -> Result<()> {
     let name = f.func.name();
-    if !MEASURES.contains(&name) {
+    let known = |n: &str| MEASURES.contains(&n);
+    if !known(name) && !f.func.aliases().iter().any(|a| known(a)) {
         return Err(Error::Sql(format!(
             "measure {sql}: {name} cannot be kept in a cube (its state does not merge exactly); a measure is one of {}",
             MEASURES.join(", ")

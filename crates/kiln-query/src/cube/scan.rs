@@ -216,16 +216,26 @@ impl CubeScanExec {
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let snapshot = table.table().snapshot();
-        // The whole buckets of the range: [lo, hi).
-        let (lo, hi) = match &range {
+        // The range [a, b) and its whole buckets [lo, hi).
+        let (a, b, lo, hi) = match &range {
             Some(r) => {
-                let lo = bound(&r.lower, true)?.map_or(i64::MIN, |v| r.unit.ceil(v));
-                let hi = bound(&r.upper, false)?.map_or(i64::MAX, |v| r.unit.floor(v));
-                (lo, hi)
+                let a = bound(&r.lower, true)?;
+                let b = bound(&r.upper, false)?;
+                let lo = a.map_or(i64::MIN, |v| r.unit.ceil(v));
+                let hi = b.map_or(i64::MAX, |v| r.unit.floor(v));
+                (a.unwrap_or(i64::MIN), b.unwrap_or(i64::MAX), lo, hi)
             }
-            None => (i64::MIN, i64::MAX),
+            None => (i64::MIN, i64::MAX, i64::MIN, i64::MAX),
         };
-        let mut built = vec![];
+        // What the buckets leave of the range, read raw from built segments.
+        let edges: Vec<(i64, i64)> = match lo >= hi {
+            true => vec![(a, b)],
+            false => [(a, lo), (hi, b)]
+                .into_iter()
+                .filter(|(x, y)| x < y)
+                .collect(),
+        };
+        let mut on_edges = vec![];
         let mut raw = vec![];
         let mut batches = vec![];
         for s in &snapshot.version.manifest.segments {
@@ -233,33 +243,37 @@ impl CubeScanExec {
                 raw.push(s.clone());
                 continue;
             };
-            built.push(s.clone());
-            if lo >= hi || s.meta.max_time < lo || s.meta.min_time >= hi {
+            let (min, max) = (s.meta.min_time, s.meta.max_time);
+            if edges.iter().any(|(x, y)| max >= *x && min < *y) {
+                on_edges.push(s.clone());
+            }
+            if lo >= hi || max < lo || min >= hi {
                 continue;
             }
             let batch = cubes.part_rows(table.db(), &part, &cube.schema).await?;
             batches.push(match &range {
-                Some(r) if lo > i64::MIN || hi < i64::MAX => {
-                    in_buckets(&batch, r.dimension, lo, hi)?
-                }
+                Some(r) if min < lo || max >= hi => in_buckets(&batch, r.dimension, lo, hi)?,
                 _ => batch,
             });
         }
         cubes.count_answer(cube.def.id);
         let mut streams = vec![];
         // The memstore and the segments without a part, with the query's filter.
-        let unbuilt = pinned(&snapshot, raw, true);
-        streams.push(Self::raw(&cube, &table, unbuilt, filter.clone(), &ctx)?);
-        // The edges of the range the whole buckets leave out, from built segments.
+        let memory = !snapshot.version.frozen.is_empty()
+            || snapshot.active.iter().any(|(_, b)| !b.is_empty());
+        if memory || !raw.is_empty() {
+            let unbuilt = pinned(&snapshot, raw, true);
+            streams.push(Self::raw(&cube, &table, unbuilt, filter.clone(), &ctx)?);
+        }
         if let Some(r) = &range
-            && !built.is_empty()
+            && !on_edges.is_empty()
         {
             let edges = outside_buckets(r, lo, hi);
             let filter: Arc<dyn PhysicalExpr> = match &filter {
                 Some(f) => Arc::new(BinaryExpr::new(f.clone(), Operator::And, edges)),
                 None => edges,
             };
-            let edge = pinned(&snapshot, built, false);
+            let edge = pinned(&snapshot, on_edges, false);
             streams.push(Self::raw(&cube, &table, edge, Some(filter), &ctx)?);
         }
         let schema = cube.schema.clone();

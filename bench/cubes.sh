@@ -1,0 +1,81 @@
+#!/bin/bash
+# cubes.sh ROUNDS : the dashboard (bench/workload/dashboard) with and without
+# the cubes of bench/cubes.sql, one server at a time, alternated each round.
+#
+# Needs KILN_BIN (a release build) and DATA, a data directory holding the
+# abtest table (bench/peers/run.sh makes one; or set PARQUET to a file from
+# `kiln gen abtest` and it is imported here). Each run gets a fresh copy of
+# DATA; the "on" copy gets the cubes, and their build time is printed with
+# their size against the table's segments. Each protocol warms up 10 s,
+# then runs SECS s at C clients. Prints one line per run:
+#   round cubes protocol q/s p50_ms p99_ms errors N
+set -eu
+R=${1:-1}
+BIN=${KILN_BIN:?set KILN_BIN to a release build of kiln}
+C=${C:-50}; SECS=${SECS:-20}; DATA=${DATA:-/tmp/bench-data}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PROTOCOLS=${PROTOCOLS:-"pg-simple pg http"}
+HTTP=127.0.0.1:18193; PG=15543
+
+if [ ! -d "$DATA" ]; then
+  : "${PARQUET:?DATA does not exist: set PARQUET to an abtest Parquet file to import}"
+  "$BIN" sql --data-dir "$DATA" "$(cat "$ROOT/bench/sql/abtest.kiln.sql")" >/dev/null
+  "$BIN" import --data-dir "$DATA" --table abtest "$PARQUET"
+fi
+
+sql() { curl -sf -H 'Content-Type: application/sql' --data-binary "$1" "http://$HTTP/v1/sql"; }
+
+start() { # start DIR
+  "$BIN" serve --data-dir "$1" --http-addr $HTTP --pg-addr 127.0.0.1:$PG 2>/tmp/cubes-server.log &
+  P=$!
+  for _ in $(seq 200); do curl -sf "http://$HTTP/ready" >/dev/null && break; sleep 0.3; done
+}
+
+# The cubes: build time, then size against the table.
+rm -rf /tmp/cubes-on && cp -r "$DATA" /tmp/cubes-on
+start /tmp/cubes-on
+t0=$(date +%s.%N)
+grep -v '^--' "$ROOT/bench/cubes.sql" | tr '\n' ' ' | tr ';' '\n' | while read -r stmt; do
+  [ -n "${stmt// }" ] && sql "$stmt" >/dev/null
+done
+until sql "SELECT count(*) FROM system.cubes WHERE state <> 'ready'" | grep -q '"rows":\[\[0\]\]'; do sleep 0.2; done
+t1=$(date +%s.%N)
+echo "cubes built in $(python3 -c "print(round($t1 - $t0, 1))") s"
+sql "SELECT name, rows, bytes FROM system.cubes ORDER BY name"; echo
+sql "SELECT sum(bytes) AS segment_bytes FROM system.segments"; echo
+kill $P; wait $P 2>/dev/null || true
+
+for r in $(seq "$R"); do for mode in on off; do
+  rm -rf /tmp/cubes-run
+  if [ $mode = on ]; then cp -r /tmp/cubes-on /tmp/cubes-run; else cp -r "$DATA" /tmp/cubes-run; fi
+  start /tmp/cubes-run
+  sleep 5 # the segment cache's prewarm
+  for proto in $PROTOCOLS; do
+    case $proto in http) URL=http://$HTTP ;; *) URL=postgres://127.0.0.1:$PG ;; esac
+    "$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration 10s --seed 3 >/dev/null 2>&1
+    line=$("$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration "${SECS}s" --seed 7 --json 2>/dev/null)
+    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d[-1] if isinstance(d,list) else d["levels"][-1]; print(round(l["qps"],1), l["p50_ms"], l["p99_ms"], "errors", l["errors"])' <<<"$line")"
+  done
+  kill $P; wait $P 2>/dev/null || true
+done; done
+
+# Writes: an empty abtest table with no cube, then with the first two cubes
+# of bench/cubes.sql; rows/s of `kiln bench write` and the mean flush time.
+for r in $(seq "$R"); do for mode in off on; do
+  rm -rf /tmp/cubes-write
+  start /tmp/cubes-write
+  sql "$(cat "$ROOT/bench/sql/abtest.kiln.sql")" >/dev/null
+  if [ $mode = on ]; then
+    grep -v '^--' "$ROOT/bench/cubes.sql" | tr '\n' ' ' | tr ';' '\n' | head -2 | while read -r stmt; do
+      sql "$stmt" >/dev/null
+    done
+  fi
+  line=$("$BIN" bench write --url "http://$HTTP" --clients 16 --batch 1000 --duration "${SECS}s" --json 2>/dev/null)
+  flush=$(curl -sf "http://$HTTP/metrics" | python3 -c '
+import sys
+m = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if l.startswith("kiln_flush_duration_seconds_")}
+n = m.get("kiln_flush_duration_seconds_count", 0)
+print(round(m.get("kiln_flush_duration_seconds_sum", 0) / n * 1000, 1) if n else "-", "ms mean flush of", int(n))')
+  echo "$r write cubes=$mode $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["rows_per_sec"]), "rows/s")' <<<"$line") $flush"
+  kill $P; wait $P 2>/dev/null || true
+done; done

@@ -1,6 +1,8 @@
 #!/bin/bash
 # cubes.sh ROUNDS : the dashboard (bench/workload/dashboard) with and without
-# the cubes of bench/cubes.sql, one server at a time, alternated each round.
+# the cubes of bench/cubes.sql, one server at a time, alternated each round
+# (MODES, default "on off"; "on-nopart off-nopart" also turn the partial
+# cache off).
 #
 # Needs KILN_BIN (a release build) and DATA, a data directory holding the
 # abtest table (bench/peers/run.sh makes one; or set PARQUET to a file from
@@ -25,8 +27,8 @@ fi
 
 sql() { curl -sf -H 'Content-Type: application/sql' --data-binary "$1" "http://$HTTP/v1/sql"; }
 
-start() { # start DIR
-  "$BIN" serve --data-dir "$1" --http-addr $HTTP --pg-addr 127.0.0.1:$PG 2>/tmp/cubes-server.log &
+start() { # start DIR [PARTIAL_CACHE_BYTES]
+  KILN_PARTIAL_CACHE_BYTES=${2:-1GiB} "$BIN" serve --data-dir "$1" --http-addr $HTTP --pg-addr 127.0.0.1:$PG 2>/tmp/cubes-server.log &
   P=$!
   for _ in $(seq 200); do curl -sf "http://$HTTP/ready" >/dev/null && break; sleep 0.3; done
 }
@@ -45,10 +47,11 @@ sql "SELECT name, rows, bytes FROM system.cubes ORDER BY name"; echo
 sql "SELECT sum(bytes) AS segment_bytes FROM system.segments"; echo
 kill $P; wait $P 2>/dev/null || true
 
-for r in $(seq "$R"); do for mode in on off; do
+# MODES: on/off (cubes), with -nopart: the partial cache off too.
+for r in $(seq "$R"); do for mode in ${MODES:-on off}; do
   rm -rf /tmp/cubes-run
-  if [ $mode = on ]; then cp -r /tmp/cubes-on /tmp/cubes-run; else cp -r "$DATA" /tmp/cubes-run; fi
-  start /tmp/cubes-run
+  case $mode in on*) cp -r /tmp/cubes-on /tmp/cubes-run ;; *) cp -r "$DATA" /tmp/cubes-run ;; esac
+  case $mode in *-nopart) start /tmp/cubes-run 0 ;; *) start /tmp/cubes-run ;; esac
   sleep 5 # the segment cache's prewarm
   for proto in $PROTOCOLS; do
     case $proto in http) URL=http://$HTTP ;; *) URL=postgres://127.0.0.1:$PG ;; esac

@@ -261,6 +261,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
     };
     let mut storage = StorageConfig::for_dir(dir);
     storage.compaction_min_segments = 2;
+    storage.segment_delete_delay = std::time::Duration::ZERO;
     let db = Db::open(storage).await.unwrap();
     Engine::with_config(db, &config).unwrap()
 }
@@ -368,7 +369,23 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     }
     let cubes = rows_of(&engine, "SELECT count(*) AS n FROM system.cubes").await;
     assert!(cubes.contains("| 2 "), "nothing created: {cubes}");
+    // by_day is cube 2: its part files go once nothing reads them.
+    let parts = |id: u64| {
+        walk(tmp.path())
+            .iter()
+            .filter(|p| p.ends_with(&format!(".cube{id}.parquet")))
+            .count()
+    };
+    assert!(parts(2) > 0 && parts(1) > 0);
     engine.execute("DROP CUBE by_day").await.unwrap();
+    for _ in 0..200 {
+        if parts(2) == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(parts(2), 0, "the dropped cube's parts are deleted");
+    assert!(parts(1) > 0, "the other cube's parts stay");
     let explain = rows_of(
         &engine,
         "EXPLAIN SELECT region, count(*) FROM ev GROUP BY region",
@@ -377,4 +394,17 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     assert!(explain.contains("cube=by_hour"), "{explain}");
     assert!(engine.execute("DROP CUBE by_day").await.is_err());
     engine.execute("DROP CUBE IF EXISTS by_day").await.unwrap();
+}
+
+/// Every file under `dir`, as paths.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        match p.is_dir() {
+            true => out.extend(walk(&p)),
+            false => out.push(p.display().to_string()),
+        }
+    }
+    out
 }

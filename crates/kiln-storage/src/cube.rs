@@ -111,12 +111,14 @@ impl Drop for Part {
 pub trait CubeBuilder: Send + Sync + 'static {
     /// The part of `cube` over `rows`, one segment's rows in the table's
     /// storage schema: the cube's dimension values and measure states, one
-    /// row per group. Nothing is written by this call. An error leaves the
-    /// segment without this part; queries then read that segment raw.
+    /// row per group. Nothing is written by this call. `None` when the
+    /// cube cannot be built yet (its definition is still being planned):
+    /// the segment is built later. An error leaves the segment without this
+    /// part until a restart; queries then read that segment raw.
     fn build(
         &self,
         table: &Table,
         cube: &CubeDef,
         rows: RecordBatch,
-    ) -> BoxFuture<'static, Result<RecordBatch>>;
+    ) -> Option<BoxFuture<'static, Result<RecordBatch>>>;
 }

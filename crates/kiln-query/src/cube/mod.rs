@@ -366,18 +366,14 @@ impl CubeBuilder for PartBuilder {
         _: &Table,
         cube: &CubeDef,
         rows: RecordBatch,
-    ) -> BoxFuture<'static, kiln_storage::Result<RecordBatch>> {
-        let cubes = self.cubes.clone();
-        let plan = cubes.plans.read().get(&cube.id).cloned();
+    ) -> Option<BoxFuture<'static, kiln_storage::Result<RecordBatch>>> {
+        let plan = self.cubes.plans.read().get(&cube.id).cloned()?;
         let name = cube.name.clone();
         let failed = move |e: String| kiln_storage::Error::CubeBuild {
             cube: name.clone(),
             reason: e,
         };
-        let Some(plan) = plan else {
-            return Box::pin(async move { Err(failed("not planned yet".into())) });
-        };
-        Box::pin(async move {
+        Some(Box::pin(async move {
             let rows = kiln_storage::memstore::view_strings(&rows);
             let input = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
                 &[vec![rows.clone()]],
@@ -397,6 +393,6 @@ impl CubeBuilder for PartBuilder {
                 .await
                 .map_err(|e| failed(e.to_string()))?;
             concat_batches(&plan.schema, &batches).map_err(|e| failed(e.to_string()))
-        })
+        }))
     }
 }

@@ -16,7 +16,7 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{AggregateUDF, Expr, LogicalPlan};
+use datafusion::logical_expr::{AggregateUDF, Expr, LogicalPlan, Volatility};
 use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs};
@@ -132,7 +132,7 @@ impl CubePlan {
         let mut dimensions = vec![];
         for (d, e) in def.dimensions.iter().zip(groups) {
             let e = e.unalias_nested().data;
-            if e.is_volatile() {
+            if !immutable(&e) {
                 return Err(Error::Sql(format!(
                     "dimension {}: not deterministic (a dimension must give the same value for the same row every time)",
                     d.sql
@@ -303,10 +303,23 @@ fn check_measure(sql: &str, f: &AggregateFunction) -> Result<()> {
             "measure {sql}: IGNORE/RESPECT NULLS is not kept"
         )));
     }
-    if f.params.args.iter().any(Expr::is_volatile) {
+    if !f.params.args.iter().all(immutable) {
         return Err(Error::Sql(format!("measure {sql}: not deterministic")));
     }
     Ok(())
+}
+
+/// Whether every function `e` calls gives the same result for the same
+/// arguments at any time (not `random()`, not `now()`): a part keeps what
+/// it computed when it was built.
+fn immutable(e: &Expr) -> bool {
+    !e.exists(|e| {
+        Ok(match e {
+            Expr::ScalarFunction(f) => f.func.signature().volatility != Volatility::Immutable,
+            e => e.is_volatile_node(),
+        })
+    })
+    .unwrap_or(true)
 }
 
 /// `e` with column qualifiers and aliases removed, so a query's expression

@@ -362,9 +362,12 @@ fn answer(
         }
         let bound = time_bound(f).and_then(|(col, lower, v)| {
             let (i, unit) = dims.time_dimension(&col)?;
+            // Segments' time statistics are of the table's time column.
+            let def = &source.table.table().def;
+            let time = &def.columns[def.time_column].name;
             let nanos = DataType::Timestamp(TimeUnit::Nanosecond, None);
             let field = source.schema.field_with_unqualified_name(&col).ok()?;
-            (field.data_type() == &nanos).then_some((col, i, unit, lower, v))
+            (&col == time && field.data_type() == &nanos).then_some((col, i, unit, lower, v))
         });
         let Some((column, i, unit, lower, v)) = bound else {
             return Err(unknown("filter", f));

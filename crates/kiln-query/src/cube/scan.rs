@@ -216,25 +216,32 @@ impl CubeScanExec {
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         let snapshot = table.table().snapshot();
-        // The range [a, b) and its whole buckets [lo, hi).
+        // The range [a, b) and its whole buckets [lo, hi), open ends beyond
+        // any timestamp (i128); no whole bucket when a bound or its bucket
+        // is out of range.
         let (a, b, lo, hi) = match &range {
-            Some(r) => {
-                let a = bound(&r.lower, true)?;
-                let b = bound(&r.upper, false)?;
-                let lo = a.map_or(i64::MIN, |v| r.unit.ceil(v));
-                let hi = b.map_or(i64::MAX, |v| r.unit.floor(v));
-                (a.unwrap_or(i64::MIN), b.unwrap_or(i64::MAX), lo, hi)
-            }
-            None => (i64::MIN, i64::MAX, i64::MIN, i64::MAX),
+            Some(r) => match (bound(&r.lower, true)?, bound(&r.upper, false)?) {
+                (Bound::Null, _) | (_, Bound::Null) => (0, 0, 0, 0),
+                (a, b) => {
+                    let lo = match a {
+                        Bound::At(v) => r.unit.ceil(v).map_or(i128::MAX, i128::from),
+                        _ => i128::MIN,
+                    };
+                    let hi = match b {
+                        Bound::At(v) => r.unit.floor(v).map_or(i128::MIN, i128::from),
+                        _ => i128::MAX,
+                    };
+                    (a.or(i128::MIN), b.or(i128::MAX), lo, hi)
+                }
+            },
+            None => (i128::MIN, i128::MAX, i128::MIN, i128::MAX),
         };
         // What the buckets leave of the range, read raw from built segments.
-        let edges: Vec<(i64, i64)> = match lo >= hi {
+        let edges: Vec<(i128, i128)> = match lo >= hi {
             true => vec![(a, b)],
-            false => [(a, lo), (hi, b)]
-                .into_iter()
-                .filter(|(x, y)| x < y)
-                .collect(),
+            false => [(a, lo), (hi, b)].into_iter().collect(),
         };
+        let edges: Vec<_> = edges.into_iter().filter(|(x, y)| x < y).collect();
         let mut on_edges = vec![];
         let mut raw = vec![];
         let mut batches = vec![];
@@ -243,7 +250,7 @@ impl CubeScanExec {
                 raw.push(s.clone());
                 continue;
             };
-            let (min, max) = (s.meta.min_time, s.meta.max_time);
+            let (min, max) = (i128::from(s.meta.min_time), i128::from(s.meta.max_time));
             if edges.iter().any(|(x, y)| max >= *x && min < *y) {
                 on_edges.push(s.clone());
             }
@@ -268,13 +275,15 @@ impl CubeScanExec {
         if let Some(r) = &range
             && !on_edges.is_empty()
         {
-            let edges = outside_buckets(r, lo, hi);
-            let filter: Arc<dyn PhysicalExpr> = match &filter {
-                Some(f) => Arc::new(BinaryExpr::new(f.clone(), Operator::And, edges)),
-                None => edges,
+            let filter = match (outside_buckets(r, lo, hi), &filter) {
+                (Some(edges), Some(f)) => {
+                    Some(Arc::new(BinaryExpr::new(f.clone(), Operator::And, edges))
+                        as Arc<dyn PhysicalExpr>)
+                }
+                (edges, f) => edges.or(f.clone()),
             };
             let edge = pinned(&snapshot, on_edges, false);
-            streams.push(Self::raw(&cube, &table, edge, Some(filter), &ctx)?);
+            streams.push(Self::raw(&cube, &table, edge, filter, &ctx)?);
         }
         let schema = cube.schema.clone();
         let parts = futures::stream::iter(batches.into_iter().map(Ok));
@@ -301,55 +310,88 @@ impl CubeScanExec {
     }
 }
 
-/// The greatest lower (or least upper) bound, if any, as nanoseconds.
-fn bound(exprs: &[Arc<dyn PhysicalExpr>], lower: bool) -> Result<Option<i64>> {
+/// A range's bound as the query gives it.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// No bound on that side.
+    Open,
+    /// A NULL bound: no row passes.
+    Null,
+    At(i64),
+}
+
+impl Bound {
+    fn or(self, open: i128) -> i128 {
+        match self {
+            Bound::At(v) => i128::from(v),
+            _ => open,
+        }
+    }
+}
+
+/// The greatest lower (or least upper) of the bounds.
+fn bound(exprs: &[Arc<dyn PhysicalExpr>], lower: bool) -> Result<Bound> {
     let empty = RecordBatch::new_empty(Arc::new(Schema::empty()));
-    let mut out: Option<i64> = None;
+    let mut out = Bound::Open;
     for e in exprs {
         let v = match e.evaluate(&empty)? {
-            ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(v, _)) => v,
-            ColumnarValue::Scalar(s) if s.is_null() => None,
+            ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some(v), _)) => v,
+            ColumnarValue::Scalar(s) if s.is_null() => return Ok(Bound::Null),
             other => return internal_err!("cube time bound is not a timestamp: {other:?}"),
         };
-        // A NULL bound passes no row: an empty range.
-        let v = v.unwrap_or(if lower { i64::MAX } else { i64::MIN });
-        out = Some(match (out, lower) {
-            (None, _) => v,
-            (Some(o), true) => o.max(v),
-            (Some(o), false) => o.min(v),
+        out = Bound::At(match (out, lower) {
+            (Bound::At(o), true) => o.max(v),
+            (Bound::At(o), false) => o.min(v),
+            _ => v,
         });
     }
     Ok(out)
 }
 
-/// Rows of `batch` whose time dimension is in `[lo, hi)`.
-fn in_buckets(batch: &RecordBatch, dimension: usize, lo: i64, hi: i64) -> Result<RecordBatch> {
+/// Rows of `batch` whose time dimension is in `[lo, hi)` (open ends are
+/// beyond any timestamp).
+fn in_buckets(batch: &RecordBatch, dimension: usize, lo: i128, hi: i128) -> Result<RecordBatch> {
     let col = batch.column(dimension);
     let Some(ts) = col.as_primitive_opt::<TimestampNanosecondType>() else {
         return internal_err!("cube time dimension is not a nanosecond timestamp");
     };
-    let tz = ts.timezone().map(Arc::from);
-    let lo = ScalarValue::TimestampNanosecond(Some(lo), tz.clone()).to_scalar()?;
-    let hi = ScalarValue::TimestampNanosecond(Some(hi), tz).to_scalar()?;
-    let keep = and(&gt_eq(col, &lo)?, &lt(col, &hi)?)?;
-    Ok(filter_record_batch(batch, &keep)?)
+    let tz: Option<Arc<str>> = ts.timezone().map(Arc::from);
+    let at = |v: i128| ScalarValue::TimestampNanosecond(Some(v as i64), tz.clone()).to_scalar();
+    let mut keep = None;
+    if let Ok(lo) = i64::try_from(lo) {
+        keep = Some(gt_eq(col, &at(i128::from(lo))?)?);
+    }
+    if let Ok(hi) = i64::try_from(hi) {
+        let below = lt(col, &at(i128::from(hi))?)?;
+        keep = Some(match keep {
+            Some(k) => and(&k, &below)?,
+            None => below,
+        });
+    }
+    Ok(match keep {
+        Some(k) => filter_record_batch(batch, &k)?,
+        None => batch.clone(),
+    })
 }
 
-/// `NOT (column >= lo AND column < hi)`: the rows outside the whole buckets.
-fn outside_buckets(r: &PhysicalRange, lo: i64, hi: i64) -> Arc<dyn PhysicalExpr> {
-    let ts = |v: i64| -> Arc<dyn PhysicalExpr> {
-        Arc::new(Literal::new(ScalarValue::TimestampNanosecond(
+/// `column < lo OR column >= hi`: the rows outside the whole buckets
+/// (`None`: every row, when there is no whole bucket).
+fn outside_buckets(r: &PhysicalRange, lo: i128, hi: i128) -> Option<Arc<dyn PhysicalExpr>> {
+    if lo >= hi {
+        return None;
+    }
+    let cmp = |op, v: i128| -> Option<Arc<dyn PhysicalExpr>> {
+        let v = i64::try_from(v).ok()?;
+        let lit = Arc::new(Literal::new(ScalarValue::TimestampNanosecond(
             Some(v),
             None,
-        )))
+        )));
+        Some(Arc::new(BinaryExpr::new(r.column.clone(), op, lit)))
     };
-    let cmp =
-        |op, v| -> Arc<dyn PhysicalExpr> { Arc::new(BinaryExpr::new(r.column.clone(), op, ts(v))) };
-    Arc::new(BinaryExpr::new(
-        cmp(Operator::Lt, lo),
-        Operator::Or,
-        cmp(Operator::GtEq, hi),
-    ))
+    match (cmp(Operator::Lt, lo), cmp(Operator::GtEq, hi)) {
+        (Some(l), Some(h)) => Some(Arc::new(BinaryExpr::new(l, Operator::Or, h))),
+        (l, h) => l.or(h),
+    }
 }
 
 /// A snapshot of `segments`, with the memstore's rows if `memory`.

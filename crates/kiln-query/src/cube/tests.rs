@@ -1,1 +1,95 @@
+use super::statement::{CubeStatement, parse};
+use super::unit::Unit;
 
+const HOUR: i64 = 3_600_000_000_000;
+const DAY: i64 = 24 * HOUR;
+
+#[test]
+fn buckets_match_date_trunc() {
+    // 2026-11-25 13:45, a Wednesday; then times before 1970.
+    let t = 1_795_441_500 * 1_000_000_000 + 2 * DAY;
+    assert_eq!(Unit::Hour.floor(t), Some(t - 45 * 60_000_000_000));
+    assert_eq!(
+        Unit::Day.floor(t),
+        Some(t - 13 * HOUR - 45 * 60_000_000_000)
+    );
+    let monday = Unit::Day.floor(t).unwrap() - 2 * DAY;
+    assert_eq!(Unit::Week.floor(t), Some(monday));
+    assert_eq!(Unit::Week.ceil(t), Some(monday + 7 * DAY));
+    assert_eq!(Unit::Month.floor(t), Some(1_793_491_200 * 1_000_000_000));
+    assert_eq!(Unit::Month.ceil(t), Some(1_796_083_200 * 1_000_000_000));
+    assert_eq!(Unit::Quarter.floor(t), Some(1_790_812_800 * 1_000_000_000));
+    assert_eq!(Unit::Year.ceil(t), Some(1_798_761_600 * 1_000_000_000));
+    assert_eq!(Unit::Day.floor(-1), Some(-DAY));
+    assert_eq!(Unit::Day.ceil(-1), Some(0));
+    // 1969-12-29 was a Monday.
+    assert_eq!(Unit::Week.floor(-1), Some(-3 * DAY));
+    assert_eq!(Unit::Hour.ceil(HOUR), Some(HOUR));
+}
+
+#[test]
+fn buckets_out_of_range_are_none() {
+    assert_eq!(Unit::Hour.ceil(i64::MAX), None);
+    assert_eq!(Unit::Week.floor(i64::MIN), None);
+    assert_eq!(Unit::Day.floor(i64::MIN), None);
+    assert_eq!(Unit::Month.ceil(i64::MAX), None);
+}
+
+#[test]
+fn coarser_units_cover_finer_ones() {
+    assert!(Unit::Day.covers(Unit::Hour));
+    assert!(Unit::Month.covers(Unit::Day));
+    assert!(Unit::Year.covers(Unit::Quarter));
+    assert!(Unit::Week.covers(Unit::Day));
+    assert!(!Unit::Month.covers(Unit::Week));
+    assert!(!Unit::Hour.covers(Unit::Day));
+    assert!(!Unit::Week.covers(Unit::Month));
+}
+
+#[test]
+fn statements_parse_and_errors_say_where() {
+    let s = parse(
+        "create cube IF NOT EXISTS c ON t DIMENSIONS (region, date_trunc('day', ts) AS day) \
+         MEASURES (count(*) AS n, sum(x));",
+    )
+    .unwrap()
+    .unwrap();
+    let CubeStatement::Create {
+        name,
+        table,
+        dimensions,
+        measures,
+        if_not_exists,
+    } = s
+    else {
+        panic!("{s:?}")
+    };
+    assert_eq!(
+        (name.as_str(), table.as_str(), if_not_exists),
+        ("c", "t", true)
+    );
+    let names: Vec<_> = dimensions
+        .iter()
+        .chain(&measures)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["region", "day", "n", "m2"]);
+    assert_eq!(measures[1].sql, "sum(x)");
+    assert_eq!(parse("SHOW CUBES").unwrap().unwrap(), CubeStatement::Show);
+    assert!(parse("SELECT 1").is_none());
+    let e = parse("CREATE CUBE c ON t DIMENSIONS (a) MEASURES ()")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.to_string().contains("at least one measure"), "{e}");
+    let e = parse("CREATE CUBE c ON t DIMS (a) MEASURES (count(*))")
+        .unwrap()
+        .unwrap_err();
+    assert!(e.to_string().contains("expected DIMENSIONS"), "{e}");
+    let e = parse("CREATE CUBE c ON t DIMENSIONS (a, a) MEASURES (count(*))")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("two cube columns are named a"),
+        "{e}"
+    );
+}

@@ -47,16 +47,19 @@ impl Unit {
         }
     }
 
-    /// The start of the bucket holding `ns`.
-    pub fn floor(self, ns: i64) -> i64 {
-        let fixed = |w: i64| ns.div_euclid(w) * w;
+    /// The start of the bucket holding `ns`; `None` if it is out of range.
+    pub fn floor(self, ns: i64) -> Option<i64> {
+        let fixed = |w: i64| ns.div_euclid(w).checked_mul(w);
         match self {
             Unit::Second => fixed(SECOND),
             Unit::Minute => fixed(60 * SECOND),
             Unit::Hour => fixed(3_600 * SECOND),
             Unit::Day => fixed(DAY),
             // 1970-01-01 was a Thursday: Mondays are 4 days after a multiple of 7.
-            Unit::Week => (ns - 4 * DAY).div_euclid(7 * DAY) * 7 * DAY + 4 * DAY,
+            Unit::Week => (ns.checked_sub(4 * DAY)?)
+                .div_euclid(7 * DAY)
+                .checked_mul(7 * DAY)?
+                .checked_add(4 * DAY),
             Unit::Month | Unit::Quarter | Unit::Year => {
                 let date = DateTime::from_timestamp_nanos(ns).date_naive();
                 let month0 = match self {
@@ -64,24 +67,24 @@ impl Unit {
                     Unit::Quarter => date.month0() / 3 * 3,
                     _ => 0,
                 };
-                let start = NaiveDate::from_ymd_opt(date.year(), month0 + 1, 1).expect("valid");
-                nanos(start)
+                nanos(NaiveDate::from_ymd_opt(date.year(), month0 + 1, 1)?)
             }
         }
     }
 
-    /// The start of the first bucket at or after `ns`.
-    pub fn ceil(self, ns: i64) -> i64 {
-        let f = self.floor(ns);
+    /// The start of the first bucket at or after `ns`; `None` if it is out
+    /// of range.
+    pub fn ceil(self, ns: i64) -> Option<i64> {
+        let f = self.floor(ns)?;
         if f == ns {
-            return ns;
+            return Some(ns);
         }
         match self {
-            Unit::Second => f + SECOND,
-            Unit::Minute => f + 60 * SECOND,
-            Unit::Hour => f + 3_600 * SECOND,
-            Unit::Day => f + DAY,
-            Unit::Week => f + 7 * DAY,
+            Unit::Second => f.checked_add(SECOND),
+            Unit::Minute => f.checked_add(60 * SECOND),
+            Unit::Hour => f.checked_add(3_600 * SECOND),
+            Unit::Day => f.checked_add(DAY),
+            Unit::Week => f.checked_add(7 * DAY),
             Unit::Month | Unit::Quarter | Unit::Year => {
                 let months = match self {
                     Unit::Month => 1,
@@ -89,18 +92,12 @@ impl Unit {
                     _ => 12,
                 };
                 let start = DateTime::from_timestamp_nanos(f).date_naive();
-                start
-                    .checked_add_months(Months::new(months))
-                    .map_or(i64::MAX, nanos)
+                nanos(start.checked_add_months(Months::new(months))?)
             }
         }
     }
 }
 
-fn nanos(date: NaiveDate) -> i64 {
-    date.and_hms_opt(0, 0, 0)
-        .expect("midnight")
-        .and_utc()
-        .timestamp_nanos_opt()
-        .unwrap_or(i64::MAX)
+fn nanos(date: NaiveDate) -> Option<i64> {
+    date.and_hms_opt(0, 0, 0)?.and_utc().timestamp_nanos_opt()
 }

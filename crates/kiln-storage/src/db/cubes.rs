@@ -173,7 +173,8 @@ impl Inner {
         let mut parts = vec![];
         for cube in cubes {
             match self.write_part(builder, table, cube, segment, rows).await {
-                Ok(p) => parts.push(p),
+                Ok(Some(p)) => parts.push(p),
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(cube = cube.name, segment = segment.path, error = %e,
                         "cube part not built; queries read this segment raw");
@@ -193,8 +194,11 @@ impl Inner {
         cube: &CubeDef,
         segment: &SegmentMeta,
         rows: &RecordBatch,
-    ) -> Result<Arc<Part>> {
-        let states = builder.build(table, cube, rows.clone()).await?;
+    ) -> Result<Option<Arc<Part>>> {
+        let Some(build) = builder.build(table, cube, rows.clone()) else {
+            return Ok(None);
+        };
+        let states = build.await?;
         let compression = self.config.segment_compression;
         let rows = states.num_rows() as u64;
         let bytes = tokio::task::spawn_blocking(move || segment::encode(&states, compression))
@@ -212,7 +216,7 @@ impl Inner {
             rows,
             bytes: len,
         };
-        Ok(Part::new(meta, &self.reaper))
+        Ok(Some(Part::new(meta, &self.reaper)))
     }
 
     /// Builds the parts `table`'s segments lack, for at most `limit`
@@ -245,8 +249,18 @@ impl Inner {
         };
         let mut built = 0;
         for (segment, missing) in todo {
-            let batches = segment::read(&self.store, &segment.meta.path).await?;
-            let rows = concat_batches(&table.schema, &batches)?;
+            let rows = match segment::read(&self.store, &segment.meta.path).await {
+                Ok(batches) => concat_batches(&table.schema, &batches)?,
+                Err(e) => {
+                    // Read raw by queries; not retried until a restart.
+                    tracing::warn!(segment = segment.meta.path, error = %e, "cube parts not built");
+                    let mut failed = self.failed_parts.lock();
+                    for c in &missing {
+                        failed.insert((segment.meta.path.clone(), c.id));
+                    }
+                    continue;
+                }
+            };
             let parts = self
                 .build_parts(table, &segment.meta, &rows, &missing)
                 .await;
@@ -256,7 +270,8 @@ impl Inner {
             let _guard = table.manifest_lock.lock().await;
             let current = table.mem.manifest();
             let live = table.cubes();
-            let still_there = current.segments.iter().any(|s| Arc::ptr_eq(s, &segment));
+            let still_there =
+                !table.is_dropped() && current.segments.iter().any(|s| Arc::ptr_eq(s, &segment));
             let mut added = vec![];
             for p in parts {
                 if still_there && live.iter().any(|c| c.id == p.meta.cube_id) {

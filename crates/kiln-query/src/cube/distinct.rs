@@ -20,7 +20,7 @@ use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
     Accumulator, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
-use roaring::RoaringTreemap;
+use roaring::{MultiOps, RoaringTreemap};
 
 use crate::functions::bitmap::{deserialize, serialize};
 
@@ -71,7 +71,7 @@ impl AggregateUDFImpl for DistinctBitmap {
     }
 
     fn accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(One(RoaringTreemap::new())))
+        Ok(Box::new(One(Pending::default())))
     }
 
     fn groups_accumulator_supported(&self, _: AccumulatorArgs) -> bool {
@@ -79,7 +79,7 @@ impl AggregateUDFImpl for DistinctBitmap {
     }
 
     fn create_groups_accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(Groups(vec![])))
+        Ok(Box::new(Groups(vec![], 0)))
     }
 
     fn default_value(&self, _: &DataType) -> Result<ScalarValue> {
@@ -121,40 +121,78 @@ fn bitmaps(states: &ArrayRef, mut f: impl FnMut(usize, RoaringTreemap)) -> Resul
     Ok(())
 }
 
+/// One group's bitmap, with the states merged into it since it was last
+/// read. Merging thousands of small bitmaps into a large one, one at a time,
+/// rewrites the large one's containers each time; they are kept and united
+/// in one pass when the value is needed.
+#[derive(Debug, Default)]
+struct Pending {
+    bitmap: RoaringTreemap,
+    merged: Vec<RoaringTreemap>,
+}
+
+impl Pending {
+    fn get(&mut self) -> &mut RoaringTreemap {
+        if !self.merged.is_empty() {
+            let merged = std::mem::take(&mut self.merged);
+            let own = std::mem::take(&mut self.bitmap);
+            self.bitmap = std::iter::once(own).chain(merged).union();
+        }
+        &mut self.bitmap
+    }
+
+    fn take(mut self) -> RoaringTreemap {
+        self.get();
+        self.bitmap
+    }
+}
+
 #[derive(Debug)]
-struct One(RoaringTreemap);
+struct One(Pending);
 
 impl Accumulator for One {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let bitmap = self.0.get();
         keys(&values[0], |_, k| {
-            self.0.insert(k);
+            bitmap.insert(k);
         })
     }
 
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
-        bitmaps(&states[0], |_, b| self.0 |= b)
+        bitmaps(&states[0], |_, b| self.0.merged.push(b))
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Binary(Some(serialize(&self.0)))])
+        Ok(vec![ScalarValue::Binary(Some(serialize(self.0.get())))])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64(Some(self.0.len() as i64)))
+        Ok(ScalarValue::Int64(Some(self.0.get().len() as i64)))
     }
 
     fn size(&self) -> usize {
-        std::mem::size_of::<Self>() + self.0.serialized_size()
+        std::mem::size_of::<Self>()
+            + self.0.bitmap.serialized_size()
+            + self.0.merged.iter().map(|b| b.serialized_size()).sum::<usize>()
     }
 }
 
-struct Groups(Vec<RoaringTreemap>);
+/// Each group's bitmap, and the bytes of the states merged, for `size`.
+struct Groups(Vec<Pending>, usize);
 
 impl Groups {
     fn grow(&mut self, total: usize) {
         if self.0.len() < total {
-            self.0.resize_with(total, RoaringTreemap::new);
+            self.0.resize_with(total, Pending::default);
         }
+    }
+
+    fn take(&mut self, emit_to: EmitTo) -> Vec<RoaringTreemap> {
+        let groups = emit_to.take_needed(&mut self.0);
+        if self.0.is_empty() {
+            self.1 = 0;
+        }
+        groups.into_iter().map(Pending::take).collect()
     }
 }
 
@@ -170,7 +208,7 @@ impl GroupsAccumulator for Groups {
         let pass = |row: usize| opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row));
         keys(&values[0], |row, k| {
             if pass(row) {
-                self.0[group_indices[row]].insert(k);
+                self.0[group_indices[row]].get().insert(k);
             }
         })
     }
@@ -182,18 +220,21 @@ impl GroupsAccumulator for Groups {
         total_num_groups: usize,
     ) -> Result<()> {
         self.grow(total_num_groups);
-        bitmaps(&values[0], |row, b| self.0[group_indices[row]] |= b)
+        bitmaps(&values[0], |row, b| {
+            self.1 += b.serialized_size();
+            self.0[group_indices[row]].merged.push(b);
+        })
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let groups = emit_to.take_needed(&mut self.0);
+        let groups = self.take(emit_to);
         Ok(Arc::new(Int64Array::from_iter_values(
             groups.iter().map(|b| b.len() as i64),
         )))
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let groups = emit_to.take_needed(&mut self.0);
+        let groups = self.take(emit_to);
         let mut out = BinaryBuilder::new();
         for b in &groups {
             out.append_value(serialize(b));
@@ -218,7 +259,7 @@ impl GroupsAccumulator for Groups {
     }
 
     fn size(&self) -> usize {
-        self.0.iter().map(|b| b.serialized_size()).sum::<usize>()
-            + self.0.capacity() * std::mem::size_of::<RoaringTreemap>()
+        // The merged states' bytes, and a few bytes a group for its own.
+        self.1 + self.0.capacity() * (std::mem::size_of::<Pending>() + 64)
     }
 }

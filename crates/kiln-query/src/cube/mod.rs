@@ -13,7 +13,7 @@
 //! Submodules, in layer order: [`rewrite`] (the optimizer rule) over
 //! [`scan`] (the plan node and its execution) over [`plan`] (a definition
 //! planned and checked) over [`merge`] (merging states), [`distinct`]
-//! (bitmap states of integer distinct counts), [`statement`]
+//! (sorted-values states of integer distinct counts), [`statement`]
 //! (the statements' syntax) and [`unit`] (time buckets).
 
 pub mod distinct;

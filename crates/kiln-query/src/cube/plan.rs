@@ -25,7 +25,7 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, Physic
 use kiln_storage::schema::view_schema;
 use kiln_storage::{CubeDef, Table};
 
-use super::distinct::{DistinctBitmap, kept_as_bitmap};
+use super::distinct::{DistinctValues, kept_as_values};
 use super::merge::MergeStates;
 use crate::error::{Error, Result};
 
@@ -187,14 +187,14 @@ impl CubePlan {
                 .collect::<DfResult<Vec<_>>>()?;
             let order =
                 create_physical_sort_exprs(&f.params.order_by, &df_schema, props, &planning)?;
-            // An integer distinct count keeps a bitmap, not the values.
-            let bitmap = f.func.name() == "count"
+            // An integer distinct count keeps its values sorted and coded.
+            let values = f.func.name() == "count"
                 && f.params.distinct
                 && args.len() == 1
-                && kept_as_bitmap(&args[0].data_type(&input)?);
-            let (func, distinct) = match bitmap {
+                && kept_as_values(&args[0].data_type(&input)?);
+            let (func, distinct) = match values {
                 true => (
-                    Arc::new(AggregateUDF::from(DistinctBitmap::default())),
+                    Arc::new(AggregateUDF::from(DistinctValues::default())),
                     false,
                 ),
                 false => (f.func.clone(), f.params.distinct),

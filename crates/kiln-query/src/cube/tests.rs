@@ -93,3 +93,18 @@ fn statements_parse_and_errors_say_where() {
         "{e}"
     );
 }
+
+#[test]
+fn distinct_values_round_trip_and_refuse_corrupt_states() {
+    use super::distinct::{decode, encode};
+    let values = [0, 1, 127, 128, 300, 1 << 40, u64::MAX - 1, u64::MAX];
+    let bytes = encode(&values);
+    let mut back = vec![];
+    decode(&bytes, &mut back).unwrap();
+    assert_eq!(back, values);
+    // Small gaps take one byte each.
+    assert_eq!(encode(&[5, 6, 7, 100]).len(), 4);
+    let mut out = vec![];
+    assert!(decode(&[0x80], &mut out).is_err(), "a cut varint");
+    assert!(decode(&[0xff; 11], &mut out).is_err(), "a varint too long");
+}

@@ -19,7 +19,7 @@
 //! two-phase (partial / final) aggregation over many partitions.
 //! `docs/sql.md` documents the SQL surface.
 
-pub(crate) mod bitmap;
+mod bitmap;
 mod bitmap_scalar;
 mod distributions;
 mod funnel;

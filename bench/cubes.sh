@@ -2,7 +2,8 @@
 # cubes.sh ROUNDS : the dashboard (bench/workload/dashboard) with and without
 # the cubes of bench/cubes.sql, one server at a time, alternated each round
 # (MODES, default "on off"; "on-nopart off-nopart" also turn the partial
-# cache off).
+# cache off). WORKLOAD: dashboard (default) or aggregates (without the two
+# retention charts, which no cube answers).
 #
 # Needs KILN_BIN (a release build) and DATA, a data directory holding the
 # abtest table (bench/peers/run.sh makes one; or set PARQUET to a file from
@@ -55,8 +56,9 @@ for r in $(seq "$R"); do for mode in ${MODES:-on off}; do
   sleep 5 # the segment cache's prewarm
   for proto in $PROTOCOLS; do
     case $proto in http) URL=http://$HTTP ;; *) URL=postgres://127.0.0.1:$PG ;; esac
-    "$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration 10s --seed 3 >/dev/null 2>&1
-    line=$("$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration "${SECS}s" --seed 7 --json 2>/dev/null)
+    W="--workload ${WORKLOAD:-dashboard}"
+    "$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration 10s --seed 3 $W >/dev/null 2>&1
+    line=$("$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration "${SECS}s" --seed 7 $W --json 2>/dev/null)
     echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d[-1] if isinstance(d,list) else d["levels"][-1]; print(round(l["qps"],1), l["p50_ms"], l["p99_ms"], "errors", l["errors"])' <<<"$line")"
   done
   kill $P; wait $P 2>/dev/null || true

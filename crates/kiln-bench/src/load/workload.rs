@@ -48,12 +48,31 @@ pub const DASHBOARD: [Query; 15] = dashboard!(
     "15_events_per_hour",
 );
 
+/// The dashboard's charts but the two retention ones (13, 14), which group
+/// by user: the charts a cube can answer (bench/cubes.sql).
+pub const AGGREGATES: [Query; 13] = dashboard!(
+    "01_distinct_users",
+    "02_conversion",
+    "03_revenue",
+    "04_covariance",
+    "05_daily_active_users",
+    "06_daily_revenue",
+    "07_top_regions",
+    "08_platform_split",
+    "09_url_contains",
+    "10_url_prefix",
+    "11_funnel",
+    "12_ttest_inputs",
+    "15_events_per_hour",
+);
+
 /// A workload by name (`--workload`).
 pub fn workload(name: &str) -> Result<&'static [Query]> {
     match name {
         "dashboard" => Ok(&DASHBOARD),
+        "aggregates" => Ok(&AGGREGATES),
         other => Err(Error::Config(format!(
-            "unknown workload '{other}' (known: dashboard)"
+            "unknown workload '{other}' (known: dashboard, aggregates)"
         ))),
     }
 }

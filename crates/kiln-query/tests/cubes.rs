@@ -23,6 +23,9 @@ const DAY_NS: i64 = 24 * HOUR_NS;
 const START_NS: i64 = 1_793_577_600 * 1_000_000_000;
 const DAYS: i64 = 4;
 
+const TABLE: &str = "CREATE TABLE ev (ts TIMESTAMP NOT NULL, region VARCHAR, \
+                     action VARCHAR NOT NULL, amount DOUBLE, qty BIGINT NOT NULL, user_id BIGINT NOT NULL)";
+
 const CUBES: &[&str] = &[
     "CREATE CUBE by_hour ON ev DIMENSIONS (date_trunc('hour', ts) AS h, region, action) \
      MEASURES (count(*) AS n, sum(qty) AS q, min(amount) AS lo, max(amount) AS hi, \
@@ -270,13 +273,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
 async fn cube_answers_equal_raw_answers() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;
-    engine
-        .execute(
-            "CREATE TABLE ev (ts TIMESTAMP NOT NULL, region VARCHAR, action VARCHAR NOT NULL, \
-             amount DOUBLE, qty BIGINT NOT NULL, user_id BIGINT NOT NULL)",
-        )
-        .await
-        .unwrap();
+    engine.execute(TABLE).await.unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let db = engine.db().clone();
     for c in &CUBES[..2] {
@@ -311,13 +308,7 @@ async fn cube_answers_equal_raw_answers() {
 async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;
-    engine
-        .execute(
-            "CREATE TABLE ev (ts TIMESTAMP NOT NULL, region VARCHAR, action VARCHAR NOT NULL, \
-             amount DOUBLE, qty BIGINT NOT NULL, user_id BIGINT NOT NULL)",
-        )
-        .await
-        .unwrap();
+    engine.execute(TABLE).await.unwrap();
     let mut rng = StdRng::seed_from_u64(3);
     write(engine.db(), &rows(&mut rng, 2_000)).await;
     engine.db().flush_all().await.unwrap();

@@ -319,3 +319,111 @@ fn crash_between_a_compaction_commit_and_releasing_what_it_replaced() {
         db.close().await.unwrap();
     });
 }
+
+/// Parts of one cube with no dimension and one measure, the rows of the
+/// segment: what the query layer's builder would keep for `count(*)`.
+struct RowCount;
+
+impl kiln_storage::CubeBuilder for RowCount {
+    fn build(
+        &self,
+        _: &kiln_storage::Table,
+        _: &kiln_storage::CubeDef,
+        rows: arrow::array::RecordBatch,
+    ) -> Option<futures::future::BoxFuture<'static, kiln_storage::Result<arrow::array::RecordBatch>>>
+    {
+        let n = rows.num_rows() as i64;
+        Some(Box::pin(async move {
+            let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+                arrow::datatypes::Field::new("n", arrow::datatypes::DataType::Int64, false),
+            ]));
+            let col = std::sync::Arc::new(arrow::array::Int64Array::from(vec![n]));
+            Ok(arrow::array::RecordBatch::try_new(schema, vec![col])?)
+        }))
+    }
+}
+
+/// Opens with the part builder installed and the cube created if missing.
+async fn open_with_cube(dir: &Path) -> Db {
+    let db = open(dir).await;
+    db.set_cube_builder(std::sync::Arc::new(RowCount));
+    if db.table(TABLE).is_none() {
+        create(&db).await;
+    }
+    db.create_cube(kiln_storage::CreateCube {
+        name: "c".into(),
+        table: TABLE.into(),
+        dimensions: vec![],
+        measures: vec![kiln_storage::CubeColumn {
+            sql: "count(*)".into(),
+            name: "n".into(),
+        }],
+        if_not_exists: true,
+    })
+    .await
+    .unwrap();
+    db
+}
+
+/// Part files on disk, and those the manifest names.
+async fn parts(db: &Db) -> (Vec<String>, Vec<String>) {
+    let on_disk = parquet_files(db)
+        .await
+        .into_iter()
+        .filter(|p| p.contains(".cube"))
+        .collect();
+    let t = db.table(TABLE).unwrap();
+    let mut named: Vec<String> = t
+        .segments()
+        .iter()
+        .flat_map(|s| {
+            s.parts()
+                .iter()
+                .map(|p| p.meta.path.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    named.sort();
+    (on_disk, named)
+}
+
+#[test]
+fn crash_during_a_flush_with_cubes_leaves_each_segment_with_its_part_or_neither() {
+    run(|dir| async move {
+        let db = open_with_cube(&dir).await;
+        let a = write(&db, 0, 0..100).await + write(&db, 1, 100..120).await;
+        fail::cfg(FLUSH_AFTER_SEGMENTS, "panic").unwrap();
+        crash_during(&db, |db| async move { db.flush_all().await }).await;
+        fail::remove(FLUSH_AFTER_SEGMENTS);
+        assert_eq!(
+            parts(&db).await.0.len(),
+            2,
+            "each new segment's part written"
+        );
+        drop(db);
+
+        // Nothing committed: segments and parts both gone, rows replayed.
+        let db = open_with_cube(&dir).await;
+        assert_eq!(parts(&db).await, (vec![], vec![]));
+        assert_eq!(in_memory(&db), a);
+        db.flush_all().await.unwrap();
+        let (on_disk, named) = parts(&db).await;
+        assert_eq!(on_disk, named);
+        assert_eq!(named.len(), 2, "every segment has its part");
+
+        // Crash once the version naming the next segments and parts is written.
+        let b = write(&db, 0, 120..130).await;
+        fail::cfg(MANIFEST_AFTER_WRITE, "panic").unwrap();
+        crash_during(&db, |db| async move { db.flush_all().await }).await;
+        fail::remove(MANIFEST_AFTER_WRITE);
+        drop(db);
+        let db = open_with_cube(&dir).await;
+        let (on_disk, named) = parts(&db).await;
+        assert_eq!(on_disk, named, "the parts the new version names are there");
+        assert_eq!(named.len(), 3);
+        let t = db.table(TABLE).unwrap();
+        assert!(t.segments().iter().all(|s| s.part(1).is_some()));
+        assert_eq!(stored(&db).await, a + b);
+        db.close().await.unwrap();
+    });
+}

@@ -28,10 +28,11 @@ pub mod unit;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use dashmap::DashMap;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -49,7 +50,6 @@ use futures::future::BoxFuture;
 use kiln_storage::schema::view_schema;
 use kiln_storage::{CubeBuilder, CubeDef, Db, Part, Table};
 use object_store::path::Path;
-use parking_lot::RwLock;
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
@@ -163,10 +163,10 @@ pub fn why_not(state: &SessionState, plan: &LogicalPlan) -> Option<RecordBatch> 
 /// The cubes' planned forms, decoded parts and counters, shared by the
 /// rule, the scans and the part builder.
 pub struct Cubes {
-    plans: RwLock<HashMap<u64, Arc<CubePlan>>>,
+    /// Read lock-free by every query's rule; replaced whole on DDL.
+    plans: ArcSwap<HashMap<u64, Arc<CubePlan>>>,
     /// Decoded parts by path (parts are immutable).
     parts: ByteLru<String, RecordBatch>,
-    answered: DashMap<u64, u64>,
     /// The session that plans definitions; weak, as the session holds the rule.
     session: OnceLock<Weak<parking_lot::RwLock<SessionState>>>,
 }
@@ -174,7 +174,7 @@ pub struct Cubes {
 impl std::fmt::Debug for Cubes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cubes")
-            .field("plans", &self.plans.read().len())
+            .field("plans", &self.plans.load().len())
             .field("parts", &self.parts)
             .finish()
     }
@@ -186,7 +186,6 @@ impl Cubes {
         Arc::new(Self {
             plans: Default::default(),
             parts: ByteLru::new(part_bytes, part_bytes / 4, 0),
-            answered: Default::default(),
             session: OnceLock::new(),
         })
     }
@@ -208,12 +207,16 @@ impl Cubes {
 
     /// Plans `def` over `table` (checking it) and keeps the plan.
     pub async fn prepare(&self, table: &Table, def: Arc<CubeDef>) -> Result<Arc<CubePlan>> {
-        if let Some(p) = self.plans.read().get(&def.id) {
+        if let Some(p) = self.plans.load().get(&def.id) {
             return Ok(p.clone());
         }
         let state = self.state()?;
         let plan = Arc::new(CubePlan::new(&state, table, def).await?);
-        self.plans.write().insert(plan.def.id, plan.clone());
+        self.plans.rcu(|plans| {
+            let mut plans = HashMap::clone(plans);
+            plans.insert(plan.def.id, plan.clone());
+            plans
+        });
         Ok(plan)
     }
 
@@ -224,8 +227,11 @@ impl Cubes {
 
     /// Forgets a dropped cube.
     pub fn forget(&self, id: u64) {
-        self.plans.write().remove(&id);
-        self.answered.remove(&id);
+        self.plans.rcu(|plans| {
+            let mut plans = HashMap::clone(plans);
+            plans.remove(&id);
+            plans
+        });
     }
 
     /// `table`'s planned cubes, each with its size in rows (parts, plus
@@ -235,7 +241,7 @@ impl Cubes {
         if cubes.is_empty() {
             return vec![];
         }
-        let plans = self.plans.read();
+        let plans = self.plans.load();
         let segments = table.segments();
         cubes
             .iter()
@@ -259,13 +265,12 @@ impl Cubes {
         });
     }
 
-    fn count_answer(&self, id: u64) {
-        *self.answered.entry(id).or_default() += 1;
-    }
-
-    /// Queries a cube has answered since the start.
+    /// Queries a cube has answered since the start (or since it was planned).
     pub fn answered(&self, id: u64) -> u64 {
-        self.answered.get(&id).map_or(0, |n| *n)
+        self.plans
+            .load()
+            .get(&id)
+            .map_or(0, |p| p.answered.load(Ordering::Relaxed))
     }
 
     /// Bytes of decoded parts held.
@@ -367,7 +372,7 @@ impl CubeBuilder for PartBuilder {
         cube: &CubeDef,
         rows: RecordBatch,
     ) -> Option<BoxFuture<'static, kiln_storage::Result<RecordBatch>>> {
-        let plan = self.cubes.plans.read().get(&cube.id).cloned()?;
+        let plan = self.cubes.plans.load().get(&cube.id).cloned()?;
         let name = cube.name.clone();
         let failed = move |e: String| kiln_storage::Error::CubeBuild {
             cube: name.clone(),

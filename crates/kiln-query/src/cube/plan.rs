@@ -8,6 +8,7 @@
 //! produce rows of one schema, which the query merges.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -63,6 +64,8 @@ pub struct CubePlan {
     input: SchemaRef,
     /// What a part holds: dimension columns, then each measure's states.
     pub schema: SchemaRef,
+    /// Queries answered from this cube (`system.cubes`).
+    pub answered: AtomicU64,
 }
 
 /// One measure: its aggregate as a query would spell it, and where its
@@ -240,6 +243,7 @@ impl CubePlan {
             aggregates,
             input,
             schema,
+            answered: AtomicU64::new(0),
         })
     }
 

@@ -77,13 +77,18 @@ impl OptimizerRule for CubeRewrite {
         if !super::enabled(config.options().as_ref()) {
             return Ok(Transformed::no(plan));
         }
-        let Some(source) = Source::find(&agg.input) else {
+        // Most aggregates read tables without cubes: nothing more is done
+        // for them than finding their table.
+        let Some(table) = Source::table(&agg.input) else {
             return Ok(Transformed::no(plan));
         };
-        let mut candidates = self.cubes.candidates(source.table.table());
+        let mut candidates = self.cubes.candidates(table.table());
         if candidates.is_empty() {
             return Ok(Transformed::no(plan));
         }
+        let Some(source) = Source::find(&agg.input) else {
+            return Ok(Transformed::no(plan));
+        };
         candidates.sort_by_key(|(_, rows)| *rows);
         let mut misses = vec![];
         for (cube, _) in candidates {
@@ -109,6 +114,20 @@ struct Source {
 }
 
 impl Source {
+    /// The Kiln table under filters, projections and aliases, if any.
+    fn table(plan: &LogicalPlan) -> Option<KilnTable> {
+        match plan {
+            LogicalPlan::TableScan(scan) if scan.fetch.is_none() => {
+                let provider = source_as_provider(&scan.source).ok()?;
+                provider.downcast_ref::<KilnTable>().cloned()
+            }
+            LogicalPlan::Filter(Filter { input, .. })
+            | LogicalPlan::Projection(Projection { input, .. }) => Source::table(input),
+            LogicalPlan::SubqueryAlias(a) => Source::table(&a.input),
+            _ => None,
+        }
+    }
+
     /// Walks filters, projections and aliases down to a Kiln table scan.
     fn find(plan: &LogicalPlan) -> Option<Source> {
         match plan {

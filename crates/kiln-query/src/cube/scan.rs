@@ -263,7 +263,8 @@ impl CubeScanExec {
                 _ => batch,
             });
         }
-        cubes.count_answer(cube.def.id);
+        cube.answered
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut streams = vec![];
         // The memstore and the segments without a part, with the query's filter.
         let memory = !snapshot.version.frozen.is_empty()

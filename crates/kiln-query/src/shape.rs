@@ -17,6 +17,7 @@
 
 use std::ops::ControlFlow;
 
+pub mod labels;
 pub mod postgres;
 
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, VisitMut, VisitorMut};

@@ -42,5 +42,5 @@ pub(super) async fn run_own<C: ClientInfo + Send + Sync>(
     };
     let query = begin(engine, text, client, true).await?;
     let streamed = engine.run_own(&query, stmt).await.map_err(to_pg)?;
-    respond(streamed, &Format::UnifiedText, client)
+    respond(streamed, &Format::UnifiedText, None, client)
 }

@@ -87,7 +87,14 @@ impl CursorHook {
             let Streamed::Rows { schema, stream } = streamed else {
                 return Err(error("42601", "a cursor's query must return rows".into()));
             };
-            let mut rows = super::execute::encode(&schema, stream, &Format::UnifiedText, &*client)?;
+            let labels = kiln_query::shape::labels::labels(&stmt);
+            let mut rows = super::execute::encode(
+                &schema,
+                stream,
+                &Format::UnifiedText,
+                labels.as_ref(),
+                &*client,
+            )?;
             rows.set_command_tag("FETCH");
             let columns = DFSchema::try_from(schema.clone())
                 .map_err(|e| PgWireError::ApiError(Box::new(e)))?;

@@ -39,6 +39,7 @@ use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::data::DataRow;
 use datafusion_postgres::pgwire::types::format::FormatOptions;
 use futures::StreamExt;
+use kiln_query::shape::labels::Labels;
 use kiln_query::{Engine, Query, Streamed};
 
 use super::{PgStatement, to_pg};
@@ -114,20 +115,21 @@ pub(super) fn fields(schema: &Schema, format: Option<&Format>) -> PgWireResult<V
     Ok(described(arrow_schema_to_pg_fields(schema, format, None)?))
 }
 
-/// Rows as pgwire sends them, in the columns' `format`; an error while
-/// computing them gets its SQLSTATE.
+/// Rows as pgwire sends them, in the columns' `format`, under `labels`
+/// where given; an error while computing them gets its SQLSTATE.
 pub(super) fn encode<C: ClientInfo + ?Sized>(
     schema: &Schema,
     batches: SendableRecordBatchStream,
     format: &Format,
+    labels: Option<&Labels>,
     client: &C,
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-    let fields = Arc::new(described(arrow_schema_to_pg_fields(
-        schema,
-        format,
-        Some(options),
-    )?));
+    let fields = described(arrow_schema_to_pg_fields(schema, format, Some(options))?);
+    let fields = Arc::new(match labels {
+        Some(labels) => labeled(fields, labels),
+        None => fields,
+    });
     let row_fields = fields.clone();
     let rows = batches
         .map(move |batch| {
@@ -205,6 +207,27 @@ pub(super) fn described(fields: Vec<FieldInfo>) -> Vec<FieldInfo> {
                 f.table_id(),
                 f.column_id(),
                 Type::TEXT,
+                f.format(),
+            )
+            .with_format_options(f.format_options().clone()),
+        })
+        .collect()
+}
+
+/// `fields` named as PostgreSQL labels them (`shape::labels`).
+pub(super) fn labeled(fields: Vec<FieldInfo>, labels: &Labels) -> Vec<FieldInfo> {
+    let mut names: Vec<String> = fields.iter().map(|f| f.name().to_string()).collect();
+    labels.apply(&mut names);
+    fields
+        .into_iter()
+        .zip(names)
+        .map(|(f, name)| match f.name() == name {
+            true => f,
+            false => FieldInfo::new(
+                name,
+                f.table_id(),
+                f.column_id(),
+                f.datatype().clone(),
                 f.format(),
             )
             .with_format_options(f.format_options().clone()),

@@ -63,6 +63,7 @@ use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use datafusion_postgres::{DfSessionService, Parser};
 use futures::{SinkExt, StreamExt};
+use kiln_query::shape::labels::{Labels, labels};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -255,16 +256,18 @@ async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
         .map_err(to_pg)
 }
 
-/// A statement's result as a pgwire response; rows in `format`.
+/// A statement's result as a pgwire response; rows in `format`, columns
+/// under PostgreSQL's `labels` where it has any.
 fn respond<C: ClientInfo>(
     streamed: Streamed,
     format: &Format,
+    labels: Option<&Labels>,
     client: &C,
 ) -> PgWireResult<Response> {
     Ok(match streamed {
         Streamed::Command { tag, .. } => Response::Execution(Tag::new(&tag)),
         Streamed::Rows { schema, stream } => {
-            Response::Query(execute::encode(&schema, stream, format, client)?)
+            Response::Query(execute::encode(&schema, stream, format, labels, client)?)
         }
     })
 }
@@ -378,9 +381,11 @@ impl QueryParser for KilnParser {
                 None => Ok(vec![]),
             };
         }
-        self.inner
-            .get_result_schema(stmt, column_format)
-            .map(execute::described)
+        let fields = execute::described(self.inner.get_result_schema(stmt, column_format)?);
+        Ok(match stmt.1.as_ref().and_then(|(stmt, _)| labels(stmt)) {
+            Some(labels) => execute::labeled(fields, &labels),
+            None => fields,
+        })
     }
 }
 
@@ -464,12 +469,18 @@ impl SimpleQueryHandler for PgSimple {
                 Some(q) => q,
                 None => query_handle.insert(begin(&self.engine, query, client, light).await?),
             };
+            let labels = labels(&stmt);
             let streamed = self
                 .engine
                 .run(q, DfStatement::Statement(Box::new(stmt)), &[])
                 .await
                 .map_err(to_pg)?;
-            responses.push(respond(streamed, &Format::UnifiedText, client)?);
+            responses.push(respond(
+                streamed,
+                &Format::UnifiedText,
+                labels.as_ref(),
+                client,
+            )?);
         }
         Ok(responses)
     }
@@ -635,7 +646,18 @@ impl ExtendedQueryHandler for PgExtended {
         let light = Engine::is_light([stmt]);
         let query = begin(&self.engine, text, client, light).await?;
         let streamed = execute::execute(&self.engine, &query, &self.types, portal).await?;
-        respond(streamed, &portal.result_column_format, client)
+        let labels = portal
+            .statement
+            .statement
+            .1
+            .as_ref()
+            .and_then(|(stmt, _)| labels(stmt));
+        respond(
+            streamed,
+            &portal.result_column_format,
+            labels.as_ref(),
+            client,
+        )
     }
 }
 

@@ -575,7 +575,7 @@ impl ShowHook {
             futures::stream::iter([Ok(rows)]),
         ));
         Some(
-            super::execute::encode(&schema, stream, &Format::UnifiedText, &*client)
+            super::execute::encode(&schema, stream, &Format::UnifiedText, None, &*client)
                 .map(Response::Query),
         )
     }

@@ -53,6 +53,25 @@ def main(port: int) -> None:
         got = [(r[0], r[1]) for r in c.fetchall()]
         assert got == [(1, timedelta(hours=1)), (2, None), (3, timedelta(hours=3))], (binary, got)
 
+    # PostgreSQL's default column labels, over the simple protocol (no
+    # parameters), the extended one (parameters; prepared and not) and a
+    # server-side cursor's Describe: pandas and Grafana name columns by them.
+    labeled = ("SELECT count(*), count(name), 'x', CAST(2.0 AS INT), 1::int, "
+               "date_trunc('day', ts), CASE WHEN id > 1 THEN 1 END, * FROM pgt "
+               "WHERE id {} GROUP BY ts, id, name ORDER BY id LIMIT 1")
+    want = ["count", "count", "?column?", "int4", "int4", "date_trunc", "case",
+            "ts", "id", "name"]
+    for sql, params, prepare in ((labeled.format("> 0"), None, False),
+                                 (labeled.format("> %s"), (0,), False),
+                                 (labeled.format("> %s"), (0,), True)):
+        c.execute(sql, params, prepare=prepare)
+        assert [d.name for d in c.description] == want, (sql, c.description)
+        assert c.fetchone()[:5] == (1, 1, "x", 2, 1)
+    with conn.transaction(), conn.cursor(name="labels") as named:
+        named.execute(labeled.format("> %s"), (0,))
+        assert named.fetchone()[:2] == (1, 1)
+        assert [d.name for d in named.description] == want, named.description
+
     # Errors carry SQLSTATEs that client libraries turn into typed exceptions.
     try:
         c.execute("SELECT * FROM nope")

@@ -19,6 +19,7 @@ use std::ops::ControlFlow;
 
 pub mod labels;
 pub mod postgres;
+pub mod relations;
 
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::parser::ParserError;

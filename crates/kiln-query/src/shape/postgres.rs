@@ -55,8 +55,9 @@ fn is_interval(e: &Expr) -> bool {
     }
 }
 
-/// Whether `sql` may hold something [`rewrite`] rewrites: lets a protocol
-/// skip parsing the text a second time.
+/// Whether `sql` may hold something [`rewrite`] or
+/// [`super::relations::rewrite`] rewrites: lets a protocol skip parsing the
+/// text a second time.
 pub fn may_rewrite(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
     sql.contains(").")
@@ -65,6 +66,7 @@ pub fn may_rewrite(sql: &str) -> bool {
         || lower.contains("escape")
         || repeats_a_term(&lower)
         || (lower.contains("interval") && sql.contains('*'))
+        || super::relations::may_rewrite(&lower)
 }
 
 /// Whether some select-list term may repeat: two equal comma-separated

@@ -32,7 +32,6 @@ use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
-use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use datafusion_postgres::hooks::set_show::SetShowHook;
 use datafusion_postgres::hooks::{HookClient, QueryHook};
 use datafusion_postgres::pgwire::api::Type;
@@ -65,6 +64,7 @@ use datafusion_postgres::{DfSessionService, Parser};
 use futures::{SinkExt, StreamExt};
 use kiln_query::shape::labels::{Labels, labels};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
+use sql_parser::SqlParser;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -86,6 +86,7 @@ mod hook;
 mod pg_catalog;
 mod regproc;
 mod settings;
+mod sql_parser;
 mod startup;
 mod transaction;
 
@@ -278,7 +279,7 @@ fn respond<C: ClientInfo>(
 pub struct KilnParser {
     inner: Arc<Parser>,
     engine: Arc<Engine>,
-    sql: PostgresCompatibilityParser,
+    sql: SqlParser,
 }
 
 impl KilnParser {
@@ -392,7 +393,7 @@ impl QueryParser for KilnParser {
 /// The simple query protocol: every statement through the engine's door.
 pub struct PgSimple {
     engine: Arc<Engine>,
-    parser: PostgresCompatibilityParser,
+    parser: SqlParser,
     hooks: Arc<ProtocolHooks>,
 }
 
@@ -720,14 +721,14 @@ impl Handlers {
         Self {
             simple: Arc::new(PgSimple {
                 engine: engine.clone(),
-                parser: PostgresCompatibilityParser::new(),
+                parser: SqlParser::default(),
                 hooks: hooks.clone(),
             }),
             extended: Arc::new(PgExtended {
                 parser: Arc::new(KilnParser {
                     inner: session.query_parser(),
                     engine: engine.clone(),
-                    sql: PostgresCompatibilityParser::new(),
+                    sql: SqlParser::default(),
                 }),
                 engine: engine.clone(),
                 hooks,

@@ -1,0 +1,188 @@
+//! PostgreSQL's functions in `FROM`, and its `user`, rewritten right after
+//! parsing as DataFusion plans them:
+//! - a scalar function in `FROM` (`string_to_array(x, ',') s`) is a
+//!   relation of one row whose one column is named by the alias, else by
+//!   the function: it becomes `(SELECT f(...) AS s) AS s`. DataFusion looks
+//!   for a table of that name ("table 'string_to_array' does not exist");
+//! - a series in `FROM` with an alias and no column list
+//!   (`generate_series(1, 3) AS i`) names its one column by the alias, as
+//!   PostgreSQL does, where DataFusion calls it `value`;
+//! - `user`, unquoted, is PostgreSQL's `current_user` (a reserved word, so
+//!   a column of that name must be quoted there). Kiln rewrites it only in
+//!   a query reading no named table, since event tables often have a
+//!   `user` column and a query reading one means it.
+//!
+//! Grafana's editors resolve the search path with all three
+//! (`string_to_array(current_setting('search_path'), ',') s`,
+//! `generate_series(...) AS i`, `CASE WHEN ... THEN user`).
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArguments, Ident, ObjectNamePart, Query, SetExpr, Statement, TableAliasColumnDef,
+    TableFactor, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+/// Table functions whose rows have one column (named `value`).
+const SERIES: &[&str] = &["generate_series", "range"];
+
+/// Whether `lower` (SQL text in lower case) may hold something [`rewrite`]
+/// rewrites: `user`, a series, or a call right after `FROM` or `JOIN`.
+/// Lets a protocol skip parsing the text a second time.
+pub fn may_rewrite(lower: &str) -> bool {
+    let call_after = |keyword: &str| {
+        lower.match_indices(keyword).any(|(at, _)| {
+            let rest = lower[at + keyword.len()..].trim_start();
+            let name = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+                .unwrap_or(rest.len());
+            name > 0 && rest[name..].trim_start().starts_with('(')
+        })
+    };
+    lower.contains("user")
+        || SERIES.iter().any(|s| lower.contains(s))
+        || call_after("from ")
+        || call_after("join ")
+}
+
+/// Rewrites `stmt` (module docs); `is_table_function` says whether a name
+/// (lower case) is a table function. Returns whether it rewrote anything.
+pub fn rewrite(stmt: &mut Statement, is_table_function: &dyn Fn(&str) -> bool) -> bool {
+    let mut v = Relations {
+        is_table_function,
+        reads_tables: Vec::new(),
+        rewrote: false,
+    };
+    let _ = stmt.visit(&mut v);
+    v.rewrote
+}
+
+struct Relations<'a> {
+    is_table_function: &'a dyn Fn(&str) -> bool,
+    /// For each query being visited, innermost last: whether it reads a
+    /// named table.
+    reads_tables: Vec<bool>,
+    rewrote: bool,
+}
+
+/// Whether `body` reads a named table in its own `FROM`s (not in
+/// subqueries of its expressions).
+fn reads_tables(body: &SetExpr) -> bool {
+    match body {
+        SetExpr::Select(select) => select.from.iter().any(|t| {
+            std::iter::once(&t.relation)
+                .chain(t.joins.iter().map(|j| &j.relation))
+                .any(names_a_table)
+        }),
+        SetExpr::Query(q) => reads_tables(&q.body),
+        SetExpr::SetOperation { left, right, .. } => reads_tables(left) || reads_tables(right),
+        _ => false,
+    }
+}
+
+fn names_a_table(t: &TableFactor) -> bool {
+    match t {
+        TableFactor::Table { args, .. } => args.is_none(),
+        TableFactor::NestedJoin {
+            table_with_joins, ..
+        } => {
+            names_a_table(&table_with_joins.relation)
+                || table_with_joins
+                    .joins
+                    .iter()
+                    .any(|j| names_a_table(&j.relation))
+        }
+        _ => false,
+    }
+}
+
+impl VisitorMut for Relations<'_> {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        self.reads_tables.push(reads_tables(&query.body));
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, _: &mut Query) -> ControlFlow<()> {
+        self.reads_tables.pop();
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table {
+            name,
+            args: Some(args),
+            alias,
+            ..
+        } = factor
+        else {
+            return ControlFlow::Continue(());
+        };
+        let Some(function) = name.0.last().and_then(|p| p.as_ident()) else {
+            return ControlFlow::Continue(());
+        };
+        let function = function.value.to_lowercase();
+        if (self.is_table_function)(&function) {
+            if SERIES.contains(&function.as_str())
+                && let Some(alias) = alias
+                && alias.columns.is_empty()
+            {
+                alias
+                    .columns
+                    .push(TableAliasColumnDef::from_name(alias.name.value.clone()));
+                self.rewrote = true;
+            }
+            return ControlFlow::Continue(());
+        }
+        let call = format!(
+            "{name}({})",
+            args.args
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let alias = match alias {
+            Some(a) => a.name.clone(),
+            None => Ident::with_quote('"', function),
+        };
+        let sql = format!("SELECT * FROM (SELECT {call} AS {alias}) AS {alias}");
+        let derived = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+            .ok()
+            .and_then(|mut stmts| match stmts.pop() {
+                Some(Statement::Query(q)) => match *q.body {
+                    SetExpr::Select(mut select) => select.from.pop().map(|t| t.relation),
+                    _ => None,
+                },
+                _ => None,
+            });
+        if let Some(derived) = derived {
+            *factor = derived;
+            self.rewrote = true;
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        // The parser reads a bare `user` as a call without parentheses,
+        // which DataFusion plans as a column of that name; `session_user`
+        // is what `current_user` becomes in datafusion-postgres's rules.
+        if let Expr::Function(f) = expr
+            && matches!(f.args, FunctionArguments::None)
+            && let [ObjectNamePart::Identifier(id)] = f.name.0.as_mut_slice()
+            && id.quote_style.is_none()
+            && id.value.eq_ignore_ascii_case("user")
+            && self.reads_tables.last() == Some(&false)
+        {
+            *id = Ident::new("session_user");
+            self.rewrote = true;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::{may_rewrite, rewrite};
+
+/// `sql` rewritten, with `generate_series` and `range` as the only table
+/// functions; `None` if nothing was rewritten.
+fn rewritten(sql: &str) -> Option<String> {
+    let mut stmt = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .unwrap()
+        .remove(0);
+    let is_table_function = |name: &str| matches!(name, "generate_series" | "range");
+    rewrite(&mut stmt, &is_table_function).then(|| stmt.to_string())
+}
+
+#[test]
+fn a_scalar_function_in_from_is_a_relation_of_one_row() {
+    assert_eq!(
+        rewritten("SELECT s[1] FROM string_to_array('a,b', ',') s").as_deref(),
+        Some("SELECT s[1] FROM (SELECT string_to_array('a,b', ',') AS s) AS s")
+    );
+    assert_eq!(
+        rewritten("SELECT * FROM t JOIN upper('x') ON true").as_deref(),
+        Some("SELECT * FROM t JOIN (SELECT upper('x') AS \"upper\") AS \"upper\" ON true")
+    );
+}
+
+#[test]
+fn a_series_names_its_column_by_its_alias() {
+    assert_eq!(
+        rewritten("SELECT i FROM generate_series(1, 3) AS i").as_deref(),
+        Some("SELECT i FROM generate_series(1, 3) AS i (i)")
+    );
+    assert_eq!(
+        rewritten("SELECT x FROM generate_series(1, 3) AS t(x)"),
+        None
+    );
+    assert_eq!(rewritten("SELECT value FROM range(3)"), None);
+}
+
+#[test]
+fn user_is_session_user_only_where_no_table_is_read() {
+    assert_eq!(
+        rewritten("SELECT user").as_deref(),
+        Some("SELECT session_user")
+    );
+    assert_eq!(
+        rewritten(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema IN \
+             (SELECT CASE WHEN s[i] = 'x' THEN user END FROM generate_series(1, 2) AS i, \
+             string_to_array('a', ',') s)"
+        )
+        .as_deref(),
+        Some(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema IN \
+             (SELECT CASE WHEN s[i] = 'x' THEN session_user END FROM generate_series(1, 2) AS i (i), \
+             (SELECT string_to_array('a', ',') AS s) AS s)"
+        )
+    );
+    // An event table's `user` column stays a column; so does a quoted one.
+    assert_eq!(
+        rewritten("SELECT user, count(*) FROM events GROUP BY user"),
+        None
+    );
+    assert_eq!(rewritten("SELECT \"user\""), None);
+}
+
+#[test]
+fn the_text_check_finds_what_may_be_rewritten() {
+    for sql in [
+        "select user",
+        "select * from generate_series(1, 2)",
+        "select * from string_to_array('a', ',') s",
+        "select * from t join f (1) on true",
+    ] {
+        assert!(may_rewrite(sql), "{sql}");
+    }
+    for sql in ["select a from t where b = 1", "select count(*) from t"] {
+        assert!(!may_rewrite(sql), "{sql}");
+    }
+}

@@ -35,13 +35,6 @@ use tokio_util::task::AbortOnDropHandle;
 /// reservation costs address space, not memory.
 pub const THREAD_STACK_BYTES: usize = 64 << 20;
 
-/// Blocking threads the execution runtime may run at once, per worker.
-/// DataFusion reads spill files and local Parquet files on blocking
-/// threads; tokio's default (512) let 200 spilling aggregations start 250
-/// threads, each keeping freed memory in its allocator heap: resident
-/// memory reached twice the heap. Past the cap, blocking reads queue.
-pub const BLOCKING_THREADS_PER_WORKER: usize = 4;
-
 /// Batches a query's executor task may compute ahead of its reader: enough
 /// to overlap computing and sending, few enough that a slow reader holds
 /// its query's memory bounded.
@@ -87,7 +80,6 @@ impl Executor {
                     .worker_threads(threads)
                     .thread_name("kiln-exec")
                     .thread_stack_size(THREAD_STACK_BYTES)
-                    .max_blocking_threads(threads * BLOCKING_THREADS_PER_WORKER)
                     .on_thread_start(move || lower_priority(nice))
                     .enable_all()
                     .build();

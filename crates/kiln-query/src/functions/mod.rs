@@ -54,6 +54,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(udf(pg_like::LikeEscape::default()));
     ctx.register_udf(udf(pg_quote::QuoteLiteral::default()));
     ctx.register_udf(udf(pg_interval::IntervalMul::default()));
+    ctx.register_udf(udf(crate::rules::pg_types::PgUdtName::default()));
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);
     }

@@ -7,6 +7,8 @@
 //! temporal, numeric and text by these names. An analyzer rule puts a
 //! projection over every scan of that table that maps the column through
 //! [`pg_type_name`]; queries keep their columns and qualifiers.
+//! `udt_name`, which DataFusion's table lacks, is added where a query asks
+//! for it (`shape::relations`) through [`PgUdtName`].
 
 use std::sync::Arc;
 
@@ -96,6 +98,61 @@ pub fn pg_type_name(arrow: &str) -> String {
     name.to_string()
 }
 
+/// PostgreSQL's `udt_name` (the type's internal name: `int8`,
+/// `timestamp`, `varchar`) for a type named by DataFusion (`Int64`) or
+/// by [`pg_type_name`] (`bigint`); an unknown one is kept.
+pub fn pg_udt_name(name: &str) -> String {
+    let pg = pg_type_name(name);
+    let udt = match pg.as_str() {
+        "smallint" => "int2",
+        "integer" => "int4",
+        "bigint" => "int8",
+        "real" => "float4",
+        "double precision" => "float8",
+        "character varying" => "varchar",
+        "boolean" => "bool",
+        "timestamp with time zone" => "timestamptz",
+        "timestamp without time zone" => "timestamp",
+        "time without time zone" => "time",
+        "ARRAY" => "_text",
+        other => other,
+    };
+    udt.to_string()
+}
+
+/// The function `information_schema.columns.udt_name` is computed with
+/// (`shape::relations`).
+pub const UDT_NAME: &str = "kiln_pg_udt_name";
+
+/// [`pg_udt_name`] as a function of a text column.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct PgUdtName {
+    signature: Signature,
+}
+
+impl Default for PgUdtName {
+    fn default() -> Self {
+        Self {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for PgUdtName {
+    fn name(&self) -> &str {
+        UDT_NAME
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        crate::functions::map_text(&args.args[0], pg_udt_name)
+    }
+}
+
 /// [`pg_type_name`] as a function of a text column.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct PgTypeName {
@@ -146,6 +203,22 @@ mod tests {
             ("Something", "Something"),
         ] {
             assert_eq!(pg_type_name(arrow), pg, "{arrow}");
+        }
+    }
+
+    #[test]
+    fn udt_names_from_either_spelling() {
+        for (name, udt) in [
+            ("Int64", "int8"),
+            ("bigint", "int8"),
+            ("Timestamp(ns)", "timestamp"),
+            ("timestamp without time zone", "timestamp"),
+            ("Utf8View", "varchar"),
+            ("Float64", "float8"),
+            ("Boolean", "bool"),
+            ("date", "date"),
+        ] {
+            assert_eq!(pg_udt_name(name), udt, "{name}");
         }
     }
 

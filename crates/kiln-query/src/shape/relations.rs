@@ -12,18 +12,26 @@
 //!   a query reading no named table, since event tables often have a
 //!   `user` column and a query reading one means it.
 //!
-//! Grafana's editors resolve the search path with all three
+//! - `information_schema.columns`, in a statement that names `udt_name`,
+//!   becomes `(SELECT *, kiln_pg_udt_name(data_type) AS udt_name FROM
+//!   information_schema.columns) AS columns` (its alias kept): DataFusion's
+//!   table has no `udt_name`, which Grafana's and other tools' column
+//!   pickers read.
+//!
+//! Grafana's editors resolve the search path with the first three
 //! (`string_to_array(current_setting('search_path'), ',') s`,
 //! `generate_series(...) AS i`, `CASE WHEN ... THEN user`).
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArguments, Ident, ObjectNamePart, Query, SetExpr, Statement, TableAliasColumnDef,
-    TableFactor, VisitMut, VisitorMut,
+    Expr, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SetExpr, Statement,
+    TableAliasColumnDef, TableFactor, VisitMut, VisitorMut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
+
+use crate::rules::pg_types::UDT_NAME;
 
 /// Table functions whose rows have one column (named `value`).
 const SERIES: &[&str] = &["generate_series", "range"];
@@ -42,6 +50,7 @@ pub fn may_rewrite(lower: &str) -> bool {
         })
     };
     lower.contains("user")
+        || lower.contains("udt_name")
         || SERIES.iter().any(|s| lower.contains(s))
         || call_after("from ")
         || call_after("join ")
@@ -50,9 +59,15 @@ pub fn may_rewrite(lower: &str) -> bool {
 /// Rewrites `stmt` (module docs); `is_table_function` says whether a name
 /// (lower case) is a table function. Returns whether it rewrote anything.
 pub fn rewrite(stmt: &mut Statement, is_table_function: &dyn Fn(&str) -> bool) -> bool {
+    let mut columns = false;
+    let _ = visit_relations(stmt, |name| {
+        columns |= is_information_schema_columns(name);
+        ControlFlow::<()>::Continue(())
+    });
     let mut v = Relations {
         is_table_function,
         reads_tables: Vec::new(),
+        udt_name: columns && stmt.to_string().to_ascii_lowercase().contains("udt_name"),
         rewrote: false,
     };
     let _ = stmt.visit(&mut v);
@@ -64,7 +79,40 @@ struct Relations<'a> {
     /// For each query being visited, innermost last: whether it reads a
     /// named table.
     reads_tables: Vec<bool>,
+    /// Whether `information_schema.columns` needs its `udt_name`.
+    udt_name: bool,
     rewrote: bool,
+}
+
+/// Whether `name` is `information_schema.columns` as a query writes it;
+/// the rewrite's own reference quotes the table's name, so the visit of
+/// the relation it puts in place stops there.
+fn is_information_schema_columns(name: &ObjectName) -> bool {
+    let parts: Vec<_> = name.0.iter().filter_map(|p| p.as_ident()).collect();
+    matches!(&parts[..], [.., schema, table]
+        if schema.value.eq_ignore_ascii_case("information_schema")
+            && table.quote_style.is_none()
+            && table.value.eq_ignore_ascii_case("columns"))
+}
+
+/// `factor` replaced by the one relation of `FROM` in `sql`, a query.
+fn replace_with(factor: &mut TableFactor, sql: &str) -> bool {
+    let relation = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .ok()
+        .and_then(|mut stmts| match stmts.pop() {
+            Some(Statement::Query(q)) => match *q.body {
+                SetExpr::Select(mut select) => select.from.pop().map(|t| t.relation),
+                _ => None,
+            },
+            _ => None,
+        });
+    match relation {
+        Some(relation) => {
+            *factor = relation;
+            true
+        }
+        None => false,
+    }
 }
 
 /// Whether `body` reads a named table in its own `FROM`s (not in
@@ -112,6 +160,25 @@ impl VisitorMut for Relations<'_> {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if self.udt_name
+            && let TableFactor::Table {
+                name,
+                args: None,
+                alias,
+                ..
+            } = factor
+            && is_information_schema_columns(name)
+        {
+            let alias = alias
+                .as_ref()
+                .map_or_else(|| "columns".to_string(), |a| a.name.to_string());
+            let sql = format!(
+                "SELECT * FROM (SELECT *, {UDT_NAME}(data_type) AS udt_name \
+                 FROM information_schema.\"columns\") AS {alias}"
+            );
+            self.rewrote |= replace_with(factor, &sql);
+            return ControlFlow::Continue(());
+        }
         let TableFactor::Table {
             name,
             args: Some(args),
@@ -150,19 +217,7 @@ impl VisitorMut for Relations<'_> {
             None => Ident::with_quote('"', function),
         };
         let sql = format!("SELECT * FROM (SELECT {call} AS {alias}) AS {alias}");
-        let derived = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-            .ok()
-            .and_then(|mut stmts| match stmts.pop() {
-                Some(Statement::Query(q)) => match *q.body {
-                    SetExpr::Select(mut select) => select.from.pop().map(|t| t.relation),
-                    _ => None,
-                },
-                _ => None,
-            });
-        if let Some(derived) = derived {
-            *factor = derived;
-            self.rewrote = true;
-        }
+        self.rewrote |= replace_with(factor, &sql);
         ControlFlow::Continue(())
     }
 

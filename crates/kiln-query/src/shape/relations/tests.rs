@@ -79,3 +79,29 @@ fn the_text_check_finds_what_may_be_rewritten() {
         assert!(!may_rewrite(sql), "{sql}");
     }
 }
+
+#[test]
+fn information_schema_columns_gets_udt_name_where_asked_for() {
+    assert_eq!(
+        rewritten(
+            "SELECT c.column_name, c.udt_name FROM information_schema.columns c \
+             WHERE c.table_name = 't'"
+        )
+        .as_deref(),
+        Some(
+            "SELECT c.column_name, c.udt_name FROM (SELECT *, kiln_pg_udt_name(data_type) AS \
+             udt_name FROM information_schema.\"columns\") AS c WHERE c.table_name = 't'"
+        )
+    );
+    assert_eq!(
+        rewritten("SELECT column_name FROM information_schema.columns"),
+        None
+    );
+    // Every reference, in subqueries too, and each only once.
+    let two = rewritten(
+        "SELECT udt_name FROM information_schema.columns WHERE EXISTS \
+         (SELECT 1 FROM information_schema.columns c2)",
+    )
+    .unwrap();
+    assert_eq!(two.matches("kiln_pg_udt_name").count(), 2, "{two}");
+}

@@ -28,6 +28,7 @@ mod pg_interval;
 mod pg_json;
 mod pg_like;
 mod pg_quote;
+pub(crate) mod pg_types;
 mod sized;
 mod stats;
 #[cfg(test)]
@@ -54,7 +55,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(udf(pg_like::LikeEscape::default()));
     ctx.register_udf(udf(pg_quote::QuoteLiteral::default()));
     ctx.register_udf(udf(pg_interval::IntervalMul::default()));
-    ctx.register_udf(udf(crate::rules::pg_types::PgUdtName::default()));
+    ctx.register_udf(udf(pg_types::PgUdtName::default()));
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);
     }

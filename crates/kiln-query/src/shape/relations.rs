@@ -31,7 +31,8 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use crate::rules::pg_types::UDT_NAME;
+/// Kiln's function for `udt_name` from `data_type` (in `functions`).
+pub const UDT_NAME: &str = "kiln_pg_udt_name";
 
 /// Table functions whose rows have one column (named `value`).
 const SERIES: &[&str] = &["generate_series", "range"];

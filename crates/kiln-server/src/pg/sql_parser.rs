@@ -25,7 +25,12 @@ pub struct SqlParser(PostgresCompatibilityParser);
 impl SqlParser {
     /// `sql`'s statements, rewritten by datafusion-postgres's rules.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
-        if !sql.to_ascii_lowercase().contains(SEARCH_PATH) {
+        // Compared in place: this runs for every statement.
+        let reads_search_path = sql
+            .as_bytes()
+            .windows(SEARCH_PATH.len())
+            .any(|w| w.eq_ignore_ascii_case(SEARCH_PATH.as_bytes()));
+        if !reads_search_path {
             return self.0.parse(sql);
         }
         Ok(Parser::parse_sql(&PostgreSqlDialect {}, sql)?

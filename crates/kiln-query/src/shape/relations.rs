@@ -38,7 +38,8 @@ pub const UDT_NAME: &str = "kiln_pg_udt_name";
 const SERIES: &[&str] = &["generate_series", "range"];
 
 /// Whether `lower` (SQL text in lower case) may hold something [`rewrite`]
-/// rewrites: `user`, a series, or a call right after `FROM` or `JOIN`.
+/// rewrites: the word `user` (not `user_id`), a series, `udt_name`, or a
+/// call right after `FROM` or `JOIN`.
 /// Lets a protocol skip parsing the text a second time.
 pub fn may_rewrite(lower: &str) -> bool {
     let call_after = |keyword: &str| {
@@ -50,7 +51,13 @@ pub fn may_rewrite(lower: &str) -> bool {
             name > 0 && rest[name..].trim_start().starts_with('(')
         })
     };
-    lower.contains("user")
+    let word = |w: &str| {
+        let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        lower.match_indices(w).any(|(at, _)| {
+            !part(lower[..at].chars().next_back()) && !part(lower[at + w.len()..].chars().next())
+        })
+    };
+    word("user")
         || lower.contains("udt_name")
         || SERIES.iter().any(|s| lower.contains(s))
         || call_after("from ")

@@ -1,7 +1,8 @@
 //! Robustness at the edges, against the real binary: inputs that used to
 //! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
 //! values that used to be stored changed, memory past the limits, and
-//! queries stopped by a timeout, by KILL QUERY and by their client leaving.
+//! queries stopped by a timeout, by KILL QUERY and by their client leaving,
+//! PostgreSQL messages that lie about their length.
 //! After each, the server must still answer correctly.
 
 mod common;
@@ -731,4 +732,45 @@ print("ok")
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A raw PostgreSQL connection past startup (trust on loopback): sends
+/// `frame`, returns every byte the server answers until it closes.
+fn raw_pg(port: u16, frame: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let params = b"user\0kiln\0database\0kiln\0\0";
+    let mut startup = ((8 + params.len()) as i32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608_i32.to_be_bytes());
+    startup.extend_from_slice(params);
+    s.write_all(&startup).unwrap();
+    s.write_all(frame).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn malformed_pg_messages_get_08p01_and_the_server_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    // Messages whose declared length cannot hold their fields: the first
+    // was found by the pg_message fuzz target (pgwire read past its end).
+    for frame in [
+        &b"E\x00\x00\x00\x00\x06"[..],
+        &b"E\x00\x00\x00\x04"[..],
+        &b"B\x00\x00\x00\x04"[..],
+    ] {
+        let answer = raw_pg(s.pg_port, frame);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.contains("08P01") && text.contains("protocol violation"),
+            "{frame:?}: {text}"
+        );
+    }
+    let (status, body) = post_sql(&s, "SELECT 41 + 1 AS n");
+    assert_eq!((status, &body["rows"]), (200, &json!([[42]])), "{body}");
+    let psql = s.psql_output(&["-c", "SELECT 41 + 1"]);
+    assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "42");
 }

@@ -32,7 +32,7 @@ use datafusion_postgres::pgwire::messages::{PgWireBackendMessage, PgWireFrontend
 use datafusion_postgres::pgwire::tokio::server::{
     MaybeTls, PgWireMessageServerCodec, negotiate_tls, process_error, process_message,
 };
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Duration, sleep};
@@ -93,12 +93,27 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
         let msg = if starting {
             tokio::select! {
                 _ = &mut startup_timeout => None,
-                msg = socket.next() => msg,
+                msg = next_message(&mut socket) => msg,
             }
         } else {
-            socket.next().await
+            next_message(&mut socket).await
         };
-        let Some(Ok(msg)) = msg else { break };
+        let msg = match msg {
+            Some(Next::Message(msg)) => msg,
+            Some(Next::Malformed) => {
+                let info = ErrorInfo::new(
+                    "FATAL".into(),
+                    "08P01".into(),
+                    "protocol violation: a message's declared length does not hold its fields"
+                        .into(),
+                );
+                socket
+                    .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                    .await?;
+                break;
+            }
+            None => break,
+        };
         // Terminate: the client is gone; some (asyncpg) wait for the close.
         if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
             break;
@@ -154,6 +169,34 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
         }
     }
     socket.close().await
+}
+
+/// What the client sent next.
+enum Next {
+    Message(PgWireFrontendMessage),
+    /// A message pgwire's decoder could not take apart (see [`next_message`]).
+    Malformed,
+}
+
+/// The client's next message; `None` when it is gone or its bytes are not
+/// a message pgwire can frame.
+///
+/// pgwire's decoders trust a message's declared length and read its
+/// fields from whatever bytes follow: an `Execute` declaring length 0
+/// (found by the `pg_message` fuzz target) panicked reading past the end.
+/// The panic would end this connection's task without a word to the
+/// client, so it is caught here and answered with SQLSTATE 08P01.
+async fn next_message(
+    socket: &mut Framed<Coalesce, PgWireMessageServerCodec<PgStatement>>,
+) -> Option<Next> {
+    match std::panic::AssertUnwindSafe(socket.next())
+        .catch_unwind()
+        .await
+    {
+        Ok(Some(Ok(msg))) => Some(Next::Message(msg)),
+        Ok(_) => None,
+        Err(_) => Some(Next::Malformed),
+    }
 }
 
 /// pgwire's TLS negotiation, with the acceptor when TLS is configured;

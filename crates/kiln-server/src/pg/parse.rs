@@ -1,0 +1,137 @@
+//! Parse of the extended protocol: datafusion-postgres's, after Kiln's
+//! size check, its own statements and its PostgreSQL rewrites, with
+//! errors typed as the engine types them.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::error::DataFusionError;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion_postgres::Parser;
+use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::results::FieldInfo;
+use datafusion_postgres::pgwire::api::stmt::QueryParser;
+use datafusion_postgres::pgwire::api::{ClientInfo, Type};
+use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
+use kiln_query::shape::labels::labels;
+use kiln_query::{Engine, Origin};
+
+use super::sql_parser::SqlParser;
+use super::{PgStatement, execute, pg_error, to_pg};
+
+/// datafusion-postgres's Parse (PostgreSQL syntax rewritten, the statement
+/// planned once), its errors typed as the engine types them, so Parse
+/// fails with the SQLSTATE Execute would give, and recorded as queries.
+pub struct KilnParser {
+    pub(super) inner: Arc<Parser>,
+    pub(super) engine: Arc<Engine>,
+    pub(super) sql: SqlParser,
+}
+
+impl KilnParser {
+    /// `e`, raised at Parse, typed; the statement is recorded as a failed
+    /// query of connection `pid`.
+    fn error(&self, sql: &str, pid: i32, e: PgWireError) -> PgWireError {
+        let kiln = match e {
+            PgWireError::ApiError(inner) => match inner.downcast::<DataFusionError>() {
+                Ok(df) => {
+                    // Parsed again on this error path only, for its names.
+                    let stmt = self.sql.parse(sql).ok().and_then(|s| s.into_iter().next());
+                    let names = match stmt {
+                        Some(s) => self.engine.names(&DfStatement::Statement(Box::new(s))),
+                        None => Default::default(),
+                    };
+                    self.engine.planning_error(&names, *df)
+                }
+                Err(other) => return pg_error(PgWireError::ApiError(other)),
+            },
+            PgWireError::UserError(info) => {
+                let e = kiln_query::Error::Sql(info.message.clone());
+                self.engine.record_failed(Origin::pg(pid), sql, &e);
+                return PgWireError::UserError(info);
+            }
+            other => return other,
+        };
+        self.engine.record_failed(Origin::pg(pid), sql, &kiln);
+        to_pg(kiln)
+    }
+}
+
+#[async_trait]
+impl QueryParser for KilnParser {
+    type Statement = PgStatement;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        types: &[Option<Type>],
+    ) -> PgWireResult<Option<Self::Statement>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let pid = client.pid_and_secret_key().0;
+        if let Err(e) = self.engine.check_size(sql) {
+            self.engine.record_failed(Origin::pg(pid), sql, &e);
+            return Err(to_pg(e));
+        }
+        // Kiln's own statements (accounts, cubes) are kept as text (no
+        // plan), parsed and run at Execute: no other parser sees a password.
+        if kiln_query::OwnStatement::is_own_text(sql) {
+            return Ok(Some((sql.to_string(), None)));
+        }
+        // Only text this long can nest past the limit (each level takes a
+        // term and an operator), and only some text has PostgreSQL syntax
+        // the planner is given rewritten (`(expr).field`, set-returning
+        // functions; `shape::postgres`): other statements skip the second
+        // parse.
+        let deep = sql.len() > 2 * self.engine.max_expression_depth();
+        let mut rewritten = None;
+        if (deep || kiln_query::shape::postgres::may_rewrite(sql))
+            && let Ok(mut stmts) = self.sql.parse(sql)
+        {
+            let mut rewrote = false;
+            for stmt in &mut stmts {
+                match self.engine.check_shape(stmt) {
+                    Ok(r) => rewrote |= r,
+                    Err(e) => {
+                        self.engine.record_failed(Origin::pg(pid), sql, &e);
+                        return Err(to_pg(e));
+                    }
+                }
+            }
+            if rewrote {
+                let text: Vec<String> = stmts.iter().map(ToString::to_string).collect();
+                rewritten = Some(text.join("; "));
+            }
+        }
+        self.inner
+            .parse_sql(client, rewritten.as_deref().unwrap_or(sql), types)
+            .await
+            .map_err(|e| self.error(sql, pid, e))
+    }
+
+    fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
+        self.inner.get_parameter_types(stmt)
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Self::Statement,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        if let (text, None) = stmt
+            && let Some(Ok(own)) = kiln_query::OwnStatement::parse(text)
+        {
+            return match own.result_schema() {
+                Some(schema) => execute::fields(&schema, column_format),
+                None => Ok(vec![]),
+            };
+        }
+        let fields = execute::described(self.inner.get_result_schema(stmt, column_format)?);
+        Ok(match stmt.1.as_ref().and_then(|(stmt, _)| labels(stmt)) {
+            Some(labels) => execute::labeled(fields, &labels),
+            None => fields,
+        })
+    }
+}

@@ -20,7 +20,8 @@ fi
 # pgjdbc (Maven Central, fetched by mvn itself; run with a JDK 17+), pgx (Go
 # modules, fetched by go itself), node-postgres (npm, installed by the test
 # with `npm ci`; Debian's nodejs and npm), pyroaring (PyPI) to read
-# bitmaps Kiln writes, and curl (Debian) for https.
+# bitmaps Kiln writes, curl (Debian) for https, and moto's S3 server (PyPI)
+# for the object-storage tests.
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 APT_UPDATED=""
 apt_install() {
@@ -44,8 +45,8 @@ if ! command -v go >/dev/null; then
   echo "go is required for the pgx client check (https://go.dev/dl/)" >&2
   exit 1
 fi
-if ! python3 -c 'import pyroaring, psycopg, sqlalchemy, pandas' 2>/dev/null; then
-  python3 -m pip install -q pyroaring "psycopg[binary]" "sqlalchemy>=2" pandas
+if ! python3 -c 'import pyroaring, psycopg, sqlalchemy, pandas, moto.server, boto3' 2>/dev/null; then
+  python3 -m pip install -q pyroaring "psycopg[binary]" "sqlalchemy>=2" pandas "moto[server]>=5.1"
 fi
 
 # Lint gate: formatting first (seconds), then clippy over every target.
@@ -60,3 +61,19 @@ cargo test --locked --workspace --no-fail-fast -- --test-threads 2
 # Crash points of flush, compaction and manifest commit (the `failpoints`
 # feature compiles them in; they share a global registry, so one at a time).
 cargo test --locked -p kiln-storage --features failpoints --test crash_points -- --test-threads 1
+
+# The SQL, write, crash and consistency suites again with segments,
+# manifests and the catalog on S3: one moto server on a free loopback port,
+# one bucket, a prefix per data directory (kiln_storage::testing).
+MOTO_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+python3 -m moto.server -H 127.0.0.1 -p "$MOTO_PORT" >/dev/null 2>&1 &
+MOTO_PID=$!
+trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$MOTO_PORT/" && break
+  sleep 0.2
+done
+curl -sf -X PUT "http://127.0.0.1:$MOTO_PORT/kiln-test" >/dev/null
+KILN_TEST_S3_ENDPOINT="http://127.0.0.1:$MOTO_PORT" KILN_TEST_S3_BUCKET=kiln-test \
+  cargo test --locked -p kiln-query --test slt --test consistency -p kiln --test crash --test load \
+  --no-fail-fast -- --test-threads 2

@@ -4,9 +4,11 @@
 //! Parquet segment of the current manifest versions (with the memory it
 //! holds in the segment cache, 0 if none); `system.queries`: the
 //! running and recent queries of every protocol (see [`crate::admission`]);
-//! `system.cubes` ([`cubes`]): one row per cube;
+//! `system.cubes` ([`cubes`]): one row per cube; `system.cache`
+//! ([`cache`]): the caches and the object store's requests;
 //! `pg_cancel_backend(pid)` ([`cancel`]) stops those of one session.
 
+pub mod cache;
 pub mod cancel;
 pub mod cubes;
 
@@ -39,13 +41,15 @@ enum Kind {
     Segments,
     Queries,
     Cubes,
+    Cache,
 }
 
-const NAMES: [(&str, Kind); 4] = [
+const NAMES: [(&str, Kind); 5] = [
     ("tables", Kind::Tables),
     ("segments", Kind::Segments),
     ("queries", Kind::Queries),
     ("cubes", Kind::Cubes),
+    ("cache", Kind::Cache),
 ];
 
 /// The `system` schema provider.
@@ -114,6 +118,7 @@ impl SystemTable {
         let schema = self.schema();
         let cols: Vec<ArrayRef> = match self.kind {
             Kind::Cubes => return Ok(cubes::batch(&self.db, &self.cubes)?),
+            Kind::Cache => return Ok(cache::batch(&self.db, &self.caches)?),
             Kind::Tables => {
                 let (mut name, mut id, mut time, mut sort) = (
                     StringBuilder::new(),
@@ -245,6 +250,7 @@ impl TableProvider for SystemTable {
         let f = |n: &str, t: DataType| Field::new(n, t, false);
         Arc::new(Schema::new(match self.kind {
             Kind::Cubes => return cubes::schema(),
+            Kind::Cache => return cache::schema(),
             Kind::Tables => vec![
                 f("table_name", DataType::Utf8),
                 f("table_id", DataType::Int64),

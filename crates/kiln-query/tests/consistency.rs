@@ -182,6 +182,7 @@ async fn open(dir: &std::path::Path) -> Engine {
     cfg.memstore_freeze_bytes = ByteSize::kib(16); // many frozen batches
     cfg.compaction_min_segments = 2;
     cfg.compaction = false; // the test compacts explicitly
+    kiln_storage::testing::use_test_store(&mut cfg);
     Engine::new(Db::open(cfg).await.unwrap()).unwrap()
 }
 

@@ -25,6 +25,7 @@ struct SltError(String);
 async fn open(dir: &Path) -> Engine {
     let mut config = StorageConfig::for_dir(dir);
     config.compaction_min_segments = 2;
+    kiln_storage::testing::use_test_store(&mut config);
     Engine::new(Db::open(config).await.expect("open db")).expect("engine")
 }
 

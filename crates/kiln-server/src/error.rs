@@ -207,6 +207,8 @@ fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
         K::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io_error", "58030"),
         K::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, "disk_full", "53100"),
         K::Corrupt => (StatusCode::INTERNAL_SERVER_ERROR, "data_corrupted", "XX001"),
+        K::CommitConflict => (StatusCode::CONFLICT, "commit_conflict", "40001"),
+        K::Config => (StatusCode::INTERNAL_SERVER_ERROR, "config_error", "F0000"),
         K::Locked | K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
     };
     ApiError::new(status, code, sqlstate, msg)

@@ -49,6 +49,22 @@ pub const PERMISSION_DENIED: &str = "kiln_permission_denied_total";
 pub const TLS_HANDSHAKES: &str = "kiln_tls_handshakes_total";
 pub const TLS_PLAINTEXT_REFUSED: &str = "kiln_tls_plaintext_refused_total";
 pub const TLS_CERT_RELOADS: &str = "kiln_tls_cert_reloads_total";
+pub const STORE_REQUESTS: &str = "kiln_object_store_requests_total";
+pub const STORE_ERRORS: &str = "kiln_object_store_errors_total";
+pub const STORE_FETCHED_BYTES: &str = "kiln_object_store_fetched_bytes_total";
+pub const STORE_PUT_BYTES: &str = "kiln_object_store_put_bytes_total";
+pub const STORE_DURATION: &str = "kiln_object_store_request_duration_seconds";
+pub const CACHE_LOOKUPS: &str = "kiln_object_cache_lookups_total";
+pub const CACHE_HITS: &str = "kiln_object_cache_hits_total";
+pub const CACHE_MISSES: &str = "kiln_object_cache_misses_total";
+pub const CACHE_READ_BYTES: &str = "kiln_object_cache_read_bytes_total";
+pub const CACHE_WRITTEN_THROUGH: &str = "kiln_object_cache_written_through_total";
+pub const CACHE_EVICTIONS: &str = "kiln_object_cache_evictions_total";
+pub const CACHE_MEMORY_BYTES: &str = "kiln_object_cache_memory_bytes";
+pub const CACHE_MEMORY_CAPACITY: &str = "kiln_object_cache_memory_capacity_bytes";
+pub const CACHE_DISK_CAPACITY: &str = "kiln_object_cache_disk_capacity_bytes";
+pub const CACHE_DISK_WRITTEN: &str = "kiln_object_cache_disk_written_bytes_total";
+pub const CACHE_DISK_READ: &str = "kiln_object_cache_disk_read_bytes_total";
 
 /// Protocol labels.
 pub const HTTP: &str = "http";
@@ -351,6 +367,11 @@ impl Metrics {
                 "Memstore flush duration (sort, encode, write, manifest swap).",
                 m.flush_duration.snapshot(),
             ),
+            (
+                STORE_DURATION,
+                "Latency of requests to the object store (local disk or S3).",
+                db.store().metrics().latency.snapshot(),
+            ),
         ];
         for (name, help, h) in histograms {
             render_histogram(&mut text, name, help, &h);
@@ -423,6 +444,7 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
             );
         }
+        render_store(&mut text, db.store());
         let c = &engine.auth().counters;
         {
             use std::fmt::Write as _;
@@ -446,6 +468,125 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Appends the object store's request counters and its cache's.
+fn render_store(out: &mut String, store: &kiln_storage::Store) {
+    use std::fmt::Write as _;
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = store.metrics();
+    let _ = writeln!(
+        out,
+        "# HELP {STORE_REQUESTS} Requests to the object store, by operation.\n# TYPE {STORE_REQUESTS} counter"
+    );
+    for (op, c) in [
+        ("get", &m.gets),
+        ("put", &m.puts),
+        ("list", &m.lists),
+        ("delete", &m.deletes),
+    ] {
+        let _ = writeln!(out, "{STORE_REQUESTS}{{op=\"{op}\"}} {}", c.load(Relaxed));
+    }
+    let mut line = |name: &str, kind: &str, help: &str, v: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    };
+    let counters = [
+        (
+            STORE_ERRORS,
+            "Object store requests that failed after retries.",
+            m.errors.load(Relaxed),
+        ),
+        (
+            STORE_FETCHED_BYTES,
+            "Object bytes read from the store.",
+            m.bytes_fetched.load(Relaxed),
+        ),
+        (
+            STORE_PUT_BYTES,
+            "Object bytes written to the store.",
+            m.bytes_put.load(Relaxed),
+        ),
+    ];
+    for (name, help, v) in counters {
+        line(name, "counter", help, v);
+    }
+    let Some(c) = store.cache_stats() else {
+        return;
+    };
+    let rows = [
+        (
+            CACHE_LOOKUPS,
+            "counter",
+            "Chunk lookups in the object cache.",
+            c.lookups,
+        ),
+        (
+            CACHE_HITS,
+            "counter",
+            "Chunk lookups served from memory or disk.",
+            c.hits,
+        ),
+        (
+            CACHE_MISSES,
+            "counter",
+            "Chunk lookups fetched from the object store.",
+            c.misses,
+        ),
+        (
+            CACHE_READ_BYTES,
+            "counter",
+            "Bytes the object cache handed to readers.",
+            c.bytes_read,
+        ),
+        (
+            CACHE_WRITTEN_THROUGH,
+            "counter",
+            "Chunks of newly written files put in the cache.",
+            c.written_through,
+        ),
+        (
+            CACHE_EVICTIONS,
+            "counter",
+            "Chunks evicted from the memory tier.",
+            c.evictions,
+        ),
+        (
+            CACHE_MEMORY_BYTES,
+            "gauge",
+            "Bytes held by the memory tier.",
+            c.memory_used,
+        ),
+        (
+            CACHE_MEMORY_CAPACITY,
+            "gauge",
+            "Capacity of the memory tier (--cache-memory).",
+            c.memory_capacity,
+        ),
+        (
+            CACHE_DISK_CAPACITY,
+            "gauge",
+            "Capacity of the disk tier (--cache-disk; 0: off).",
+            c.disk_capacity,
+        ),
+        (
+            CACHE_DISK_WRITTEN,
+            "counter",
+            "Bytes written to the disk tier.",
+            c.disk_written,
+        ),
+        (
+            CACHE_DISK_READ,
+            "counter",
+            "Bytes read from the disk tier.",
+            c.disk_read,
+        ),
+    ];
+    for (name, kind, help, v) in rows {
+        line(name, kind, help, v);
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 use object_store::path::Path;
 
 use crate::db::Inner;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::failpoints::{
     COMPACTION_AFTER_COMMIT, COMPACTION_AFTER_SEGMENT, FLUSH_AFTER_SEGMENTS, failpoint,
 };
@@ -26,21 +26,29 @@ use crate::table::Table;
 /// new cube over a large table does not hold up flushes.
 const PARTS_PER_ROUND: usize = 4;
 
-/// Runs until shutdown is signalled.
+/// Longest pause between two failed rounds.
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs until shutdown is signalled. After a failed round (a full disk, an
+/// object store that is down) the pause doubles, up to [`MAX_BACKOFF`], so
+/// a failing store is not hammered; the first round that succeeds resets it.
 pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut pause = inner.config.background_interval;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(inner.config.background_interval) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
         match round(&inner).await {
             Ok(()) => {
+                pause = inner.config.background_interval;
                 if inner.background_failure.lock().take().is_some() {
                     tracing::warn!("background flush/compaction works again");
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "background flush/compaction failed; will retry");
+                pause = (pause * 2).min(MAX_BACKOFF.max(inner.config.background_interval));
+                tracing::error!(error = %e, retry_in = ?pause, "background flush/compaction failed; will retry");
                 *inner.background_failure.lock() = Some(e.to_string());
             }
         }
@@ -136,7 +144,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     .await;
     if let Err(e) = result {
         table.mem.abort_flush();
-        if !committing {
+        if !committing || e.kind() == ErrorKind::CommitConflict {
             written.iter().for_each(|s| s.retire());
         }
         // Else a failed commit may have left its version on disk (an fsync
@@ -197,7 +205,7 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     if let Err(e) = committed {
         // The merged file stays if its version may be on disk (see
         // `flush_table`); the next open deletes it if no manifest names it.
-        if !committing {
+        if !committing || e.kind() == ErrorKind::CommitConflict {
             merged.retire();
         }
         return Err(e);

@@ -2,7 +2,6 @@
 //! queries read without locking (an `ArcSwap` replaced on DDL only).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -10,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cube::CubeDef;
 use crate::error::{Error, Result};
-use crate::fs_util::write_atomic;
 use crate::schema::TableDef;
+use crate::store::Store;
 use crate::table::Table;
 
 #[derive(Default, Serialize, Deserialize)]
@@ -24,30 +23,28 @@ pub(crate) struct CatalogFile {
     pub cubes: Vec<CubeDef>,
 }
 
-impl CatalogFile {
-    pub fn path(dir: &Path) -> PathBuf {
-        dir.join("catalog.json")
-    }
+/// The catalog's object, at the root of the store.
+const CATALOG: &str = "catalog.json";
 
-    pub fn load(dir: &Path) -> Result<Self> {
-        let path = Self::path(dir);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+impl CatalogFile {
+    /// The catalog in `store`, or an empty one if there is none yet.
+    pub async fn load(store: &Store) -> Result<Self> {
+        let path = object_store::path::Path::from(CATALOG);
+        match store.get_opt(&path).await? {
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
                 what: "catalog",
-                path: path.display().to_string(),
+                path: format!("{}/{CATALOG}", store.location()),
                 reason: e.to_string(),
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CatalogFile {
+            None => Ok(CatalogFile {
                 next_table_id: 1,
                 tables: vec![],
                 next_cube_id: 1,
                 cubes: vec![],
             }),
-            Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
         }
     }
 
-    /// Replaces the catalog atomically and durably (temp file, fsync, rename, fsync dir).
     /// The cubes of table `table_id`.
     pub fn cubes_of(&self, table_id: u64) -> Vec<Arc<CubeDef>> {
         self.cubes
@@ -57,11 +54,13 @@ impl CatalogFile {
             .collect()
     }
 
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        let path = Self::path(dir);
+    /// Replaces the catalog atomically (a reader sees the old or the new
+    /// one, whole) and durably.
+    pub async fn save(&self, store: &Store) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(self).expect("catalog serializes");
-        write_atomic(&path, &bytes)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e.source))
+        store
+            .put_durable(&object_store::path::Path::from(CATALOG), bytes.into())
+            .await
     }
 }
 

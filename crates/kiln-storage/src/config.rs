@@ -139,6 +139,76 @@ pub struct StorageConfig {
     /// server running out of memory when flushes fall behind.
     #[arg(long, env = "KILN_MEMSTORE_MAX_BYTES", default_value = "25%")]
     pub memstore_max_bytes: ByteSize,
+
+    #[command(flatten)]
+    pub object_store: ObjectStoreConfig,
+
+    #[command(flatten)]
+    pub cache: CacheConfig,
+}
+
+/// Where segments, cube parts, manifests and the catalog live. The WAL,
+/// the lock and the idempotency keys always stay in `--data-dir`.
+#[derive(Clone, Debug, Args)]
+pub struct ObjectStoreConfig {
+    /// Object storage for segments, cube parts, manifests and the catalog:
+    /// empty for the data directory itself, `file:///path` for another local
+    /// directory, or `s3://bucket/prefix` for S3 or an S3-compatible server.
+    #[arg(long, env = "KILN_STORAGE", default_value = "")]
+    pub storage: String,
+
+    /// S3 endpoint URL (empty: AWS, or `AWS_ENDPOINT_URL`); set it for
+    /// MinIO, Ceph or another S3-compatible server.
+    #[arg(long, env = "KILN_S3_ENDPOINT", default_value = "")]
+    pub s3_endpoint: String,
+
+    /// S3 region (empty: `AWS_REGION` / `AWS_DEFAULT_REGION`, else us-east-1).
+    #[arg(long, env = "KILN_S3_REGION", default_value = "")]
+    pub s3_region: String,
+
+    /// S3 access key id (empty: `AWS_ACCESS_KEY_ID`, or the instance's role).
+    #[arg(long, env = "KILN_S3_ACCESS_KEY_ID", default_value = "")]
+    pub s3_access_key_id: String,
+
+    /// S3 secret access key (empty: `AWS_SECRET_ACCESS_KEY`).
+    #[arg(
+        long,
+        env = "KILN_S3_SECRET_ACCESS_KEY",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub s3_secret_access_key: String,
+
+    /// Allow plain-HTTP S3 endpoints (a local test server).
+    #[arg(long, env = "KILN_S3_ALLOW_HTTP", default_value_t = false)]
+    pub s3_allow_http: bool,
+
+    /// How long one object-store request may keep being retried (network
+    /// errors, 5xx, 503 Slow Down, with backoff) before it fails.
+    #[arg(long, env = "KILN_S3_RETRY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub s3_retry_timeout: Duration,
+}
+
+/// The local cache in front of object storage (not used when the store is
+/// local disk, which the page cache already serves).
+#[derive(Clone, Debug, Args)]
+pub struct CacheConfig {
+    /// Directory of the disk tier of the object cache (empty: `cache` in
+    /// `--data-dir`). It survives restarts, so a restarted node is warm.
+    #[arg(long, env = "KILN_CACHE_DIR", default_value = "")]
+    pub cache_dir: String,
+
+    /// Memory tier of the object cache.
+    #[arg(long, env = "KILN_CACHE_MEMORY", default_value = "512MiB")]
+    pub cache_memory: ByteSize,
+
+    /// Disk tier of the object cache (0 turns it off).
+    #[arg(long, env = "KILN_CACHE_DISK", default_value = "8GiB")]
+    pub cache_disk: ByteSize,
+
+    /// Size of the aligned byte ranges the cache holds and fetches.
+    #[arg(long, env = "KILN_CACHE_CHUNK", default_value = "4MiB")]
+    pub cache_chunk: ByteSize,
 }
 
 impl StorageConfig {

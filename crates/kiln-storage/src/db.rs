@@ -194,13 +194,26 @@ impl Db {
 
     /// Opens with an injected clock (tests).
     pub async fn open_with_clock(config: StorageConfig, clock: Arc<dyn Clock>) -> Result<Db> {
+        Self::open_on(config, clock, None).await
+    }
+
+    /// Opens on the given store instead of the one `--storage` names
+    /// (tests: a store that injects faults).
+    pub async fn open_on(
+        config: StorageConfig,
+        clock: Arc<dyn Clock>,
+        store: Option<Store>,
+    ) -> Result<Db> {
         let dir = config.data_dir.clone();
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let lock = lock_dir(&dir)?;
-        let store = Store::local(dir.clone())?;
+        let store = match store {
+            Some(s) => s,
+            None => Store::open(&config).await?,
+        };
         let reaper = Reaper::start(store.clone(), config.segment_delete_delay);
-        let catalog = CatalogFile::load(&dir)?;
+        let catalog = CatalogFile::load(&store).await?;
         let mut registry = Registry::default();
         for def in &catalog.tables {
             let manifest = Manifest::load(&store, def.id, &reaper).await?;
@@ -256,7 +269,7 @@ impl Db {
             .max();
         let next_seq = last_seq.max(flushed.unwrap_or(0)) + 1;
         applier.last_applied.store(next_seq - 1, Ordering::Release);
-        tracing::info!(replayed, next_seq, saved_keys, idempotency_keys = keys.len(), dir = %dir.display(), "database opened");
+        tracing::info!(replayed, next_seq, saved_keys, idempotency_keys = keys.len(), dir = %dir.display(), storage = store.location(), "database opened");
         let last_applied = applier.last_applied.clone();
         let wal = Wal::start(&wal_dir, wal_opts, next_seq, Arc::new(applier))?;
 
@@ -354,7 +367,7 @@ impl Db {
         )?;
         catalog.next_table_id += 1;
         catalog.tables.push(def.clone());
-        if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+        if let Err(e) = catalog.save(&self.inner.store).await {
             catalog.tables.pop();
             return Err(e);
         }
@@ -387,7 +400,7 @@ impl Db {
             .collect();
         let old_cubes = catalog.cubes.clone();
         catalog.cubes.retain(|c| c.table_id != table.def.id);
-        if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+        if let Err(e) = catalog.save(&self.inner.store).await {
             catalog.tables = old;
             catalog.cubes = old_cubes;
             return Err(e);
@@ -616,7 +629,7 @@ impl Db {
             // Files a failed commit's version may name stay (see
             // `background::flush_table`); the next open deletes them if no
             // manifest names them.
-            if !committing {
+            if !committing || e.kind() == crate::error::ErrorKind::CommitConflict {
                 written.iter().for_each(|s| s.retire());
             }
             return Err(e);
@@ -659,6 +672,7 @@ impl Db {
             self.flush_all().await?;
         }
         self.inner.wal.close()?;
+        self.inner.store.close().await;
         self.inner.lock.lock().take();
         Ok(())
     }

@@ -39,6 +39,21 @@ pub enum Error {
     /// Data that does not fit the table, not tied to one row.
     #[error("{0}")]
     InvalidData(String),
+    /// A setting that cannot work (`--storage`, the cache); found at startup.
+    #[error("{0}")]
+    Config(String),
+    /// Another writer committed this version of the table first: two Kiln
+    /// processes are using one storage location. Nothing of this commit is
+    /// visible; its rows stay in this process's WAL.
+    #[error(
+        "manifest version {version} of table {table_id} was committed by another writer: \
+         another kiln process is writing to {location}"
+    )]
+    CommitConflict {
+        table_id: u64,
+        version: u64,
+        location: String,
+    },
     /// Another process owns the data directory.
     #[error("data directory {dir} is in use by another kiln process (lock file {lock})")]
     Locked { dir: PathBuf, lock: PathBuf },
@@ -98,6 +113,10 @@ pub enum ErrorKind {
     IdempotencyConflict,
     /// Another process owns the data directory.
     Locked,
+    /// A setting that cannot work.
+    Config,
+    /// Another writer committed first (two processes on one storage location).
+    CommitConflict,
     /// Damaged data on disk.
     Corrupt,
     /// The disk or the object store failed (permissions, network, I/O).
@@ -130,6 +149,8 @@ impl Error {
             Error::NotNull { .. } => ErrorKind::NotNull,
             Error::IdempotencyConflict { .. } => ErrorKind::IdempotencyConflict,
             Error::Locked { .. } => ErrorKind::Locked,
+            Error::Config(_) => ErrorKind::Config,
+            Error::CommitConflict { .. } => ErrorKind::CommitConflict,
             Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { source, .. }
                 if matches!(

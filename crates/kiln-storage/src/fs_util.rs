@@ -1,11 +1,13 @@
-//! Replacing a small file atomically and durably on local disk.
+//! Writing a file atomically and durably on local disk.
 //!
-//! The catalog and the saved idempotency keys are rewritten whole. A reader
-//! (recovery after a crash) must find either the old file or the new one,
-//! never a torn mix, and once the write returns the new one must survive
-//! power loss. Hence the one sequence both use: write a temporary file
-//! beside the target, fsync it, rename it over the target, fsync the
-//! directory (which makes the rename durable).
+//! The catalog and the saved idempotency keys are rewritten whole; segments
+//! and manifests are written once. A reader (recovery after a crash) must
+//! find either the old file or the new one, never a torn mix, and once the
+//! write returns the new one must survive power loss. Hence one sequence:
+//! write a temporary file beside the target, fsync it, rename it over the
+//! target (or, for a file that must not exist yet, hard-link it to the
+//! target, which fails if the target exists), fsync the directory (which
+//! makes the new name durable).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ pub(crate) enum Step {
     WriteTemp,
     SyncTemp,
     Rename,
+    Link,
     SyncDir,
 }
 
@@ -37,6 +40,7 @@ impl AtomicWriteError {
             Step::WriteTemp => "writing",
             Step::SyncTemp | Step::SyncDir => "fsyncing",
             Step::Rename => "renaming",
+            Step::Link => "linking",
         }
     }
 }
@@ -73,6 +77,40 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteE
         .map_err(fail(Step::SyncDir, dir))
 }
 
+/// Creates `path` with `bytes` unless it exists: a temporary file (unique,
+/// so concurrent creators do not collide), fsync, hard link to `path`,
+/// fsync of the directory. `Ok(true)` if this call created it, `Ok(false)`
+/// if `path` existed (left untouched).
+pub(crate) fn create_new(path: &Path, bytes: &[u8]) -> Result<bool, AtomicWriteError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
+    let tmp = PathBuf::from(name);
+    let fail = |step, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AtomicWriteError { step, path, source }
+    };
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(fail(Step::CreateTemp, &tmp))?;
+        f.write_all(bytes).map_err(fail(Step::WriteTemp, &tmp))?;
+        f.sync_all().map_err(fail(Step::SyncTemp, &tmp))?;
+    }
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(fail(Step::Link, &tmp)(e)),
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail(Step::SyncDir, dir))?;
+    Ok(true)
+}
+
 /// [`write_atomic`] for other crates (the query layer's user file): the
 /// error as an `io::Error` that names the step and the path.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -101,6 +139,20 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["f.json"], "the temporary file was renamed away");
+    }
+
+    #[test]
+    fn create_new_never_overwrites() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("1.json");
+        assert!(create_new(&path, b"first").unwrap());
+        assert!(!create_new(&path, b"second").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["1.json"], "no temporary file is left");
     }
 
     #[test]

@@ -10,15 +10,17 @@
 //! [`TableSnapshot`] — a manifest version plus the in-memory rows not in it —
 //! and never wait for writers, flushes or compactions.
 //!
-//! Layout of a data directory:
+//! Layout of a data directory (with `--storage`, the objects marked `*` are
+//! in object storage instead, under the same names, and `cache/` holds the
+//! disk tier of the object cache; see [`Store`]):
 //! ```text
 //! LOCK                                  one process owns the directory
-//! catalog.json                          table definitions
+//! catalog.json                        * table definitions
 //! wal/{first_seq}.wal                   WAL segments
 //! idempotency.json                      live idempotency keys, saved before WAL files are deleted
-//! tables/{id}/manifest/{version}.json   the newest manifest of a table
-//! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet   segments, by day partition
-//! tables/{id}/{YYYY-MM-DD}/{uuid}.cube{n}.parquet   a segment's part of cube n
+//! tables/{id}/manifest/{version}.json * the newest manifest of a table
+//! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet         * segments, by day partition
+//! tables/{id}/{YYYY-MM-DD}/{uuid}.cube{n}.parquet  * a segment's part of cube n
 //! ```
 
 mod background;
@@ -41,10 +43,11 @@ pub mod size;
 mod store;
 pub mod strict;
 mod table;
+pub mod testing;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::decode_payload as decode_wal_payload;
-pub use config::{SegmentCompression, StorageConfig, WalSync};
+pub use config::{CacheConfig, ObjectStoreConfig, SegmentCompression, StorageConfig, WalSync};
 pub use cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
 pub use db::{
     Ack, CreateCube, CreateTable, Db, MEMSTORE_WAIT, StorageMetrics, WriteOptions, Written,
@@ -57,6 +60,6 @@ pub use manifest::{Manifest, Segment, SegmentMeta, StatValue};
 pub use memstore::{MemStore, TableSnapshot};
 pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
 pub use size::ByteSize;
-pub use store::{STORE_URL, Store};
+pub use store::{CacheStats, STORE_URL, Store, StoreMetrics};
 pub use strict::TimestampUnit;
 pub use table::Table;

@@ -223,7 +223,9 @@ impl Manifest {
         }
     }
 
-    /// Persists this version durably. Call before swapping it in.
+    /// Persists this version durably, unless another writer persisted this
+    /// version number first ([`Error::CommitConflict`]: nothing of this
+    /// version is visible). Call before swapping it in.
     pub async fn persist(&self, store: &Store, table_id: u64) -> Result<()> {
         let file = ManifestFile {
             table_id,
@@ -239,9 +241,14 @@ impl Manifest {
                 .collect(),
         };
         let bytes = serde_json::to_vec(&file).expect("manifest serializes");
-        store
-            .put_durable(&manifest_path(table_id, self.version), bytes.into())
-            .await?;
+        let path = manifest_path(table_id, self.version);
+        if !store.put_new(&path, bytes.into()).await? {
+            return Err(Error::CommitConflict {
+                table_id,
+                version: self.version,
+                location: store.location().to_string(),
+            });
+        }
         failpoint!(MANIFEST_AFTER_WRITE, error);
         // Older versions are no longer needed for recovery. The commit is
         // done: failing to delete them only leaves files the next commit

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 
-fn kiln() -> Command {
+/// `kiln` on `dir` (on the test S3 server when the suites run on one).
+fn kiln(dir: &std::path::Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    c.envs(kiln_storage::testing::test_store_env(dir));
     // Small thresholds so freezes, flushes, compactions and WAL trimming all
     // happen within a round.
     c.env("KILN_MEMSTORE_FREEZE_BYTES", "4KiB")
@@ -27,7 +29,7 @@ fn kiln() -> Command {
 }
 
 fn query_ids(dir: &std::path::Path) -> Vec<i64> {
-    let out = kiln()
+    let out = kiln(dir)
         .args(["sql", "--data-dir"])
         .arg(dir)
         .args(["--format", "csv", "SELECT id FROM crash"])
@@ -58,7 +60,7 @@ fn acknowledged_rows_survive_sigkill() {
     let mut acked: HashSet<i64> = HashSet::new();
     let rounds = 12;
     for round in 0..rounds {
-        let mut child = kiln()
+        let mut child = kiln(&dir)
             .args([
                 "bench",
                 "write-embedded",
@@ -133,7 +135,7 @@ fn acknowledged_rows_survive_sigkill() {
 fn second_process_on_a_data_dir_gets_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    let mut child = kiln()
+    let mut child = kiln(&dir)
         .args([
             "bench",
             "write-embedded",
@@ -151,7 +153,7 @@ fn second_process_on_a_data_dir_gets_a_clear_error() {
     // Wait until it owns the directory (first ack).
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().starts_with("ack "));
-    let out = kiln()
+    let out = kiln(&dir)
         .args(["sql", "--data-dir"])
         .arg(&dir)
         .arg("SELECT 1")

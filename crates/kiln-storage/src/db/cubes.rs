@@ -78,7 +78,7 @@ impl Db {
         };
         catalog.next_cube_id = def.id + 1;
         catalog.cubes.push(def.clone());
-        if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+        if let Err(e) = catalog.save(&self.inner.store).await {
             catalog.cubes.pop();
             return Err(e);
         }
@@ -100,7 +100,7 @@ impl Db {
             };
             let old = catalog.cubes.clone();
             catalog.cubes.retain(|c| c.id != cube.id);
-            if let Err(e) = catalog.save(&self.inner.config.data_dir) {
+            if let Err(e) = catalog.save(&self.inner.store).await {
                 catalog.cubes = old;
                 return Err(e);
             }

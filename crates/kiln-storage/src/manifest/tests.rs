@@ -1,7 +1,8 @@
 //! Manifest versions on their own: each commit is the next version and
 //! replaces the previous file, older versions in memory keep their segment
 //! list, a restart loads the newest file even when an older one was left
-//! behind, and a damaged file is an error rather than an empty table.
+//! behind, a damaged file is an error rather than an empty table, and of
+//! two writers of one version exactly one commits.
 
 use std::time::Duration;
 
@@ -119,4 +120,24 @@ async fn a_damaged_manifest_is_an_error_not_an_empty_table() {
         matches!(&err, Error::Corrupt { what: "manifest", path: p, .. } if *p == path.to_string()),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn of_two_writers_of_one_version_exactly_one_commits() {
+    let (_tmp, store, reaper) = setup();
+    let base = Manifest::default();
+    let mine = base.next(vec![Segment::new(meta("mine", 1), &reaper)], &[], 1);
+    let theirs = base.next(vec![Segment::new(meta("theirs", 2), &reaper)], &[], 2);
+    mine.persist(&store, TABLE).await.unwrap();
+    let err = theirs.persist(&store, TABLE).await.unwrap_err();
+    assert_eq!(err.kind(), crate::error::ErrorKind::CommitConflict, "{err}");
+    assert!(err.to_string().contains("version 1 of table 7"), "{err}");
+    let loaded = Manifest::load(&store, TABLE, &reaper).await.unwrap();
+    assert_eq!(
+        names(&loaded),
+        ["mine.parquet"],
+        "the winner's version stands"
+    );
+    // Persisting the winner's version again (a retried request) succeeds.
+    mine.persist(&store, TABLE).await.unwrap();
 }

@@ -86,7 +86,7 @@ impl Add for Totals {
 }
 
 impl Totals {
-    fn of(batches: &[RecordBatch]) -> Totals {
+    pub fn of(batches: &[RecordBatch]) -> Totals {
         let mut t = Totals::default();
         for b in batches {
             let v = b.column(1).as_primitive::<Int64Type>();

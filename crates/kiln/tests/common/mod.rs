@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod s3;
+
 pub struct Server {
     pub child: Child,
     pub http: String,
@@ -162,9 +164,11 @@ impl Server {
     }
 }
 
-/// `kiln serve` on `dir` with both listeners on free loopback ports.
+/// `kiln serve` on `dir` with both listeners on free loopback ports (its
+/// storage on the test S3 server when the suites run on one).
 pub fn serve_command(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    c.envs(kiln_storage::testing::test_store_env(dir));
     c.args([
         "serve",
         "--http-addr",

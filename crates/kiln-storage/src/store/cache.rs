@@ -1,0 +1,470 @@
+//! The object cache: a memory tier and a disk tier (foyer's hybrid cache)
+//! in front of a remote store, holding aligned byte ranges ("chunks",
+//! `--cache-chunk`) of immutable objects.
+//!
+//! Only Parquet files (segments and cube parts) are cached: they are
+//! written once under a unique name and never change, so a chunk is keyed
+//! by path, e-tag and index and can never be stale. Manifests and the
+//! catalog are read at startup only and always go to the store. Chunks of a
+//! new file are written through at put, so a flushed segment is warm before
+//! its first query; a file's size and e-tag are cached beside its chunks,
+//! so a warm read sends no request at all, even after a restart (the disk
+//! tier is recovered, not cleared). Concurrent misses on one chunk share one
+//! fetch. Reads that must not disturb the hot set (compaction's) bypass the
+//! cache through [`super::Store::get_uncached`]. The decoded-batch cache of
+//! the query layer and DataFusion's footer cache sit above this one.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path as FsPath;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use foyer::{
+    BlockEngineConfig, DeviceBuilder, Event, EventListener, FsDeviceBuilder, HybridCache,
+    HybridCacheBuilder, HybridCachePolicy, RecoverMode,
+};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
+    ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    Result,
+};
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use crate::config::CacheConfig;
+use crate::error::Error;
+
+/// Counters of the object cache.
+#[derive(Debug, Default)]
+pub struct CacheMetrics {
+    /// Chunk lookups (each read touches one or more chunks).
+    pub lookups: AtomicU64,
+    /// Lookups found in neither tier, fetched from the store.
+    pub misses: AtomicU64,
+    /// Bytes handed to readers.
+    pub bytes_read: AtomicU64,
+    /// Chunks written through when their file was put.
+    pub written_through: AtomicU64,
+    /// Chunks evicted from the memory tier (still on disk when it has room).
+    pub evictions: AtomicU64,
+}
+
+/// A snapshot of the cache's counters and fill.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CacheStats {
+    pub lookups: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes_read: u64,
+    pub written_through: u64,
+    pub evictions: u64,
+    pub memory_used: u64,
+    pub memory_capacity: u64,
+    pub disk_capacity: u64,
+    pub disk_written: u64,
+    pub disk_read: u64,
+    pub chunk_bytes: u64,
+}
+
+/// The hybrid cache of chunks and its counters.
+pub(crate) struct ObjectCache {
+    chunks: HybridCache<String, Bytes>,
+    chunk: u64,
+    disk_capacity: u64,
+    metrics: Arc<CacheMetrics>,
+}
+
+impl std::fmt::Debug for ObjectCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectCache")
+            .field("chunk", &self.chunk)
+            .finish()
+    }
+}
+
+struct CountEvictions(Arc<CacheMetrics>);
+
+impl EventListener for CountEvictions {
+    type Key = String;
+    type Value = Bytes;
+    fn on_leave(&self, reason: Event, _: &String, _: &Bytes) {
+        if matches!(reason, Event::Evict) {
+            self.0.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Smallest chunk: below it, per-request latency dominates.
+const MIN_CHUNK: u64 = 64 * 1024;
+
+impl ObjectCache {
+    /// Opens the cache; the disk tier in `dir` is recovered if present.
+    pub async fn open(config: &CacheConfig, dir: &FsPath) -> crate::error::Result<Self> {
+        let chunk = config.cache_chunk.bytes();
+        if chunk < MIN_CHUNK || chunk % 4096 != 0 {
+            return Err(Error::Config(format!(
+                "--cache-chunk {}: must be a multiple of 4KiB and at least 64KiB",
+                config.cache_chunk
+            )));
+        }
+        let metrics = Arc::new(CacheMetrics::default());
+        let builder = HybridCacheBuilder::new()
+            .with_name("kiln-objects")
+            .with_policy(HybridCachePolicy::WriteOnInsertion)
+            .with_event_listener(Arc::new(CountEvictions(metrics.clone())))
+            .memory(config.cache_memory.as_usize())
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            .storage();
+        let disk_capacity = config.cache_disk.bytes();
+        // A block holds whole entries: room for a few chunks each.
+        let block = (4 * chunk).max(16 << 20);
+        let builder = if disk_capacity >= 2 * block {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+            let device = FsDeviceBuilder::new(dir)
+                .with_capacity(disk_capacity as usize)
+                .build()
+                .map_err(|e| cache_error(dir, e))?;
+            builder
+                .with_engine_config(BlockEngineConfig::new(device).with_block_size(block as usize))
+                .with_recover_mode(RecoverMode::Quiet)
+        } else {
+            builder
+        };
+        let chunks = builder.build().await.map_err(|e| cache_error(dir, e))?;
+        let disk_capacity = if chunks.is_hybrid() { disk_capacity } else { 0 };
+        Ok(Self {
+            chunks,
+            chunk,
+            disk_capacity,
+            metrics,
+        })
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let m = &self.metrics;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let disk = self.chunks.statistics();
+        let (lookups, misses) = (get(&m.lookups), get(&m.misses));
+        CacheStats {
+            lookups,
+            hits: lookups.saturating_sub(misses),
+            misses,
+            bytes_read: get(&m.bytes_read),
+            written_through: get(&m.written_through),
+            evictions: get(&m.evictions),
+            memory_used: self.chunks.memory().usage() as u64,
+            memory_capacity: self.chunks.memory().capacity() as u64,
+            disk_capacity: self.disk_capacity,
+            disk_written: disk.disk_write_bytes() as u64,
+            disk_read: disk.disk_read_bytes() as u64,
+            chunk_bytes: self.chunk,
+        }
+    }
+
+    /// Writes the memory tier's pending entries to disk and closes it.
+    pub async fn close(&self) {
+        if let Err(e) = self.chunks.close().await {
+            tracing::warn!(error = %e, "closing the object cache");
+        }
+    }
+}
+
+fn cache_error(dir: &FsPath, e: foyer::Error) -> Error {
+    Error::Config(format!("object cache in {}: {e}", dir.display()))
+}
+
+/// Only write-once objects are cached: segments and cube parts.
+fn cacheable(location: &Path) -> bool {
+    location.as_ref().ends_with(".parquet")
+}
+
+/// What identifies one version of an object: its e-tag, else its size.
+fn version_of(meta: &ObjectMeta) -> String {
+    meta.e_tag
+        .clone()
+        .or_else(|| meta.version.clone())
+        .unwrap_or_else(|| format!("size{}", meta.size))
+}
+
+fn chunk_key(meta: &ObjectMeta, index: u64) -> String {
+    format!("{}#{}#{index}", meta.location, version_of(meta))
+}
+
+fn meta_key(location: &Path) -> String {
+    format!("{location}#meta")
+}
+
+/// An object's metadata as the cache keeps it.
+#[derive(Serialize, Deserialize)]
+struct SavedMeta {
+    size: u64,
+    e_tag: Option<String>,
+    version: Option<String>,
+    last_modified: chrono::DateTime<chrono::Utc>,
+}
+
+/// The cache wrapped around a store, as an `ObjectStore`.
+#[derive(Debug)]
+pub(super) struct CachedStore {
+    inner: Arc<dyn ObjectStore>,
+    cache: Arc<ObjectCache>,
+    /// Metadata of objects read or written, so a warm read needs no request.
+    metas: Arc<RwLock<HashMap<Path, ObjectMeta>>>,
+}
+
+impl std::fmt::Display for CachedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cached({})", self.inner)
+    }
+}
+
+impl CachedStore {
+    pub fn new(inner: Arc<dyn ObjectStore>, cache: Arc<ObjectCache>) -> Self {
+        Self {
+            inner,
+            cache,
+            metas: Default::default(),
+        }
+    }
+
+    /// Size and e-tag of an immutable object: memory, then the cache's
+    /// tiers, then one HEAD request.
+    async fn meta(&self, location: &Path) -> Result<ObjectMeta> {
+        if let Some(m) = self.metas.read().get(location) {
+            return Ok(m.clone());
+        }
+        let key = meta_key(location);
+        let saved = match self.cache.chunks.get(&key).await {
+            Ok(Some(e)) => serde_json::from_slice::<SavedMeta>(e.value()).ok(),
+            _ => None,
+        };
+        let meta = match saved {
+            Some(s) => ObjectMeta {
+                location: location.clone(),
+                last_modified: s.last_modified,
+                size: s.size,
+                e_tag: s.e_tag,
+                version: s.version,
+            },
+            None => {
+                // Some backends (a prefixed store) name the object by its
+                // full key: it is known here by the name it was asked for.
+                let m = ObjectMeta {
+                    location: location.clone(),
+                    ..self.inner.head(location).await?
+                };
+                self.remember(&m);
+                m
+            }
+        };
+        self.metas.write().insert(location.clone(), meta.clone());
+        Ok(meta)
+    }
+
+    fn remember(&self, m: &ObjectMeta) {
+        let saved = SavedMeta {
+            size: m.size,
+            e_tag: m.e_tag.clone(),
+            version: m.version.clone(),
+            last_modified: m.last_modified,
+        };
+        let bytes = serde_json::to_vec(&saved).expect("metadata serializes");
+        self.cache
+            .chunks
+            .insert(meta_key(&m.location), bytes.into());
+        self.metas.write().insert(m.location.clone(), m.clone());
+    }
+
+    /// Bytes `range` of the object, chunk by chunk.
+    async fn read(&self, meta: &ObjectMeta, range: Range<u64>) -> Result<Bytes> {
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let c = self.cache.chunk;
+        let (first, last) = (range.start / c, (range.end - 1) / c);
+        let chunks =
+            futures::future::try_join_all((first..=last).map(|i| self.chunk(meta, i))).await?;
+        let len = range.end - range.start;
+        self.cache
+            .metrics
+            .bytes_read
+            .fetch_add(len, Ordering::Relaxed);
+        let slice = |i: usize, b: &Bytes| {
+            let base = (first + i as u64) * c;
+            let start = range.start.max(base) - base;
+            let end = range.end.min(base + b.len() as u64) - base;
+            b.slice(start as usize..end as usize)
+        };
+        if chunks.len() == 1 {
+            return Ok(slice(0, &chunks[0]));
+        }
+        let mut out = BytesMut::with_capacity(len as usize);
+        for (i, b) in chunks.iter().enumerate() {
+            out.extend_from_slice(&slice(i, b));
+        }
+        Ok(out.freeze())
+    }
+
+    /// Chunk `index` of the object, fetched once however many readers miss it.
+    async fn chunk(&self, meta: &ObjectMeta, index: u64) -> Result<Bytes> {
+        let c = self.cache.chunk;
+        let range = index * c..((index + 1) * c).min(meta.size);
+        let metrics = self.cache.metrics.clone();
+        metrics.lookups.fetch_add(1, Ordering::Relaxed);
+        let (inner, location) = (self.inner.clone(), meta.location.clone());
+        let fetch_range = range.clone();
+        let entry = self
+            .cache
+            .chunks
+            .get_or_fetch(&chunk_key(meta, index), move || async move {
+                metrics.misses.fetch_add(1, Ordering::Relaxed);
+                inner.get_range(&location, fetch_range).await
+            })
+            .await
+            .map_err(|e| object_store::Error::Generic {
+                store: "kiln cache",
+                source: format!(
+                    "reading {} bytes {}..{} from the object store: {e}",
+                    meta.location, range.start, range.end
+                )
+                .into(),
+            })?;
+        Ok(entry.value().clone())
+    }
+
+    /// Puts a new object's chunks and metadata in the cache.
+    fn write_through(&self, meta: &ObjectMeta, data: &Bytes) {
+        let c = self.cache.chunk as usize;
+        for (i, start) in (0..data.len()).step_by(c).enumerate() {
+            let end = (start + c).min(data.len());
+            let key = chunk_key(meta, i as u64);
+            self.cache.chunks.insert(key, data.slice(start..end));
+            self.cache
+                .metrics
+                .written_through
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.remember(meta);
+    }
+}
+
+/// Forgets a deleted object.
+fn forget(cache: &ObjectCache, metas: &RwLock<HashMap<Path, ObjectMeta>>, location: &Path) {
+    let meta = metas.write().remove(location);
+    cache.chunks.remove(&meta_key(location));
+    if let Some(m) = meta {
+        for i in 0..m.size.div_ceil(cache.chunk) {
+            cache.chunks.remove(&chunk_key(&m, i));
+        }
+    }
+}
+
+fn plain(options: &GetOptions) -> bool {
+    options.if_match.is_none()
+        && options.if_none_match.is_none()
+        && options.if_modified_since.is_none()
+        && options.if_unmodified_since.is_none()
+        && options.version.is_none()
+}
+
+#[async_trait]
+impl ObjectStore for CachedStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        if !cacheable(location) || matches!(opts.mode, PutMode::Update(_)) {
+            return self.inner.put_opts(location, payload, opts).await;
+        }
+        let data = Bytes::from(payload.clone());
+        let put = self.inner.put_opts(location, payload, opts).await?;
+        let meta = ObjectMeta {
+            location: location.clone(),
+            last_modified: chrono::Utc::now(),
+            size: data.len() as u64,
+            e_tag: put.e_tag.clone(),
+            version: put.version.clone(),
+        };
+        self.write_through(&meta, &data);
+        Ok(put)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        if !cacheable(location) || !plain(&options) {
+            return self.inner.get_opts(location, options).await;
+        }
+        let meta = self.meta(location).await?;
+        let range = match &options.range {
+            None => 0..meta.size,
+            Some(r) => r
+                .as_range(meta.size)
+                .map_err(|e| object_store::Error::Generic {
+                    store: "kiln cache",
+                    source: format!("{location}: {e}").into(),
+                })?,
+        };
+        let data = match options.head {
+            true => Bytes::new(),
+            false => self.read(&meta, range.clone()).await?,
+        };
+        Ok(GetResult {
+            payload: GetResultPayload::Stream(futures::stream::once(async { Ok(data) }).boxed()),
+            meta,
+            range,
+            attributes: Default::default(),
+        })
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        if !cacheable(location) {
+            return self.inner.get_ranges(location, ranges).await;
+        }
+        let meta = self.meta(location).await?;
+        futures::future::try_join_all(ranges.iter().map(|r| self.read(&meta, r.clone()))).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        // Forgotten once the store deleted them, so no read refills them.
+        let (cache, metas) = (self.cache.clone(), self.metas.clone());
+        self.inner
+            .delete_stream(locations)
+            .inspect(move |r| {
+                if let Ok(p) = r {
+                    forget(&cache, &metas, p);
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}

@@ -1,0 +1,135 @@
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use super::Store;
+use crate::config::StorageConfig;
+
+/// A remote store over memory, its cache in `dir` with 64 KiB chunks.
+async fn remote(backend: Arc<dyn ObjectStore>, dir: &std::path::Path) -> Store {
+    let mut config = StorageConfig::for_dir(dir);
+    config.cache.cache_chunk = "64KiB".parse().unwrap();
+    config.cache.cache_memory = "4MiB".parse().unwrap();
+    config.cache.cache_disk = "64MiB".parse().unwrap();
+    Store::remote(backend, "memory://test".into(), &config)
+        .await
+        .unwrap()
+}
+
+fn data(len: usize) -> Bytes {
+    (0..len).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+fn gets(s: &Store) -> u64 {
+    s.metrics().gets.load(Ordering::Relaxed)
+}
+
+#[tokio::test]
+async fn reads_through_the_cache_equal_the_object_and_fetch_each_chunk_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let path = Path::from("tables/1/2024-01-01/a.parquet");
+    let body = data(300 * 1024 + 17);
+    backend.put(&path, body.clone().into()).await.unwrap();
+    let store = remote(backend, dir.path()).await;
+    let os = store.object_store();
+
+    // Ranges inside one chunk, across chunks, at the end, and the whole.
+    for r in [
+        0..10,
+        65_530..65_550,
+        100_000..250_000,
+        307_000..307_217,
+        0..307_217,
+    ] {
+        let got = os.get_range(&path, r.clone()).await.unwrap();
+        assert_eq!(got, body.slice(r.start as usize..r.end as usize), "{r:?}");
+    }
+    assert_eq!(store.get(&path).await.unwrap(), body);
+    let ranges = os
+        .get_ranges(&path, &[5..6, 200_000..200_100])
+        .await
+        .unwrap();
+    assert_eq!(ranges[1], body.slice(200_000..200_100));
+    // One HEAD, then each of the 5 chunks fetched once however often read.
+    assert_eq!(gets(&store), 1 + 5);
+    let stats = store.cache_stats().unwrap();
+    assert_eq!(stats.misses, 5);
+    assert!(stats.hits > 5, "{stats:?}");
+    assert_eq!(
+        store.metrics().bytes_fetched.load(Ordering::Relaxed),
+        body.len() as u64
+    );
+}
+
+#[tokio::test]
+async fn a_written_file_is_warm_and_mutable_objects_are_never_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let store = remote(backend.clone(), dir.path()).await;
+    let seg = Path::from("tables/1/2024-01-01/b.parquet");
+    store.put_durable(&seg, data(100_000)).await.unwrap();
+    let before = gets(&store);
+    assert_eq!(store.get(&seg).await.unwrap(), data(100_000));
+    assert_eq!(gets(&store), before, "written through: no request");
+
+    // The catalog is rewritten in place: every read goes to the store.
+    let cat = Path::from("catalog.json");
+    store.put_durable(&cat, Bytes::from("one")).await.unwrap();
+    backend.put(&cat, Bytes::from("two").into()).await.unwrap();
+    assert_eq!(store.get(&cat).await.unwrap(), "two");
+}
+
+#[tokio::test]
+async fn the_disk_tier_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let path = Path::from("tables/1/2024-01-01/c.parquet");
+    let body = data(200_000);
+    {
+        let store = remote(backend.clone(), dir.path()).await;
+        store.put_durable(&path, body.clone()).await.unwrap();
+        store.close().await;
+    }
+    let store = remote(backend.clone(), dir.path()).await;
+    assert_eq!(store.get(&path).await.unwrap(), body);
+    assert_eq!(gets(&store), 0, "size, e-tag and chunks all came from disk");
+
+    // A deleted object is forgotten: reading it again asks the store.
+    store.delete(&path).await.unwrap();
+    let err = store.get(&path).await.unwrap_err();
+    assert!(err.to_string().contains("c.parquet"), "{err}");
+}
+
+#[tokio::test]
+async fn put_new_lets_exactly_one_writer_create_an_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = Store::local(dir.path().join("local")).unwrap();
+    let remote = remote(Arc::new(InMemory::new()), dir.path()).await;
+    for store in [local, remote] {
+        let path = Path::from("tables/1/manifest/00000000000000000001.json");
+        assert!(store.put_new(&path, Bytes::from("mine")).await.unwrap());
+        // The same bytes again: a retry of a write that landed.
+        assert!(store.put_new(&path, Bytes::from("mine")).await.unwrap());
+        assert!(!store.put_new(&path, Bytes::from("theirs")).await.unwrap());
+        assert_eq!(store.get(&path).await.unwrap(), "mine");
+    }
+}
+
+#[tokio::test]
+async fn a_prefixed_backend_is_read_by_the_names_kiln_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = Arc::new(InMemory::new());
+    let body = data(150_000);
+    let full = Path::from("node/tables/1/2024-01-01/d.parquet");
+    memory.put(&full, body.clone().into()).await.unwrap();
+    let prefixed = Arc::new(object_store::prefix::PrefixStore::new(memory, "node"));
+    let store = remote(prefixed, dir.path()).await;
+    let path = Path::from("tables/1/2024-01-01/d.parquet");
+    let got = store.object_store().get_range(&path, 70_000..140_000).await;
+    assert_eq!(got.unwrap(), body.slice(70_000..140_000));
+}

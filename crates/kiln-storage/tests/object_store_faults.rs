@@ -1,0 +1,192 @@
+//! A database on an object store that fails (a wrapper in front of an
+//! in-memory store returns errors on demand, as S3 does with 503 Slow Down
+//! or an outage once the client's retries are spent): writes keep being
+//! acknowledged from the WAL, flushes fail and say so, nothing acknowledged
+//! is lost, and flushing resumes by itself when the store recovers. Reads
+//! that fail name the object.
+
+mod support;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use kiln_storage::{Db, Store, SystemClock};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use support::*;
+
+/// A store that fails every request while `down` is set.
+#[derive(Debug)]
+struct Faulty {
+    inner: Arc<InMemory>,
+    down: Arc<AtomicBool>,
+}
+
+impl std::fmt::Display for Faulty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Faulty")
+    }
+}
+
+impl Faulty {
+    fn check(&self, location: &Path) -> Result<()> {
+        match self.down.load(Ordering::SeqCst) {
+            false => Ok(()),
+            true => Err(object_store::Error::Generic {
+                store: "faulty",
+                source: format!("503 Slow Down ({location})").into(),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Faulty {
+    async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> Result<PutResult> {
+        self.check(l)?;
+        self.inner.put_opts(l, p, o).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        l: &Path,
+        o: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.check(l)?;
+        self.inner.put_multipart_opts(l, o).await
+    }
+    async fn get_opts(&self, l: &Path, o: GetOptions) -> Result<GetResult> {
+        self.check(l)?;
+        self.inner.get_opts(l, o).await
+    }
+    async fn get_ranges(&self, l: &Path, r: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.check(l)?;
+        self.inner.get_ranges(l, r).await
+    }
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        match self.check(&Path::from("")) {
+            Ok(()) => self.inner.delete_stream(locations),
+            Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+        }
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        match self.check(&Path::from("")) {
+            Ok(()) => self.inner.list(prefix),
+            Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+        }
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.check(&Path::from(""))?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(&self, from: &Path, to: &Path, o: CopyOptions) -> Result<()> {
+        self.check(to)?;
+        self.inner.copy_opts(from, to, o).await
+    }
+}
+
+async fn open_on(dir: &std::path::Path, backend: Arc<Faulty>) -> Db {
+    let mut c = config(dir);
+    c.background_interval = Duration::from_millis(50);
+    c.flush_age = Duration::from_millis(100);
+    let store = Store::remote(backend, "faulty://bucket".into(), &c)
+        .await
+        .unwrap();
+    Db::open_on(c, Arc::new(SystemClock), Some(store))
+        .await
+        .unwrap()
+}
+
+/// The rows of the current segments, read through the store's cache.
+async fn through_cache(db: &Db) -> Totals {
+    let mut t = Totals::default();
+    for s in db.table(TABLE).unwrap().segments() {
+        let bytes = db.store().get(&Path::from(s.meta.path.as_str())).await;
+        let bytes = bytes.unwrap_or_else(|e| panic!("{}: {e}", s.meta.path));
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<_> = reader.map(Result::unwrap).collect();
+        t = t + Totals::of(&batches);
+    }
+    t
+}
+
+async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_delays_flushes_but_loses_nothing_and_heals_by_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let memory = Arc::new(InMemory::new());
+    let down = Arc::new(AtomicBool::new(false));
+    let backend = Arc::new(Faulty {
+        inner: memory.clone(),
+        down: down.clone(),
+    });
+    let db = open_on(tmp.path(), backend.clone()).await;
+    create(&db).await;
+    let mut expected = write(&db, 0, 0..100).await;
+    wait_for("the first flush", || version(&db) >= 1).await;
+
+    // The store goes down: writes are still acknowledged, and every row is
+    // still readable: the flushed ones from the cache, the rest in memory.
+    down.store(true, Ordering::SeqCst);
+    expected = expected + write(&db, 1, 100..300).await;
+    assert_eq!(through_cache(&db).await + in_memory(&db), expected);
+    wait_for("the failed flush to be reported", || {
+        db.degraded().is_some()
+    })
+    .await;
+    let why = db.degraded().unwrap();
+    assert!(why.contains("flushes failing"), "{why}");
+    assert!(why.contains("503 Slow Down"), "{why}");
+    assert_eq!(version(&db), 1, "nothing was committed");
+    let err = db.flush_all().await.unwrap_err();
+    assert_eq!(err.kind(), kiln_storage::ErrorKind::Io, "{err}");
+
+    // A read the cache cannot serve names the object it needed.
+    let seg = db.table(TABLE).unwrap().segments()[0].meta.path.clone();
+    let cold = Store::remote(
+        backend.clone(),
+        "faulty://bucket".into(),
+        &config(&tmp.path().join("cold")),
+    )
+    .await
+    .unwrap();
+    let err = cold.get(&Path::from(seg.as_str())).await.unwrap_err();
+    assert!(err.to_string().contains(&seg), "{err}");
+
+    // It comes back: flushing resumes without help, and everything is there.
+    down.store(false, Ordering::SeqCst);
+    wait_for("flushes to resume", || {
+        db.degraded().is_none() && in_memory(&db) == Totals::default()
+    })
+    .await;
+    assert_eq!(in_segments(&db).await, expected);
+    db.close().await.unwrap();
+
+    // Reopened on the same bucket: every acknowledged row, exactly once.
+    let db = open_on(tmp.path(), backend).await;
+    assert_consistent(&db, expected).await;
+    assert_eq!(stored(&db).await, expected);
+}

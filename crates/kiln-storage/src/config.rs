@@ -187,6 +187,11 @@ pub struct ObjectStoreConfig {
     /// errors, 5xx, 503 Slow Down, with backoff) before it fails.
     #[arg(long, env = "KILN_S3_RETRY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub s3_retry_timeout: Duration,
+
+    /// Longest one object-store request may take before it is abandoned
+    /// (and retried): a stalled store costs this, not a hung query.
+    #[arg(long, env = "KILN_S3_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub s3_request_timeout: Duration,
 }
 
 /// The local cache in front of object storage (not used when the store is

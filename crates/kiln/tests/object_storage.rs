@@ -1,7 +1,10 @@
 //! `kiln serve --storage s3://...` against a real S3-compatible server
 //! (moto, started on a free loopback port): the catalog, manifests and
 //! segments live in the bucket and the WAL stays local; a restart is warm
-//! from the disk cache; two servers on one prefix cannot both commit.
+//! from the disk cache; two servers on one prefix cannot both commit; a
+//! store that answers 503 or stalls (a fault proxy in front of it) delays
+//! flushes and fails cold reads with a message naming the object, and both
+//! heal by themselves when it recovers.
 
 mod common;
 
@@ -9,13 +12,18 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::Server;
-use common::s3::S3Server;
+use common::s3::{Fault, FaultProxy, S3Server};
 use serde_json::json;
 
 const BUCKET: &str = "kiln-e2e";
 
 fn start(dir: &Path, s3: &S3Server, prefix: &str, extra: &[&str]) -> Server {
-    let flags = s3.flags(BUCKET, prefix);
+    start_at(dir, &s3.endpoint, prefix, extra)
+}
+
+/// A server whose S3 endpoint is `endpoint` (the server, or a proxy).
+fn start_at(dir: &Path, endpoint: &str, prefix: &str, extra: &[&str]) -> Server {
+    let flags = S3Server::flags_for(endpoint, BUCKET, prefix);
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     args.extend(["--flush-age", "300ms", "--compaction", "false"]);
     args.extend(extra);
@@ -145,4 +153,68 @@ fn two_servers_on_one_prefix_cannot_both_commit() {
     drop(a);
     let c = start(&tmp.path().join("c"), &s3, "shared", &[]);
     assert_eq!(c.rows("SELECT count(*) FROM ev"), json!([[110]]));
+}
+
+#[test]
+fn a_failing_store_delays_flushes_fails_cold_reads_clearly_and_heals() {
+    let s3 = S3Server::start(BUCKET);
+    let proxy = FaultProxy::start(&s3.endpoint);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    // No decoded-segment cache, so reads go to the object cache and store.
+    let flags = [
+        "--s3-retry-timeout",
+        "2s",
+        "--s3-request-timeout",
+        "1s",
+        "--segment-cache-bytes",
+        "0",
+    ];
+    let s = start_at(&dir, &proxy.endpoint, "faults", &flags);
+    s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, k TEXT, v BIGINT) WITH (time_column = 'ts')");
+    write(&s, 0, 300);
+    wait_for("a flush", || segments(&s) >= 3);
+    assert!(s.terminate().success());
+    std::fs::remove_dir_all(dir.join("cache")).unwrap();
+    let s = start_at(&dir, &proxy.endpoint, "faults", &flags);
+
+    for fault in [Fault::Unavailable, Fault::Stall] {
+        proxy.set(fault);
+        // A cold read retries for --s3-retry-timeout, then fails, naming
+        // the object it could not read.
+        let started = Instant::now();
+        let (status, body) = s.request(
+            "POST",
+            "/v1/sql",
+            &[("Content-Type", "application/sql")],
+            b"SELECT count(*) FROM ev",
+        );
+        let body = String::from_utf8_lossy(&body);
+        assert_ne!(status, 200, "{fault:?}: {body}");
+        assert!(body.contains(".parquet"), "{fault:?}: {body}");
+        assert!(body.contains("from the object store"), "{fault:?}: {body}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(900),
+            "{fault:?}: no retry ({took:?})"
+        );
+        assert!(took < Duration::from_secs(30), "{fault:?}: {took:?}");
+    }
+
+    // Writes are still acknowledged (from the WAL); flushes fail and say so.
+    proxy.set(Fault::Unavailable);
+    write(&s, 300, 30);
+    wait_for("the failed flush", || {
+        s.request("GET", "/ready", &[], b"").0 == 503
+    });
+
+    // The store recovers: flushing resumes by itself, every row is there.
+    proxy.set(Fault::None);
+    wait_for("flushes to resume", || {
+        s.request("GET", "/ready", &[], b"").0 == 200
+    });
+    assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[330]]));
+    wait_for("the memstore to empty", || {
+        s.rows("SELECT memstore_bytes FROM system.tables")[0][0] == json!(0)
+    });
 }

@@ -1,15 +1,15 @@
 //! Which backend `--storage` names, and how it is built: the data
 //! directory, another local directory, or S3 (any S3-compatible server
-//! through `--s3-endpoint`), with object_store's retries bounded by
-//! `--s3-retry-timeout`.
+//! through `--s3-endpoint`), each request bounded by
+//! `--s3-request-timeout` and its retries by `--s3-retry-timeout`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
-use object_store::RetryConfig;
 use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
+use object_store::{ClientOptions, RetryConfig};
 
 use crate::config::StorageConfig;
 use crate::error::{Error, Result};
@@ -65,7 +65,11 @@ fn s3(config: &StorageConfig, bucket: &str) -> Result<Arc<dyn ObjectStore>> {
     let c = &config.object_store;
     let mut b = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
-        .with_allow_http(c.s3_allow_http)
+        .with_client_options(
+            ClientOptions::new()
+                .with_allow_http(c.s3_allow_http)
+                .with_timeout(c.s3_request_timeout),
+        )
         .with_retry(RetryConfig {
             retry_timeout: c.s3_retry_timeout,
             ..RetryConfig::default()

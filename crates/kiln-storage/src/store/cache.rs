@@ -107,7 +107,7 @@ impl ObjectCache {
     /// Opens the cache; the disk tier in `dir` is recovered if present.
     pub async fn open(config: &CacheConfig, dir: &FsPath) -> crate::error::Result<Self> {
         let chunk = config.cache_chunk.bytes();
-        if chunk < MIN_CHUNK || chunk % 4096 != 0 {
+        if chunk < MIN_CHUNK || !chunk.is_multiple_of(4096) {
             return Err(Error::Config(format!(
                 "--cache-chunk {}: must be a multiple of 4KiB and at least 64KiB",
                 config.cache_chunk
@@ -256,9 +256,19 @@ impl CachedStore {
             None => {
                 // Some backends (a prefixed store) name the object by its
                 // full key: it is known here by the name it was asked for.
+                let head = self.inner.head(location).await.map_err(|e| match e {
+                    e @ object_store::Error::NotFound { .. } => e,
+                    e => object_store::Error::Generic {
+                        store: "kiln cache",
+                        source: format!(
+                            "reading the size of {location} from the object store: {e}"
+                        )
+                        .into(),
+                    },
+                })?;
                 let m = ObjectMeta {
                     location: location.clone(),
-                    ..self.inner.head(location).await?
+                    ..head
                 };
                 self.remember(&m);
                 m

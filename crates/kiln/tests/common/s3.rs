@@ -45,11 +45,16 @@ impl S3Server {
 
     /// The `kiln serve` flags that put its storage at `s3://bucket/prefix`.
     pub fn flags(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        Self::flags_for(&self.endpoint, bucket, prefix)
+    }
+
+    /// The same flags with another endpoint (a proxy in front of it).
+    pub fn flags_for(endpoint: &str, bucket: &str, prefix: &str) -> Vec<String> {
         [
             "--storage",
             &format!("s3://{bucket}/{prefix}"),
             "--s3-endpoint",
-            &self.endpoint,
+            endpoint,
             "--s3-allow-http",
             "--s3-access-key-id",
             "test",
@@ -90,4 +95,97 @@ impl Drop for S3Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What [`FaultProxy`] does with the requests it receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Forwards them to the server.
+    None = 0,
+    /// Answers `503 Slow Down`, as S3 does when throttling or failing.
+    Unavailable = 1,
+    /// Reads them and never answers.
+    Stall = 2,
+}
+
+/// A TCP proxy in front of the S3 server that injects faults on demand.
+pub struct FaultProxy {
+    /// `http://127.0.0.1:PORT`
+    pub endpoint: String,
+    mode: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl FaultProxy {
+    pub fn start(upstream: &str) -> FaultProxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let mode = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(0));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let (m, c) = (mode.clone(), conns.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                c.lock().unwrap().push(client.try_clone().unwrap());
+                match m.load(Ordering::SeqCst) {
+                    0 => {
+                        let Ok(server) = TcpStream::connect(&upstream) else {
+                            continue;
+                        };
+                        c.lock().unwrap().push(server.try_clone().unwrap());
+                        pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                        pipe(server, client);
+                    }
+                    1 => {
+                        std::thread::spawn(move || slow_down(client));
+                    }
+                    _ => {} // kept open, never answered
+                }
+            }
+        });
+        FaultProxy {
+            endpoint,
+            mode,
+            conns,
+        }
+    }
+
+    /// Switches the fault; connections already open are cut, so every
+    /// request from now on sees the new behaviour.
+    pub fn set(&self, fault: Fault) {
+        self.mode
+            .store(fault as u8, std::sync::atomic::Ordering::SeqCst);
+        for s in self.conns.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+/// Reads one request head and answers 503 Slow Down.
+fn slow_down(mut s: TcpStream) {
+    use std::io::{Read, Write};
+    let mut head = Vec::new();
+    let mut b = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&b[..n]),
+        }
+    }
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
+                <Message>Please reduce your request rate.</Message></Error>";
+    let _ = write!(
+        s,
+        "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
 }

@@ -236,11 +236,12 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
     let segments = engine.db().table("sales").unwrap().segments().len();
     wait_for_entries(&engine.caches().segments, segments).await;
     check(&engine, &all, "from the segment cache").await;
-    // Obsolete segment files were deleted; only live ones remain on disk.
+    // Obsolete segment files were deleted; only live ones remain stored.
     let live: usize = engine.db().table("sales").unwrap().segments().len();
-    let on_disk = walk(tmp.path())
+    let stored = engine.db().store().list(&"tables".into()).await.unwrap();
+    let on_disk = stored
         .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .filter(|p| p.as_ref().ends_with(".parquet"))
         .count();
     assert_eq!(on_disk, live);
 }
@@ -272,7 +273,9 @@ async fn prewarm_decodes_the_newest_segments_that_fit() {
         segment_cache_bytes: ByteSize::b(newest.bytes * PREWARM_EXPANSION),
         ..QueryConfig::default()
     };
-    let db = Db::open(StorageConfig::for_dir(tmp.path())).await.unwrap();
+    let mut storage = StorageConfig::for_dir(tmp.path());
+    kiln_storage::testing::use_test_store(&mut storage);
+    let db = Db::open(storage).await.unwrap();
     let engine = Engine::with_config(db, &config).unwrap();
     let cache = &engine.caches().segments;
     assert_eq!(cache.entries(), 0);
@@ -297,17 +300,4 @@ async fn wait_for_entries(cache: &SegmentCache, n: usize) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert_eq!(cache.entries(), n, "segments decoded into the cache");
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = vec![];
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(walk(&p))
-        } else {
-            out.push(p)
-        }
-    }
-    out
 }

@@ -60,6 +60,6 @@ pub use manifest::{Manifest, Segment, SegmentMeta, StatValue};
 pub use memstore::{MemStore, TableSnapshot};
 pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
 pub use size::ByteSize;
-pub use store::{CacheStats, STORE_URL, Store, StoreMetrics};
+pub use store::{CacheStats, Observer, ReadObserver, STORE_URL, Store, StoreMetrics};
 pub use strict::TimestampUnit;
 pub use table::Table;

@@ -218,3 +218,39 @@ fn a_failing_store_delays_flushes_fails_cold_reads_clearly_and_heals() {
         s.rows("SELECT memstore_bytes FROM system.tables")[0][0] == json!(0)
     });
 }
+
+/// The sum of `name=N` over every scan of an EXPLAIN ANALYZE.
+fn scan_metric(s: &Server, sql: &str, name: &str) -> u64 {
+    let plan = s.rows(&format!("EXPLAIN ANALYZE {sql}")).to_string();
+    let key = format!("{name}=");
+    plan.match_indices(&key)
+        .map(|(i, _)| {
+            let digits: String = plan[i + key.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn explain_analyze_shows_each_scans_bytes_from_cache_and_from_store() {
+    let s3 = S3Server::start(BUCKET);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let flags = ["--segment-cache-bytes", "0"];
+    let s = start(&dir, &s3, "explain", &flags);
+    s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, k TEXT, v BIGINT) WITH (time_column = 'ts')");
+    write(&s, 0, 3_000);
+    wait_for("a flush", || segments(&s) >= 3);
+    assert!(s.terminate().success());
+    std::fs::remove_dir_all(dir.join("cache")).unwrap();
+    let s = start(&dir, &s3, "explain", &flags);
+
+    let q = "SELECT k, sum(v) FROM ev GROUP BY k";
+    let cold = scan_metric(&s, q, "bytes_from_store");
+    assert!(cold > 0, "a cold scan fetches from the store");
+    assert_eq!(scan_metric(&s, q, "bytes_from_store"), 0, "then it is warm");
+    assert!(scan_metric(&s, q, "bytes_from_cache") > 0);
+}

@@ -46,6 +46,7 @@ use crate::shape::balanced;
 use crate::transaction::Transaction;
 
 mod lazy;
+mod observed;
 mod partials;
 mod slices;
 mod snapshot;

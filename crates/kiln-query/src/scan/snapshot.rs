@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfigBuilder, FileSource, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
 use datafusion::physical_expr::PhysicalExpr;
@@ -18,6 +20,8 @@ use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExecBuilder;
 use kiln_storage::{Segment, TableSnapshot};
+
+use super::observed::ObservedStore;
 
 use super::slices::Filtered;
 use super::{KilnTable, ScanSpec};
@@ -199,10 +203,16 @@ impl KilnTable {
                 PartitionedFile::new(s.meta.path.clone(), s.meta.bytes).with_extension(s.clone()),
             );
         }
-        let mut source = ParquetSource::new(schema.clone())
+        let source = ParquetSource::new(schema.clone());
+        let store = ObservedStore::new(
+            spec.store.clone(),
+            self.db.store().is_cached(),
+            source.metrics(),
+        );
+        let mut source = source
             .with_table_parquet_options(spec.parquet.clone())
             .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
-                spec.store.clone(),
+                Arc::new(store),
                 spec.metadata.clone(),
             )))
             .with_enable_page_index(true);

@@ -40,6 +40,19 @@ use serde::{Deserialize, Serialize};
 use crate::config::CacheConfig;
 use crate::error::Error;
 
+/// Told where the bytes of a read came from. A reader that wants to know
+/// (a scan, for EXPLAIN ANALYZE) puts an [`Observer`] in its read's
+/// `GetOptions::extensions`; a chunk counts as fetched for the read that
+/// fetched it.
+pub trait ReadObserver: Send + Sync + std::fmt::Debug {
+    fn from_cache(&self, bytes: u64);
+    fn from_store(&self, bytes: u64);
+}
+
+/// A [`ReadObserver`] as a read's extension.
+#[derive(Clone, Debug)]
+pub struct Observer(pub Arc<dyn ReadObserver>);
+
 /// Counters of the object cache.
 #[derive(Debug, Default)]
 pub struct CacheMetrics {
@@ -293,7 +306,12 @@ impl CachedStore {
     }
 
     /// Bytes `range` of the object, chunk by chunk.
-    async fn read(&self, meta: &ObjectMeta, range: Range<u64>) -> Result<Bytes> {
+    async fn read(
+        &self,
+        meta: &ObjectMeta,
+        range: Range<u64>,
+        observer: Option<&Observer>,
+    ) -> Result<Bytes> {
         if range.is_empty() {
             return Ok(Bytes::new());
         }
@@ -301,6 +319,17 @@ impl CachedStore {
         let (first, last) = (range.start / c, (range.end - 1) / c);
         let chunks =
             futures::future::try_join_all((first..=last).map(|i| self.chunk(meta, i))).await?;
+        if let Some(Observer(o)) = observer {
+            for (i, (b, fetched)) in chunks.iter().enumerate() {
+                let base = (first + i as u64) * c;
+                let used = range.end.min(base + b.len() as u64) - range.start.max(base);
+                match fetched {
+                    true => o.from_store(used),
+                    false => o.from_cache(used),
+                }
+            }
+        }
+        let chunks: Vec<Bytes> = chunks.into_iter().map(|(b, _)| b).collect();
         let len = range.end - range.start;
         self.cache
             .metrics
@@ -322,19 +351,23 @@ impl CachedStore {
         Ok(out.freeze())
     }
 
-    /// Chunk `index` of the object, fetched once however many readers miss it.
-    async fn chunk(&self, meta: &ObjectMeta, index: u64) -> Result<Bytes> {
+    /// Chunk `index` of the object, fetched once however many readers miss
+    /// it; true if this call fetched it.
+    async fn chunk(&self, meta: &ObjectMeta, index: u64) -> Result<(Bytes, bool)> {
         let c = self.cache.chunk;
         let range = index * c..((index + 1) * c).min(meta.size);
         let metrics = self.cache.metrics.clone();
         metrics.lookups.fetch_add(1, Ordering::Relaxed);
         let (inner, location) = (self.inner.clone(), meta.location.clone());
         let fetch_range = range.clone();
+        let fetched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let fetching = fetched.clone();
         let entry = self
             .cache
             .chunks
             .get_or_fetch(&chunk_key(meta, index), move || async move {
                 metrics.misses.fetch_add(1, Ordering::Relaxed);
+                fetching.store(true, Ordering::Relaxed);
                 inner.get_range(&location, fetch_range).await
             })
             .await
@@ -346,7 +379,7 @@ impl CachedStore {
                 )
                 .into(),
             })?;
-        Ok(entry.value().clone())
+        Ok((entry.value().clone(), fetched.load(Ordering::Relaxed)))
     }
 
     /// Puts a new object's chunks and metadata in the cache.
@@ -430,9 +463,10 @@ impl ObjectStore for CachedStore {
                     source: format!("{location}: {e}").into(),
                 })?,
         };
+        let observer = options.extensions.get::<Observer>();
         let data = match options.head {
             true => Bytes::new(),
-            false => self.read(&meta, range.clone()).await?,
+            false => self.read(&meta, range.clone(), observer).await?,
         };
         Ok(GetResult {
             payload: GetResultPayload::Stream(futures::stream::once(async { Ok(data) }).boxed()),
@@ -447,7 +481,8 @@ impl ObjectStore for CachedStore {
             return self.inner.get_ranges(location, ranges).await;
         }
         let meta = self.meta(location).await?;
-        futures::future::try_join_all(ranges.iter().map(|r| self.read(&meta, r.clone()))).await
+        futures::future::try_join_all(ranges.iter().map(|r| self.read(&meta, r.clone(), None)))
+            .await
     }
 
     fn delete_stream(

@@ -25,7 +25,7 @@ use crate::config::StorageConfig;
 use crate::error::{Error, Result};
 use crate::fs_util::{AtomicWriteError, create_new, write_atomic};
 
-pub use cache::CacheStats;
+pub use cache::{CacheStats, Observer, ReadObserver};
 pub use metered::StoreMetrics;
 
 /// The URL DataFusion knows Kiln's store by.
@@ -114,6 +114,11 @@ impl Store {
     /// Requests to the backend.
     pub fn metrics(&self) -> &StoreMetrics {
         &self.metrics
+    }
+
+    /// True if reads go through the object cache (a remote store).
+    pub fn is_cached(&self) -> bool {
+        self.cache.is_some()
     }
 
     /// The cache's counters and fill, if the store has a cache.

@@ -58,16 +58,25 @@ pub(crate) fn temp_path(path: &Path) -> PathBuf {
 /// ones, never a part.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
     let tmp = temp_path(path);
-    let fail = |step, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| AtomicWriteError { step, path, source }
-    };
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(fail(Step::CreateTemp, &tmp))?;
-        f.write_all(bytes).map_err(fail(Step::WriteTemp, &tmp))?;
-        f.sync_all().map_err(fail(Step::SyncTemp, &tmp))?;
-    }
+    write_temp(&tmp, bytes)?;
     std::fs::rename(&tmp, path).map_err(fail(Step::Rename, &tmp))?;
+    sync_dir(path)
+}
+
+fn fail(step: Step, path: &Path) -> impl FnOnce(std::io::Error) -> AtomicWriteError {
+    let path = path.to_path_buf();
+    move |source| AtomicWriteError { step, path, source }
+}
+
+/// Writes and fsyncs the temporary file `tmp`.
+fn write_temp(tmp: &Path, bytes: &[u8]) -> Result<(), AtomicWriteError> {
+    let mut f = std::fs::File::create(tmp).map_err(fail(Step::CreateTemp, tmp))?;
+    f.write_all(bytes).map_err(fail(Step::WriteTemp, tmp))?;
+    f.sync_all().map_err(fail(Step::SyncTemp, tmp))
+}
+
+/// Fsyncs the directory of `path`, making a new name in it durable.
+fn sync_dir(path: &Path) -> Result<(), AtomicWriteError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -85,30 +94,14 @@ pub(crate) fn create_new(path: &Path, bytes: &[u8]) -> Result<bool, AtomicWriteE
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{}.tmp", uuid::Uuid::new_v4().simple()));
     let tmp = PathBuf::from(name);
-    let fail = |step, path: &Path| {
-        let path = path.to_path_buf();
-        move |source| AtomicWriteError { step, path, source }
-    };
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(fail(Step::CreateTemp, &tmp))?;
-        f.write_all(bytes).map_err(fail(Step::WriteTemp, &tmp))?;
-        f.sync_all().map_err(fail(Step::SyncTemp, &tmp))?;
-    }
+    write_temp(&tmp, bytes)?;
     let linked = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
     match linked {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
-        Err(e) => return Err(fail(Step::Link, &tmp)(e)),
+        Ok(()) => sync_dir(path).map(|()| true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(fail(Step::Link, &tmp)(e)),
     }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(fail(Step::SyncDir, dir))?;
-    Ok(true)
 }
 
 /// [`write_atomic`] for other crates (the query layer's user file): the

@@ -26,24 +26,31 @@ pub fn schema() -> SchemaRef {
 /// The rows of `system.cache` now.
 pub fn batch(db: &Db, caches: &Caches) -> arrow::error::Result<RecordBatch> {
     let mut rows: Vec<(&str, &str, u64)> = vec![];
-    let segments = &caches.segments;
-    let (hits, misses) = segments.lookups();
-    rows.extend([
-        ("segments", "hits", hits),
-        ("segments", "misses", misses),
-        ("segments", "entries", segments.entries() as u64),
-        ("segments", "memory_bytes", segments.usage() as u64),
-        ("segments", "memory_capacity", segments.capacity() as u64),
-    ]);
-    let partials = &caches.partials;
-    let (hits, misses) = partials.lookups();
-    rows.extend([
-        ("partials", "hits", hits),
-        ("partials", "misses", misses),
-        ("partials", "entries", partials.entries() as u64),
-        ("partials", "memory_bytes", partials.usage() as u64),
-        ("partials", "memory_capacity", partials.capacity() as u64),
-    ]);
+    let (segments, partials) = (&caches.segments, &caches.partials);
+    for (layer, (hits, misses), entries, usage, capacity) in [
+        (
+            "segments",
+            segments.lookups(),
+            segments.entries(),
+            segments.usage(),
+            segments.capacity(),
+        ),
+        (
+            "partials",
+            partials.lookups(),
+            partials.entries(),
+            partials.usage(),
+            partials.capacity(),
+        ),
+    ] {
+        rows.extend([
+            (layer, "hits", hits),
+            (layer, "misses", misses),
+            (layer, "entries", entries as u64),
+            (layer, "memory_bytes", usage as u64),
+            (layer, "memory_capacity", capacity as u64),
+        ]);
+    }
     if let Some(c) = db.store().cache_stats() {
         rows.extend([
             ("objects", "lookups", c.lookups),

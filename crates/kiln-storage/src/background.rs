@@ -221,7 +221,8 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
 }
 
 /// Deletes objects no manifest refers to: leftovers of a crash mid-flush,
-/// mid-compaction or mid-import, and the files of dropped tables.
+/// mid-compaction or mid-import (temporary files too), and the files of
+/// dropped tables.
 pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
     let registry = inner.registry.load();
     let mut removed = 0;
@@ -231,6 +232,8 @@ pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
         let id: Option<u64> = parts.next().and_then(|p| p.as_ref().parse().ok());
         let keep = match id.and_then(|id| registry.by_id.get(&id)) {
             None => false,
+            // A temporary file of a write a crash interrupted.
+            Some(_) if path.as_ref().ends_with(".tmp") => false,
             Some(t) => {
                 !path.as_ref().ends_with(".parquet")
                     || t.segments().iter().any(|s| {

@@ -276,11 +276,15 @@ async fn open_deletes_segment_files_no_manifest_names() {
     let kept = referenced(&db);
     db.close().await.unwrap();
     // Valid Parquet files no manifest names: one in the table's partition
-    // (as a crash mid-flush leaves), one of a table the catalog lacks.
+    // (as a crash mid-flush leaves), one of a table the catalog lacks, and
+    // the temporary files of a segment and a manifest version a crash cut
+    // short.
     let real = tmp.path().join(kept.first().unwrap());
     let strays = [
         tmp.path().join("tables/1/2026-05-02/stray.parquet"),
         tmp.path().join("tables/77/2026-05-02/dropped.parquet"),
+        tmp.path().join("tables/1/2026-05-02/cut.parquet.tmp"),
+        tmp.path().join("tables/1/manifest/00000000000000000009.json.0a1b.tmp"),
     ];
     for s in &strays {
         std::fs::create_dir_all(s.parent().unwrap()).unwrap();

@@ -10,17 +10,23 @@
 #     prepared statements) for DURATION at CLIENTS clients.
 #  3. S3 with an empty disk cache: a cold run first (q/s, bytes and
 #     requests fetched from the store), then a warm run; then a restart,
-#     which keeps the disk cache: a third run.
+#     which keeps the disk cache: a third run. Time to warm: from a cold
+#     start, 2 s rounds of the same load until one sends the store no GET.
+#  4. Writes: WROWS rows streamed over HTTP into a fresh server on each
+#     storage with 1 s flushes, then idle until compaction is done: rows
+#     per second of flush and of compaction (kiln_rows_flushed_total over
+#     kiln_flush_duration_seconds_sum, the same for compaction).
 # Run it twice: with the defaults (the decoded-segment cache above the
 # object cache answers most scans), and with KILN_SEGMENT_CACHE_BYTES=0 in
 # the environment, so every scan reads Parquet through the object cache.
-# Usage: bench/s3.sh [ROWS=2000000] [DURATION=20s] [CLIENTS=25]
+# Usage: bench/s3.sh [ROWS=2000000] [DURATION=20s] [CLIENTS=25] [WROWS=2000000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib/common.sh
 ROWS="${1:-2000000}"
 DURATION="${2:-20s}"
 CLIENTS="${3:-25}"
+WROWS="${4:-2000000}"
 trap 'bench_cleanup; kill ${MOTO_PID:-} 2>/dev/null || true' EXIT
 
 kiln_binary
@@ -79,3 +85,49 @@ run "s3 warm"
 bench_cleanup; BENCH_PIDS=()
 kiln_start "$WORK/s3" "${S3[@]}"
 run "s3 restarted"
+bench_cleanup; BENCH_PIDS=()
+
+# Time to warm: 2 s rounds from an empty cache until a round sends no GET.
+rm -rf "$WORK/s3/cache"
+kiln_start "$WORK/s3" "${S3[@]}"
+t0=$(date +%s.%N)
+for round in $(seq 60); do
+  g0=$(cache_figure store gets)
+  "$KILN" bench query --url "postgres://127.0.0.1:$KILN_PG_PORT" --clients "$CLIENTS" \
+    --duration 2s --workload dashboard --seed "$round" >/dev/null 2>&1
+  [ "$(cache_figure store gets)" = "$g0" ] && break
+done
+echo "s3 time to warm: $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s ($round rounds of 2 s)"
+bench_cleanup; BENCH_PIDS=()
+
+metric() { # metric NAME: its value in /metrics
+  curl -s "http://$KILN_HTTP/metrics" | awk -v n="$1" '$1 == n { print $2 }'
+}
+write_phase() { # write_phase LABEL DIR [flags...]
+  local label="$1" dir="$2"; shift 2
+  kiln_start "$dir" --flush-age 1s "$@"
+  "$KILN" sql --url "http://$KILN_HTTP" "$(cat bench/sql/abtest.kiln.sql)" >/dev/null
+  local t0 last="" now; t0=$(date +%s.%N)
+  "$KILN" gen abtest --rows "$WROWS" --seed 11 --load "http://$KILN_HTTP" >/dev/null
+  local load_s; load_s=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+  for _ in $(seq 120); do # until flushes and compactions stop for 5 s
+    sleep 5
+    now="$(metric kiln_flushes_total) $(metric kiln_compactions_total)"
+    [ "$now" = "$last" ] && break
+    last="$now"
+  done
+  python3 - "$label" "$load_s" "$(metric kiln_rows_flushed_total)" \
+    "$(metric kiln_flush_duration_seconds_sum)" "$(metric kiln_flushes_total)" \
+    "$(metric kiln_rows_compacted_total)" "$(metric kiln_compaction_duration_seconds_sum)" \
+    "$(metric kiln_compactions_total)" <<'PY'
+import sys
+label, load_s, fr, fs, fn, cr, cs, cn = sys.argv[1:]
+fr, fs, cr, cs = int(float(fr)), float(fs), int(float(cr or 0)), float(cs or 0)
+print(f"{label}: load {load_s} s; {fn} flushes, {fr} rows in {fs:.1f} s = {fr / fs:,.0f} rows/s; "
+      f"{cn} compactions, {cr} rows in {cs:.1f} s = {(cr / cs if cs else 0):,.0f} rows/s")
+PY
+  bench_cleanup; BENCH_PIDS=()
+}
+write_phase "writes local" "$WORK/wlocal"
+S3W=("${S3[@]}"); S3W[1]="s3://kiln-bench/writes"
+write_phase "writes s3" "$WORK/ws3" "${S3W[@]}"

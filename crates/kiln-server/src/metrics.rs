@@ -23,6 +23,9 @@ pub const WAL_GROUPS: &str = "kiln_wal_groups_total";
 pub const WAL_BYTES: &str = "kiln_wal_bytes_total";
 pub const FLUSHES: &str = "kiln_flushes_total";
 pub const COMPACTIONS: &str = "kiln_compactions_total";
+pub const ROWS_FLUSHED: &str = "kiln_rows_flushed_total";
+pub const ROWS_COMPACTED: &str = "kiln_rows_compacted_total";
+pub const COMPACTION_DURATION: &str = "kiln_compaction_duration_seconds";
 pub const MEMSTORE_BYTES: &str = "kiln_memstore_bytes";
 pub const SEGMENTS: &str = "kiln_segments";
 pub const SEGMENT_BYTES: &str = "kiln_segment_bytes";
@@ -112,7 +115,9 @@ pub struct Metrics {
     wal_groups: IntCounter,
     wal_bytes: IntCounter,
     flushes: IntCounter,
+    rows_flushed: IntCounter,
     compactions: IntCounter,
+    rows_compacted: IntCounter,
     memstore_bytes: IntGaugeVec,
     segments: IntGaugeVec,
     segment_bytes: IntGaugeVec,
@@ -235,7 +240,9 @@ impl Metrics {
             wal_groups: counter(WAL_GROUPS, "WAL group commits."),
             wal_bytes: counter(WAL_BYTES, "WAL frame bytes written."),
             flushes: counter(FLUSHES, "Memstore flushes to Parquet segments."),
+            rows_flushed: counter(ROWS_FLUSHED, "Rows written to segments by flushes."),
             compactions: counter(COMPACTIONS, "Segment compactions."),
+            rows_compacted: counter(ROWS_COMPACTED, "Rows rewritten by compactions."),
             memstore_bytes: gauge_vec(MEMSTORE_BYTES, "Bytes held in a table's memstore."),
             segments: gauge_vec(SEGMENTS, "Parquet segments in a table's current manifest."),
             segment_bytes: gauge_vec(SEGMENT_BYTES, "Bytes of a table's Parquet segments."),
@@ -331,7 +338,9 @@ impl Metrics {
         set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));
         set(&self.bytes_written, m.bytes_written.load(Ordering::Relaxed));
         set(&self.flushes, m.flushes.load(Ordering::Relaxed));
+        set(&self.rows_flushed, m.rows_flushed.load(Ordering::Relaxed));
         set(&self.compactions, m.compactions.load(Ordering::Relaxed));
+        set(&self.rows_compacted, m.rows_compacted.load(Ordering::Relaxed));
         let wal = db.wal_stats();
         set(&self.wal_fsyncs, wal.fsyncs);
         set(&self.wal_groups, wal.groups);
@@ -366,6 +375,11 @@ impl Metrics {
                 FLUSH_DURATION,
                 "Memstore flush duration (sort, encode, write, manifest swap).",
                 m.flush_duration.snapshot(),
+            ),
+            (
+                COMPACTION_DURATION,
+                "Compaction duration (read, merge, encode, write, manifest swap).",
+                m.compaction_duration.snapshot(),
             ),
             (
                 STORE_DURATION,

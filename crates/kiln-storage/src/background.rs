@@ -14,13 +14,13 @@ use std::time::Instant;
 use object_store::path::Path;
 
 use crate::db::Inner;
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::failpoints::{
     COMPACTION_AFTER_COMMIT, COMPACTION_AFTER_SEGMENT, FLUSH_AFTER_SEGMENTS, failpoint,
 };
 use crate::manifest::Segment;
 use crate::segment;
-use crate::table::Table;
+use crate::table::{Commit, Table};
 
 /// Segments of one table whose missing cube parts one round builds, so a
 /// new cube over a large table does not hold up flushes.
@@ -116,7 +116,8 @@ pub(crate) fn trim_wal(inner: &Inner) -> Result<()> {
 
 /// Writes a table's memstore as segments and swaps them in.
 pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
-    let _guard = table.manifest_lock.lock().await;
+    let mut doubt = table.manifest_lock.lock().await;
+    table.settle(&inner.store, &mut doubt).await?;
     let set = table.mem.begin_flush();
     if set.chunks.is_empty() {
         table.mem.abort_flush();
@@ -128,40 +129,45 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
         by_day.entry(c.day).or_default().push(c.batch.batch.clone());
     }
     let mut written = vec![];
-    let mut committing = false;
-    let result: Result<()> = async {
+    let wrote: Result<()> = async {
         for (day, batches) in by_day {
             written.push(inner.write_segment(table, day, batches).await?);
         }
         failpoint!(FLUSH_AFTER_SEGMENTS, error);
-        let current = table.mem.manifest();
-        let next = current.next(written.clone(), &[], set.through_seq);
-        committing = true;
-        next.persist(&inner.store, table.def.id).await?;
-        table.mem.publish(next, Some(&set));
         Ok(())
     }
     .await;
-    if let Err(e) = result {
+    if let Err(e) = wrote {
         table.mem.abort_flush();
-        if !committing || e.kind() == ErrorKind::CommitConflict {
-            written.iter().for_each(|s| s.retire());
-        }
-        // Else a failed commit may have left its version on disk (an fsync
-        // that failed after the write), naming these files: they stay, and
-        // the next open deletes them if no manifest names them.
+        written.iter().for_each(|s| s.retire());
         return Err(e);
     }
     let rows: u64 = written.iter().map(|s| s.meta.rows).sum();
+    let segments = written.len();
+    let next = table.mem.manifest().next(written.clone(), &[], set.through_seq);
+    let commit = Commit {
+        next,
+        flushed: Some(set),
+        settled: Box::new(move |ok| {
+            if !ok {
+                written.iter().for_each(|s| s.retire());
+            }
+        }),
+    };
+    // A commit left in doubt keeps its files and its rows in memory until
+    // it is settled (see `Table::commit`).
+    table.commit(&inner.store, &mut doubt, commit).await?;
     inner.metrics.flushes.fetch_add(1, Ordering::Relaxed);
+    inner.metrics.rows_flushed.fetch_add(rows, Ordering::Relaxed);
     inner.metrics.flush_duration.record(started.elapsed());
-    tracing::info!(table = table.name(), rows, segments = written.len(), elapsed = ?started.elapsed(), "flushed");
+    tracing::info!(table = table.name(), rows, segments, elapsed = ?started.elapsed(), "flushed");
     Ok(())
 }
 
 /// Merges the small segments of one partition of `table`, if any partition has enough.
 pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> {
-    let _guard = table.manifest_lock.lock().await;
+    let mut doubt = table.manifest_lock.lock().await;
+    table.settle(&inner.store, &mut doubt).await?;
     let current = table.mem.manifest();
     let target = inner.config.compaction_target_bytes.bytes();
     let mut by_day: BTreeMap<i32, Vec<Arc<Segment>>> = BTreeMap::new();
@@ -194,39 +200,57 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
         batches.extend(segment::read(&inner.store, &s.meta.path).await?);
     }
     let merged = inner.write_segment(table, day, batches).await?;
-    let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
-    let mut committing = false;
-    let committed: Result<()> = async {
+    let written: Result<()> = async {
         failpoint!(COMPACTION_AFTER_SEGMENT, error);
-        committing = true;
-        next.persist(&inner.store, table.def.id).await
+        Ok(())
     }
     .await;
-    if let Err(e) = committed {
-        // The merged file stays if its version may be on disk (see
-        // `flush_table`); the next open deletes it if no manifest names it.
-        if !committing || e.kind() == ErrorKind::CommitConflict {
-            merged.retire();
-        }
+    if let Err(e) = written {
+        merged.retire();
         return Err(e);
     }
-    table.mem.publish(next, None);
-    failpoint!(COMPACTION_AFTER_COMMIT);
-    for s in &picked {
-        s.retire();
-    }
+    let next = current.next(vec![merged.clone()], &picked, current.flushed_seq);
+    let inputs = picked.len();
+    let rows = merged.meta.rows;
+    let commit = Commit {
+        next,
+        flushed: None,
+        settled: Box::new(move |ok| {
+            if ok {
+                failpoint!(COMPACTION_AFTER_COMMIT);
+                picked.iter().for_each(|s| s.retire());
+            } else {
+                merged.retire();
+            }
+        }),
+    };
+    table.commit(&inner.store, &mut doubt, commit).await?;
     inner.metrics.compactions.fetch_add(1, Ordering::Relaxed);
-    tracing::info!(table = table.name(), day, merged = picked.len(), elapsed = ?started.elapsed(), "compacted");
+    inner.metrics.rows_compacted.fetch_add(rows, Ordering::Relaxed);
+    inner.metrics.compaction_duration.record(started.elapsed());
+    tracing::info!(table = table.name(), day, merged = inputs, rows, elapsed = ?started.elapsed(), "compacted");
     Ok(true)
 }
 
+/// How old an unreferenced object in a shared (remote) store must be before
+/// an opening process deletes it: younger ones may be another writer's
+/// segments between their write and their commit.
+pub(crate) const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Deletes objects no manifest refers to: leftovers of a crash mid-flush,
 /// mid-compaction or mid-import (temporary files too), and the files of
-/// dropped tables.
+/// dropped tables. In a shared store only those older than
+/// [`ORPHAN_GRACE`].
 pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
     let registry = inner.registry.load();
+    let now = chrono::DateTime::from_timestamp_nanos(inner.clock.now_ns());
+    let grace = chrono::Duration::from_std(ORPHAN_GRACE).expect("grace fits");
     let mut removed = 0;
-    for path in inner.store.list(&Path::from("tables")).await? {
+    for object in inner.store.list_meta(&Path::from("tables")).await? {
+        if inner.store.is_shared() && now - object.last_modified < grace {
+            continue;
+        }
+        let path = object.location;
         let mut parts = path.parts();
         parts.next();
         let id: Option<u64> = parts.next().and_then(|p| p.as_ref().parse().ok());

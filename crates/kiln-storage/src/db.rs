@@ -28,7 +28,7 @@ use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
 use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
 use crate::segment;
 use crate::store::Store;
-use crate::table::Table;
+use crate::table::{Commit, Table};
 
 /// Counters of the storage engine (exported as metrics by the server).
 #[derive(Debug, Default)]
@@ -38,7 +38,13 @@ pub struct StorageMetrics {
     pub flushes: AtomicU64,
     /// Duration of each flush (freeze, sort, encode, write, manifest swap).
     pub flush_duration: kiln_wal::LatencyHistogram,
+    /// Rows written by flushes (each row once, when it leaves memory).
+    pub rows_flushed: AtomicU64,
     pub compactions: AtomicU64,
+    /// Duration of each compaction (read, merge, encode, write, commit).
+    pub compaction_duration: kiln_wal::LatencyHistogram,
+    /// Rows rewritten by compactions.
+    pub rows_compacted: AtomicU64,
 }
 
 /// When a write is acknowledged.
@@ -116,9 +122,11 @@ pub(crate) struct Inner {
     pub background_failure: parking_lot::Mutex<Option<String>>,
     /// Computes cube parts, once the query layer installed it.
     pub cube_builder: std::sync::OnceLock<Arc<dyn CubeBuilder>>,
-    /// Parts that failed to build (segment path, cube id): not retried
-    /// until a restart; queries read those segments raw.
-    pub failed_parts: parking_lot::Mutex<std::collections::HashSet<(String, u64)>>,
+    /// Parts that failed to build (segment path, cube id), and when: not
+    /// tried again for `PART_RETRY_AFTER` (a store outage passes; a part
+    /// that cannot be built is not rebuilt every round).
+    pub failed_parts:
+        parking_lot::Mutex<std::collections::HashMap<(String, u64), std::time::Instant>>,
 }
 
 impl Inner {
@@ -604,10 +612,10 @@ impl Db {
         if offset == 0 {
             return Ok(0);
         }
-        let _guard = t.manifest_lock.lock().await;
+        let mut doubt = t.manifest_lock.lock().await;
+        t.settle(&self.inner.store, &mut doubt).await?;
         let mut written = vec![];
-        let mut committing = false;
-        let result: Result<()> = async {
+        let wrote: Result<()> = async {
             // Partitions are sorted and encoded in parallel, one per core.
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let mut writes = futures::stream::iter(by_day)
@@ -616,24 +624,27 @@ impl Db {
             while let Some(meta) = writes.next().await {
                 written.push(meta?);
             }
-            drop(writes);
-            let current = t.mem.manifest();
-            let next = current.next(written.clone(), &[], current.flushed_seq);
-            committing = true;
-            next.persist(&self.inner.store, t.def.id).await?;
-            t.mem.publish(next, None);
             Ok(())
         }
         .await;
-        if let Err(e) = result {
-            // Files a failed commit's version may name stay (see
-            // `background::flush_table`); the next open deletes them if no
-            // manifest names them.
-            if !committing || e.kind() == crate::error::ErrorKind::CommitConflict {
-                written.iter().for_each(|s| s.retire());
-            }
+        if let Err(e) = wrote {
+            written.iter().for_each(|s| s.retire());
             return Err(e);
         }
+        let current = t.mem.manifest();
+        let next = current.next(written.clone(), &[], current.flushed_seq);
+        let commit = Commit {
+            next,
+            flushed: None,
+            settled: Box::new(move |ok| {
+                if !ok {
+                    written.iter().for_each(|s| s.retire());
+                }
+            }),
+        };
+        // An import whose commit is left in doubt is settled by the next
+        // change of the table's manifest: it may become visible then.
+        t.commit(&self.inner.store, &mut doubt, commit).await?;
         self.inner
             .metrics
             .rows_written

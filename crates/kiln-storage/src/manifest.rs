@@ -250,25 +250,36 @@ impl Manifest {
             });
         }
         failpoint!(MANIFEST_AFTER_WRITE, error);
+        // A writer more than one version behind can create version N after
+        // the newest writer deleted it; readers load the highest version, so
+        // a higher one there means this version is shadowed: refused. The
+        // listing is of this table's few manifest keys.
+        let dir = manifest_dir(table_id);
+        let versions: Vec<(u64, Path)> = store
+            .list(&dir)
+            .await?
+            .into_iter()
+            .filter_map(|p| parse_version(&p).map(|v| (v, p)))
+            .collect();
+        if versions.iter().any(|(v, _)| *v > self.version) {
+            return Err(Error::CommitConflict {
+                table_id,
+                version: self.version,
+                location: store.location().to_string(),
+            });
+        }
         // Older versions are no longer needed for recovery. The commit is
         // done: failing to delete them only leaves files the next commit
         // deletes, so it is logged, not returned.
-        let dir = manifest_dir(table_id);
-        let cleanup: Result<()> = async {
-            for old in store.list(&dir).await? {
-                if parse_version(&old).is_some_and(|v| v < self.version) {
-                    store.delete(&old).await?;
-                }
+        for (_, old) in versions.iter().filter(|(v, _)| *v < self.version) {
+            if let Err(e) = store.delete(old).await {
+                tracing::warn!(
+                    table_id,
+                    version = self.version,
+                    "deleting older manifest versions: {e}"
+                );
+                break;
             }
-            Ok(())
-        }
-        .await;
-        if let Err(e) = cleanup {
-            tracing::warn!(
-                table_id,
-                version = self.version,
-                "deleting older manifest versions: {e}"
-            );
         }
         Ok(())
     }

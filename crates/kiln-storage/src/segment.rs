@@ -97,9 +97,10 @@ pub async fn write(
 }
 
 /// Reads a whole segment back (compaction, building a cube part): from the
-/// store, not through its cache, so a one-off read evicts nothing hot.
+/// cache where it holds the bytes, and without filling it, so a one-off
+/// read evicts nothing hot.
 pub async fn read(store: &Store, path: &str) -> Result<Vec<RecordBatch>> {
-    let bytes = store.get_uncached(&Path::from(path)).await?;
+    let bytes = store.get_once(&Path::from(path)).await?;
     tokio::task::spawn_blocking(move || -> Result<_> {
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?
             .with_batch_size(64 * 1024)

@@ -26,11 +26,13 @@ use object_store::{
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use support::*;
 
-/// A store that fails every request while `down` is set.
-#[derive(Debug)]
+/// A store that fails every request while `down` is set, and loses the
+/// reply to a manifest write (which lands) while `lose_commit_replies` is.
+#[derive(Debug, Default)]
 struct Faulty {
     inner: Arc<InMemory>,
     down: Arc<AtomicBool>,
+    lose_commit_replies: Arc<AtomicBool>,
 }
 
 impl std::fmt::Display for Faulty {
@@ -55,7 +57,14 @@ impl Faulty {
 impl ObjectStore for Faulty {
     async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> Result<PutResult> {
         self.check(l)?;
-        self.inner.put_opts(l, p, o).await
+        let put = self.inner.put_opts(l, p, o).await?;
+        if l.as_ref().contains("/manifest/") && self.lose_commit_replies.load(Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "faulty",
+                source: format!("connection reset before the reply ({l})").into(),
+            });
+        }
+        Ok(put)
     }
     async fn put_multipart_opts(
         &self,
@@ -137,12 +146,8 @@ async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_delays_flushes_but_loses_nothing_and_heals_by_itself() {
     let tmp = tempfile::tempdir().unwrap();
-    let memory = Arc::new(InMemory::new());
-    let down = Arc::new(AtomicBool::new(false));
-    let backend = Arc::new(Faulty {
-        inner: memory.clone(),
-        down: down.clone(),
-    });
+    let backend = Arc::new(Faulty::default());
+    let down = backend.down.clone();
     let db = open_on(tmp.path(), backend.clone()).await;
     create(&db).await;
     let mut expected = write(&db, 0, 0..100).await;
@@ -189,4 +194,89 @@ async fn an_outage_delays_flushes_but_loses_nothing_and_heals_by_itself() {
     let db = open_on(tmp.path(), backend).await;
     assert_consistent(&db, expected).await;
     assert_eq!(stored(&db).await, expected);
+}
+
+/// A commit whose reply is lost may have landed: the next flush settles it
+/// by committing the same version again (the store holds those bytes, so
+/// that is a success), rather than writing a different version of the same
+/// number, which would collide with it forever, or the same rows twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_reply_is_lost_is_settled_not_redone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Faulty::default());
+    let mut c = config(tmp.path());
+    c.flush_age = Duration::from_secs(3600);
+    let store = Store::remote(backend.clone(), "faulty://bucket".into(), &c)
+        .await
+        .unwrap();
+    let db = Db::open_on(c, Arc::new(SystemClock), Some(store))
+        .await
+        .unwrap();
+    create(&db).await;
+    let a = write(&db, 0, 0..50).await;
+    db.flush_all().await.unwrap();
+    assert_eq!(version(&db), 1);
+
+    let b = write(&db, 1, 50..120).await;
+    backend.lose_commit_replies.store(true, Ordering::SeqCst);
+    let err = db.flush_all().await.unwrap_err();
+    assert!(err.to_string().contains("connection reset"), "{err}");
+    assert_eq!((version(&db), in_memory(&db)), (1, b), "not published yet");
+    // The next flush finds version 2 stored with its bytes: settled. Its
+    // own version 3 loses its reply in turn and waits.
+    let c_rows = write(&db, 2, 120..130).await;
+    db.flush_all().await.unwrap_err();
+    assert_eq!((version(&db), in_memory(&db)), (2, c_rows));
+
+    backend.lose_commit_replies.store(false, Ordering::SeqCst);
+    db.flush_all().await.unwrap();
+    assert_eq!(version(&db), 3, "version 3 settled, nothing redone");
+    assert_eq!(in_memory(&db), Totals::default());
+    assert_eq!(in_segments(&db).await, a + b + c_rows, "each row once");
+    db.close().await.unwrap();
+
+    let db = open_on(tmp.path(), backend).await;
+    assert_consistent(&db, a + b + c_rows).await;
+}
+
+/// A writer two versions behind could create a version the newest writer
+/// already deleted; readers load the highest version, so that commit must
+/// be refused, and its rows stay in its WAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_two_versions_behind_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Faulty::default());
+    let open = |dir: std::path::PathBuf, backend: Arc<Faulty>| async move {
+        let mut c = config(&dir);
+        c.flush_age = Duration::from_secs(3600);
+        let store = Store::remote(backend, "faulty://bucket".into(), &c)
+            .await
+            .unwrap();
+        Db::open_on(c, Arc::new(SystemClock), Some(store))
+            .await
+            .unwrap()
+    };
+    let first = open(tmp.path().join("a"), backend.clone()).await;
+    create(&first).await;
+    let a = write(&first, 0, 0..10).await;
+    first.flush_all().await.unwrap();
+    let late = open(tmp.path().join("b"), backend.clone()).await;
+    assert_eq!(version(&late), 1);
+
+    let more = write(&first, 0, 10..20).await + write(&first, 1, 20..30).await;
+    first.flush_all().await.unwrap();
+    let more = more + write(&first, 2, 30..40).await;
+    first.flush_all().await.unwrap();
+    assert_eq!(version(&first), 3);
+
+    write(&late, 3, 40..50).await;
+    let err = late.flush_all().await.unwrap_err();
+    assert_eq!(err.kind(), kiln_storage::ErrorKind::CommitConflict, "{err}");
+    assert_eq!(version(&late), 1, "nothing published");
+    late.close().await.ok();
+    first.close().await.unwrap();
+
+    let db = open(tmp.path().join("c"), backend).await;
+    assert_eq!(version(&db), 3);
+    assert_eq!(stored(&db).await, a + more);
 }

@@ -192,6 +192,7 @@ fn a_failing_store_delays_flushes_fails_cold_reads_clearly_and_heals() {
         let body = String::from_utf8_lossy(&body);
         assert_ne!(status, 200, "{fault:?}: {body}");
         assert!(body.contains(".parquet"), "{fault:?}: {body}");
+        assert!(body.contains("s3://kiln-e2e/faults/"), "{fault:?}: {body}");
         assert!(body.contains("from the object store"), "{fault:?}: {body}");
         let took = started.elapsed();
         assert!(

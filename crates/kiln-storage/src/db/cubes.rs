@@ -3,6 +3,7 @@
 //! that lack them ([`crate::cube`] says why parts are per segment).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
@@ -13,7 +14,10 @@ use crate::cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
 use crate::error::{Error, Result};
 use crate::manifest::{Manifest, Segment, SegmentMeta};
 use crate::segment;
-use crate::table::Table;
+use crate::table::{Commit, Table};
+
+/// How long a part that failed to build is left before it is tried again.
+pub(crate) const PART_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// How a new cube is declared (the query layer has checked its expressions).
 #[derive(Debug, Clone)]
@@ -107,7 +111,14 @@ impl Db {
             table.set_cubes(catalog.cubes_of(table.def.id));
             (table, cube)
         };
-        let _guard = table.manifest_lock.lock().await;
+        let mut doubt = table.manifest_lock.lock().await;
+        // The cube is gone from the catalog either way: a failed commit only
+        // leaves its parts named in the manifest, ignored and forgotten at
+        // the next open.
+        if let Err(e) = table.settle(&self.inner.store, &mut doubt).await {
+            tracing::warn!(cube = name, "dropping the cube's parts from the manifest: {e}");
+            return Ok(true);
+        }
         let current = table.mem.manifest();
         let removed: Vec<Arc<Part>> = current
             .segments
@@ -117,19 +128,18 @@ impl Db {
         if removed.is_empty() {
             return Ok(true);
         }
-        let next = current.next(vec![], &[], current.flushed_seq);
-        // The cube is gone from the catalog either way: a failed commit only
-        // leaves its parts named in the manifest, ignored and forgotten at
-        // the next open.
-        if let Err(e) = next.persist(&self.inner.store, table.def.id).await {
-            tracing::warn!(
-                cube = name,
-                "dropping the cube's parts from the manifest: {e}"
-            );
-            return Ok(true);
+        let commit = Commit {
+            next: current.next(vec![], &[], current.flushed_seq),
+            flushed: None,
+            settled: Box::new(move |ok| {
+                if ok {
+                    removed.iter().for_each(|p| p.retire());
+                }
+            }),
+        };
+        if let Err(e) = table.commit(&self.inner.store, &mut doubt, commit).await {
+            tracing::warn!(cube = name, "dropping the cube's parts from the manifest: {e}");
         }
-        table.mem.publish(next, None);
-        removed.iter().for_each(|p| p.retire());
         Ok(true)
     }
 
@@ -158,8 +168,9 @@ pub(super) fn forget_dropped_parts(manifest: &Manifest, cubes: &[Arc<CubeDef>]) 
 
 impl Inner {
     /// The parts of `cubes` over one new segment's `rows`. A part that fails
-    /// to build is left out (logged, and not retried until a restart): its
-    /// segment is then read raw, which is slower but exact.
+    /// to build is left out (logged, and tried again after
+    /// [`PART_RETRY_AFTER`]): its segment is then read raw, which is slower
+    /// but exact.
     pub(crate) async fn build_parts(
         &self,
         table: &Table,
@@ -180,7 +191,7 @@ impl Inner {
                         "cube part not built; queries read this segment raw");
                     self.failed_parts
                         .lock()
-                        .insert((segment.path.clone(), cube.id));
+                        .insert((segment.path.clone(), cube.id), Instant::now());
                 }
             }
         }
@@ -231,7 +242,8 @@ impl Inner {
             return Ok(0);
         }
         let todo: Vec<(Arc<Segment>, Vec<Arc<CubeDef>>)> = {
-            let failed = self.failed_parts.lock();
+            let mut failed = self.failed_parts.lock();
+            failed.retain(|_, at| at.elapsed() < PART_RETRY_AFTER);
             table
                 .segments()
                 .into_iter()
@@ -239,7 +251,7 @@ impl Inner {
                     let missing: Vec<_> = cubes
                         .iter()
                         .filter(|c| s.part(c.id).is_none())
-                        .filter(|c| !failed.contains(&(s.meta.path.clone(), c.id)))
+                        .filter(|c| !failed.contains_key(&(s.meta.path.clone(), c.id)))
                         .cloned()
                         .collect();
                     (!missing.is_empty()).then_some((s, missing))
@@ -252,11 +264,11 @@ impl Inner {
             let rows = match segment::read(&self.store, &segment.meta.path).await {
                 Ok(batches) => concat_batches(&table.schema, &batches)?,
                 Err(e) => {
-                    // Read raw by queries; not retried until a restart.
+                    // Read raw by queries until a later try succeeds.
                     tracing::warn!(segment = segment.meta.path, error = %e, "cube parts not built");
                     let mut failed = self.failed_parts.lock();
                     for c in &missing {
-                        failed.insert((segment.meta.path.clone(), c.id));
+                        failed.insert((segment.meta.path.clone(), c.id), Instant::now());
                     }
                     continue;
                 }
@@ -267,7 +279,8 @@ impl Inner {
             if parts.is_empty() {
                 continue;
             }
-            let _guard = table.manifest_lock.lock().await;
+            let mut doubt = table.manifest_lock.lock().await;
+            table.settle(&self.store, &mut doubt).await?;
             let current = table.mem.manifest();
             let live = table.cubes();
             let still_there =
@@ -284,16 +297,21 @@ impl Inner {
             if added.is_empty() {
                 continue;
             }
-            let next = current.next(vec![], &[], current.flushed_seq);
-            if let Err(e) = next.persist(&self.store, table.def.id).await {
-                // The files stay: a version that failed after its write may
-                // name them; the next open deletes them if none does.
-                for p in &added {
-                    segment.remove_part(p.meta.cube_id);
-                }
-                return Err(e);
-            }
-            table.mem.publish(next, None);
+            let built_on = segment.clone();
+            let commit = Commit {
+                next: current.next(vec![], &[], current.flushed_seq),
+                flushed: None,
+                // Refused: the parts leave the segment; their files are
+                // orphans the next open deletes.
+                settled: Box::new(move |ok| {
+                    if !ok {
+                        for p in &added {
+                            built_on.remove_part(p.meta.cube_id);
+                        }
+                    }
+                }),
+            };
+            table.commit(&self.store, &mut doubt, commit).await?;
             built += 1;
         }
         Ok(built)

@@ -80,7 +80,8 @@ async fn each_commit_is_the_next_version_and_replaces_the_previous_file() {
 async fn load_takes_the_newest_version_left_on_disk() {
     let (_tmp, store, reaper) = setup();
     // A crash between writing a version and deleting the older ones leaves
-    // both; persisting 10 then 9 leaves both too (only older ones go).
+    // both; persisting 10 then 9 leaves both too: 9 is written, then
+    // refused as shadowed by 10 (a writer more than one version behind).
     let v10 = Manifest {
         version: 10,
         flushed_seq: 40,
@@ -92,7 +93,8 @@ async fn load_takes_the_newest_version_left_on_disk() {
         segments: vec![Segment::new(meta("old", 3), &reaper)],
     };
     v10.persist(&store, TABLE).await.unwrap();
-    v9.persist(&store, TABLE).await.unwrap();
+    let err = v9.persist(&store, TABLE).await.unwrap_err();
+    assert_eq!(err.kind(), crate::error::ErrorKind::CommitConflict, "{err}");
     assert_eq!(versions_on_disk(&store).await, [9, 10]);
 
     let loaded = Manifest::load(&store, TABLE, &reaper).await.unwrap();

@@ -10,8 +10,9 @@
 //! its first query; a file's size and e-tag are cached beside its chunks,
 //! so a warm read sends no request at all, even after a restart (the disk
 //! tier is recovered, not cleared). Concurrent misses on one chunk share one
-//! fetch. Reads that must not disturb the hot set (compaction's) bypass the
-//! cache through [`super::Store::get_uncached`]. The decoded-batch cache of
+//! fetch. Reads that must not disturb the hot set (compaction's, cube
+//! builds') carry [`NoFill`]: chunks the cache holds are served from it,
+//! the rest are fetched and not kept. The decoded-batch cache of
 //! the query layer and DataFusion's footer cache sit above this one.
 
 use std::collections::HashMap;
@@ -52,6 +53,11 @@ pub trait ReadObserver: Send + Sync + std::fmt::Debug {
 /// A [`ReadObserver`] as a read's extension.
 #[derive(Clone, Debug)]
 pub struct Observer(pub Arc<dyn ReadObserver>);
+
+/// A read's extension: serve what the cache holds, but do not keep what
+/// had to be fetched (a one-off read of a whole file).
+#[derive(Clone, Copy, Debug)]
+pub struct NoFill;
 
 /// Counters of the object cache.
 #[derive(Debug, Default)]
@@ -148,6 +154,13 @@ impl ObjectCache {
                 .with_engine_config(BlockEngineConfig::new(device).with_block_size(block as usize))
                 .with_recover_mode(RecoverMode::Quiet)
         } else {
+            if disk_capacity > 0 {
+                tracing::warn!(
+                    cache_disk = disk_capacity,
+                    needed = 2 * block,
+                    "--cache-disk is below two cache blocks: no disk tier, memory only"
+                );
+            }
             builder
         };
         let chunks = builder.build().await.map_err(|e| cache_error(dir, e))?;
@@ -230,6 +243,9 @@ pub(super) struct CachedStore {
     cache: Arc<ObjectCache>,
     /// Metadata of objects read or written, so a warm read needs no request.
     metas: Arc<RwLock<HashMap<Path, ObjectMeta>>>,
+    /// Where the backend is (`s3://bucket/prefix`), so an error names the
+    /// object a user can find.
+    base: String,
 }
 
 impl std::fmt::Display for CachedStore {
@@ -239,11 +255,34 @@ impl std::fmt::Display for CachedStore {
 }
 
 impl CachedStore {
-    pub fn new(inner: Arc<dyn ObjectStore>, cache: Arc<ObjectCache>) -> Self {
+    pub fn new(inner: Arc<dyn ObjectStore>, cache: Arc<ObjectCache>, base: &str) -> Self {
         Self {
             inner,
             cache,
             metas: Default::default(),
+            base: base.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// The error of fetching bytes `range` of `location`.
+    fn fetch_error(
+        &self,
+        location: &Path,
+        range: &Range<u64>,
+        e: impl std::fmt::Display,
+    ) -> object_store::Error {
+        let what = format!(
+            "reading bytes {}..{} from the object store: {e}",
+            range.start, range.end
+        );
+        self.error(location, what)
+    }
+
+    /// The error of a read of `location`, naming the object in full.
+    fn error(&self, location: &Path, what: impl std::fmt::Display) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "kiln cache",
+            source: format!("{}/{location}: {what}", self.base).into(),
         }
     }
 
@@ -271,13 +310,7 @@ impl CachedStore {
                 // full key: it is known here by the name it was asked for.
                 let head = self.inner.head(location).await.map_err(|e| match e {
                     e @ object_store::Error::NotFound { .. } => e,
-                    e => object_store::Error::Generic {
-                        store: "kiln cache",
-                        source: format!(
-                            "reading the size of {location} from the object store: {e}"
-                        )
-                        .into(),
-                    },
+                    e => self.error(location, format!("reading its size from the object store: {e}")),
                 })?;
                 let m = ObjectMeta {
                     location: location.clone(),
@@ -311,6 +344,7 @@ impl CachedStore {
         meta: &ObjectMeta,
         range: Range<u64>,
         observer: Option<&Observer>,
+        fill: bool,
     ) -> Result<Bytes> {
         if range.is_empty() {
             return Ok(Bytes::new());
@@ -318,7 +352,8 @@ impl CachedStore {
         let c = self.cache.chunk;
         let (first, last) = (range.start / c, (range.end - 1) / c);
         let chunks =
-            futures::future::try_join_all((first..=last).map(|i| self.chunk(meta, i))).await?;
+            futures::future::try_join_all((first..=last).map(|i| self.chunk(meta, i, fill)))
+                .await?;
         if let Some(Observer(o)) = observer {
             for (i, (b, fetched)) in chunks.iter().enumerate() {
                 let base = (first + i as u64) * c;
@@ -352,12 +387,21 @@ impl CachedStore {
     }
 
     /// Chunk `index` of the object, fetched once however many readers miss
-    /// it; true if this call fetched it.
-    async fn chunk(&self, meta: &ObjectMeta, index: u64) -> Result<(Bytes, bool)> {
+    /// it (and kept, if `fill`); true if this call fetched it.
+    async fn chunk(&self, meta: &ObjectMeta, index: u64, fill: bool) -> Result<(Bytes, bool)> {
         let c = self.cache.chunk;
         let range = index * c..((index + 1) * c).min(meta.size);
         let metrics = self.cache.metrics.clone();
         metrics.lookups.fetch_add(1, Ordering::Relaxed);
+        if !fill {
+            if let Ok(Some(e)) = self.cache.chunks.get(&chunk_key(meta, index)).await {
+                return Ok((e.value().clone(), false));
+            }
+            metrics.misses.fetch_add(1, Ordering::Relaxed);
+            let fetched = self.inner.get_range(&meta.location, range.clone()).await;
+            let bytes = fetched.map_err(|e| self.fetch_error(&meta.location, &range, e))?;
+            return Ok((bytes, true));
+        }
         let (inner, location) = (self.inner.clone(), meta.location.clone());
         let fetch_range = range.clone();
         let fetched = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -371,14 +415,7 @@ impl CachedStore {
                 inner.get_range(&location, fetch_range).await
             })
             .await
-            .map_err(|e| object_store::Error::Generic {
-                store: "kiln cache",
-                source: format!(
-                    "reading {} bytes {}..{} from the object store: {e}",
-                    meta.location, range.start, range.end
-                )
-                .into(),
-            })?;
+            .map_err(|e| self.fetch_error(&meta.location, &range, e))?;
         Ok((entry.value().clone(), fetched.load(Ordering::Relaxed)))
     }
 
@@ -398,10 +435,27 @@ impl CachedStore {
     }
 }
 
-/// Forgets a deleted object.
-fn forget(cache: &ObjectCache, metas: &RwLock<HashMap<Path, ObjectMeta>>, location: &Path) {
-    let meta = metas.write().remove(location);
-    cache.chunks.remove(&meta_key(location));
+/// Forgets a deleted object: its metadata and every chunk of it, which the
+/// saved metadata names when this process never read it (after a restart).
+async fn forget(cache: &ObjectCache, metas: &RwLock<HashMap<Path, ObjectMeta>>, location: &Path) {
+    let known = metas.write().remove(location);
+    let key = meta_key(location);
+    let meta = match known {
+        Some(m) => Some(m),
+        None => match cache.chunks.get(&key).await {
+            Ok(Some(e)) => serde_json::from_slice::<SavedMeta>(e.value())
+                .ok()
+                .map(|s| ObjectMeta {
+                    location: location.clone(),
+                    last_modified: s.last_modified,
+                    size: s.size,
+                    e_tag: s.e_tag,
+                    version: s.version,
+                }),
+            _ => None,
+        },
+    };
+    cache.chunks.remove(&key);
     if let Some(m) = meta {
         for i in 0..m.size.div_ceil(cache.chunk) {
             cache.chunks.remove(&chunk_key(&m, i));
@@ -458,15 +512,13 @@ impl ObjectStore for CachedStore {
             None => 0..meta.size,
             Some(r) => r
                 .as_range(meta.size)
-                .map_err(|e| object_store::Error::Generic {
-                    store: "kiln cache",
-                    source: format!("{location}: {e}").into(),
-                })?,
+                .map_err(|e| self.error(location, e))?,
         };
         let observer = options.extensions.get::<Observer>();
+        let fill = options.extensions.get::<NoFill>().is_none();
         let data = match options.head {
             true => Bytes::new(),
-            false => self.read(&meta, range.clone(), observer).await?,
+            false => self.read(&meta, range.clone(), observer, fill).await?,
         };
         Ok(GetResult {
             payload: GetResultPayload::Stream(futures::stream::once(async { Ok(data) }).boxed()),
@@ -481,7 +533,11 @@ impl ObjectStore for CachedStore {
             return self.inner.get_ranges(location, ranges).await;
         }
         let meta = self.meta(location).await?;
-        futures::future::try_join_all(ranges.iter().map(|r| self.read(&meta, r.clone(), None)))
+        if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > meta.size) {
+            let what = format!("range {}..{} is outside its {} bytes", r.start, r.end, meta.size);
+            return Err(self.error(location, what));
+        }
+        futures::future::try_join_all(ranges.iter().map(|r| self.read(&meta, r.clone(), None, true)))
             .await
     }
 
@@ -493,9 +549,13 @@ impl ObjectStore for CachedStore {
         let (cache, metas) = (self.cache.clone(), self.metas.clone());
         self.inner
             .delete_stream(locations)
-            .inspect(move |r| {
-                if let Ok(p) = r {
-                    forget(&cache, &metas, p);
+            .then(move |r| {
+                let (cache, metas) = (cache.clone(), metas.clone());
+                async move {
+                    if let Ok(p) = &r {
+                        forget(&cache, &metas, p).await;
+                    }
+                    r
                 }
             })
             .boxed()

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::config::StorageConfig;
 use crate::error::{Error, Result};
@@ -91,7 +91,7 @@ impl Store {
         };
         let cache = Arc::new(cache::ObjectCache::open(&config.cache, &dir).await?);
         let inner: Arc<dyn ObjectStore> =
-            Arc::new(cache::CachedStore::new(raw.clone(), cache.clone()));
+            Arc::new(cache::CachedStore::new(raw.clone(), cache.clone(), &location));
         Ok(Self {
             inner,
             raw,
@@ -198,10 +198,18 @@ impl Store {
         Ok(self.inner.get(path).await?.bytes().await?)
     }
 
-    /// The whole object, straight from the backend: a one-off read (such as
-    /// compaction's) that must not push the hot set out of the cache.
+    /// The whole object, straight from the backend, as it is there now.
     pub async fn get_uncached(&self, path: &Path) -> Result<Bytes> {
         Ok(self.raw.get(path).await?.bytes().await?)
+    }
+
+    /// The whole object for a one-off read (compaction's, a cube build's):
+    /// from the cache where it holds the bytes, else from the backend
+    /// without keeping them, so the hot set stays.
+    pub async fn get_once(&self, path: &Path) -> Result<Bytes> {
+        let mut options = GetOptions::default();
+        options.extensions.insert(cache::NoFill);
+        Ok(self.inner.get_opts(path, options).await?.bytes().await?)
     }
 
     /// The object, or `None` if there is none.
@@ -222,8 +230,24 @@ impl Store {
 
     /// Every object under `prefix`.
     pub async fn list(&self, prefix: &Path) -> Result<Vec<Path>> {
-        let metas: Vec<_> = self.inner.list(Some(prefix)).try_collect().await?;
-        Ok(metas.into_iter().map(|m| m.location).collect())
+        Ok(self
+            .list_meta(prefix)
+            .await?
+            .into_iter()
+            .map(|m| m.location)
+            .collect())
+    }
+
+    /// Every object under `prefix`, with its size and time of writing.
+    pub async fn list_meta(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+        Ok(self.inner.list(Some(prefix)).try_collect().await?)
+    }
+
+    /// True if another process may write here too: a remote store, which no
+    /// lock file guards (a local directory is owned by the process holding
+    /// the data directory's `LOCK`).
+    pub fn is_shared(&self) -> bool {
+        self.local_root.is_none()
     }
 
     /// Closes the cache (its disk tier is kept for the next start).

@@ -133,3 +133,45 @@ async fn a_prefixed_backend_is_read_by_the_names_kiln_gives() {
     let got = store.object_store().get_range(&path, 70_000..140_000).await;
     assert_eq!(got.unwrap(), body.slice(70_000..140_000));
 }
+
+#[tokio::test]
+async fn a_one_off_read_uses_the_cache_but_does_not_fill_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let cold = Path::from("tables/1/2024-01-01/cold.parquet");
+    backend.put(&cold, data(150_000).into()).await.unwrap();
+    let store = remote(backend, dir.path()).await;
+
+    // Cold: one HEAD and its 3 chunks fetched, none kept.
+    assert_eq!(store.get_once(&cold).await.unwrap(), data(150_000));
+    assert_eq!(gets(&store), 1 + 3);
+    assert_eq!(store.get_once(&cold).await.unwrap(), data(150_000));
+    assert_eq!(gets(&store), 1 + 3 + 3, "not kept: fetched again");
+
+    // Warm (written through): served from the cache, no request.
+    let warm = Path::from("tables/1/2024-01-01/warm.parquet");
+    store.put_durable(&warm, data(150_000)).await.unwrap();
+    let before = gets(&store);
+    assert_eq!(store.get_once(&warm).await.unwrap(), data(150_000));
+    assert_eq!(gets(&store), before);
+}
+
+#[tokio::test]
+async fn ranges_past_the_end_are_refused_naming_the_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let path = Path::from("tables/1/2024-01-01/c.parquet");
+    backend.put(&path, data(1000).into()).await.unwrap();
+    let store = remote(backend, dir.path()).await;
+    let os = store.object_store();
+    let backwards = std::ops::Range { start: 20, end: 10 };
+    for bad in [[0..10, 990..1001], [0..10, backwards]] {
+        let err = os.get_ranges(&path, &bad).await.unwrap_err();
+        assert!(
+            err.to_string().contains("memory://test/tables/1/2024-01-01/c.parquet"),
+            "{err}"
+        );
+    }
+    let ok = os.get_ranges(&path, &[990..1000]).await.unwrap();
+    assert_eq!(ok[0], data(1000).slice(990..1000));
+}

@@ -14,7 +14,7 @@ use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
 use datafusion::common::{DataFusionError, ParamValues, ScalarValue, TableReference};
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::execution::SessionState;
+use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
@@ -269,13 +269,16 @@ impl Engine {
     /// if an expression nests deeper than `--max-expression-depth`
     /// ([`crate::shape`]); then writes PostgreSQL syntax DataFusion spells
     /// otherwise as DataFusion plans it ([`shape::postgres`],
-    /// [`shape::relations`]); returns
+    /// [`shape::relations`], [`shape::order`], [`shape::first`]); returns
     /// whether it did. Every protocol calls it on what it parsed.
     pub fn check_shape(&self, stmt: &mut Statement) -> Result<bool> {
         shape::check(stmt, self.max_expression_depth)?;
         let is_table_function = |name: &str| self.ctx.table_function(name).is_ok();
         let relations = shape::relations::rewrite(stmt, &is_table_function);
-        Ok(shape::postgres::rewrite(stmt) | relations)
+        let order = shape::order::rewrite(stmt);
+        let is_aggregate = |name: &str| self.ctx.udaf(name).is_ok();
+        let first = shape::first::rewrite(stmt, &is_aggregate);
+        Ok(shape::postgres::rewrite(stmt) | relations | order | first)
     }
 
     /// `--max-expression-depth`.

@@ -17,7 +17,9 @@
 
 use std::ops::ControlFlow;
 
+pub mod first;
 pub mod labels;
+pub mod order;
 pub mod postgres;
 pub mod relations;
 

@@ -86,6 +86,24 @@ fn sync_dir(path: &Path) -> Result<(), AtomicWriteError> {
         .map_err(fail(Step::SyncDir, dir))
 }
 
+/// Creates directory `dir` and any missing parents, each made durable: the
+/// directory holding a new one is fsynced, so a file later written and
+/// fsynced inside cannot be lost with its directory's entry in a power
+/// loss.
+pub(crate) fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.as_os_str().is_empty() || dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => sync_dir(dir).map_err(|e| e.source),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Creates `path` with `bytes` unless it exists: a temporary file (unique,
 /// so concurrent creators do not collide), fsync, hard link to `path`,
 /// fsync of the directory. `Ok(true)` if this call created it, `Ok(false)`
@@ -118,6 +136,18 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn creates_missing_directories_and_accepts_existing_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let deep = tmp.path().join("tables/7/2026-11-01");
+        create_dir_durable(&deep).unwrap();
+        assert!(deep.is_dir());
+        create_dir_durable(&deep).unwrap();
+        let file = tmp.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(create_dir_durable(&file.join("sub")).is_err(), "a file is in the way");
+    }
 
     #[test]
     fn replaces_the_file_and_leaves_no_temporary() {

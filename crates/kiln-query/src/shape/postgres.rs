@@ -55,8 +55,9 @@ fn is_interval(e: &Expr) -> bool {
     }
 }
 
-/// Whether `sql` may hold something [`rewrite`] or
-/// [`super::relations::rewrite`] rewrites: lets a protocol skip parsing the
+/// Whether `sql` may hold something [`rewrite`],
+/// [`super::relations::rewrite`], [`super::order::rewrite`] or
+/// [`super::first::rewrite`] rewrites: lets a protocol skip parsing the
 /// text a second time.
 pub fn may_rewrite(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
@@ -67,6 +68,8 @@ pub fn may_rewrite(sql: &str) -> bool {
         || repeats_a_term(&lower)
         || (lower.contains("interval") && sql.contains('*'))
         || super::relations::may_rewrite(&lower)
+        || super::order::may_rewrite(&lower)
+        || super::first::may_rewrite(&lower)
 }
 
 /// Whether some select-list term may repeat: two equal comma-separated

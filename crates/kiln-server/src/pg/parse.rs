@@ -86,11 +86,14 @@ impl QueryParser for KilnParser {
         // functions; `shape::postgres`): other statements skip the second
         // parse.
         let deep = sql.len() > 2 * self.engine.max_expression_depth();
+        // A subquery in a select list is kept from datafusion-postgres's
+        // rules by Kiln's parse (`sql_parser`): its text is planned.
+        let subquery = SqlParser::may_keep_subqueries(sql);
         let mut rewritten = None;
-        if (deep || kiln_query::shape::postgres::may_rewrite(sql))
+        if (deep || subquery || kiln_query::shape::postgres::may_rewrite(sql))
             && let Ok(mut stmts) = self.sql.parse(sql)
         {
-            let mut rewrote = false;
+            let mut rewrote = subquery;
             for stmt in &mut stmts {
                 match self.engine.check_shape(stmt) {
                     Ok(r) => rewrote |= r,

@@ -1,17 +1,32 @@
-//! datafusion-postgres's SQL parser, minus one stale entry of its list of
-//! statements it replaces wholesale.
+//! datafusion-postgres's SQL parser, minus two things it does that are
+//! wrong now that Kiln plans what they stood in for.
 //!
-//! Why: `PostgresCompatibilityParser` replaces Grafana's search-path
-//! subquery (`string_to_array(current_setting('search_path'), ',') s`,
-//! `generate_series(...) AS i`, `THEN user`) by `''`, from when none of
-//! it could be planned, so Grafana's editors matched no schema and listed
-//! every table schema-qualified. Kiln plans that subquery now
-//! (`current_setting` in `settings`, the rest in
-//! `kiln_query::shape::relations`), so text that reads the search path is
-//! parsed without the replacement list; its rewrite rules still apply.
-//! Every other statement goes through the parser unchanged.
+//! - `PostgresCompatibilityParser` replaces Grafana's search-path subquery
+//!   (`string_to_array(current_setting('search_path'), ',') s`,
+//!   `generate_series(...) AS i`, `THEN user`) by `''`, from when none of
+//!   it could be planned, so Grafana's editors matched no schema and
+//!   listed every table schema-qualified. Kiln plans that subquery now
+//!   (`current_setting` in `settings`, the rest in
+//!   `kiln_query::shape::relations`), so text that reads the search path
+//!   is parsed without the replacement list.
+//! - Its rule `RemoveSubqueryFromProjection` answers every correlated
+//!   scalar subquery of a select list with NULL: a wrong answer, not an
+//!   error. DataFusion plans such subqueries when they aggregate, and
+//!   `kiln_query::shape::first` makes the common `ORDER BY ... LIMIT 1`
+//!   form one, so the rule is kept off them: they are parenthesised once
+//!   more (`((SELECT ...))`, the same expression), which it does not look
+//!   into. A statement the parser replaces wholesale (its list of client
+//!   queries) stays as it makes it.
+//!
+//! Its other rewrite rules still apply; every other statement goes through
+//! the parser unchanged. Upstream, the list entry should be deleted and the
+//! rule should leave subqueries DataFusion can plan alone.
 
-use datafusion::sql::sqlparser::ast::Statement;
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser;
@@ -22,20 +37,96 @@ const SEARCH_PATH: &str = "current_setting('search_path')";
 #[derive(Debug, Default)]
 pub struct SqlParser(PostgresCompatibilityParser);
 
+/// Whether `text` holds `needle`, ignoring ASCII case; compared in place,
+/// as this runs for every statement.
+fn contains_ignore_case(text: &str, needle: &str) -> bool {
+    text.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// Whether `sql` may have a subquery in a select list: a `(` followed by
+/// `select` (spaces between allowed).
+fn may_have_scalar_subquery(sql: &str) -> bool {
+    sql.match_indices('(').any(|(at, _)| {
+        let rest = sql[at + 1..].trim_start();
+        rest.len() >= 6 && rest.as_bytes()[..6].eq_ignore_ascii_case(b"select")
+    })
+}
+
 impl SqlParser {
+    /// Whether [`SqlParser::parse`] may keep a subquery from the rules
+    /// (module docs): a protocol that parses again must then plan the text
+    /// of what this parse returns.
+    pub fn may_keep_subqueries(sql: &str) -> bool {
+        may_have_scalar_subquery(sql)
+    }
+
     /// `sql`'s statements, rewritten by datafusion-postgres's rules.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
-        // Compared in place: this runs for every statement.
-        let reads_search_path = sql
-            .as_bytes()
-            .windows(SEARCH_PATH.len())
-            .any(|w| w.eq_ignore_ascii_case(SEARCH_PATH.as_bytes()));
-        if !reads_search_path {
+        let reads_search_path = contains_ignore_case(sql, SEARCH_PATH);
+        let subquery = may_have_scalar_subquery(sql);
+        if !reads_search_path && !subquery {
             return self.0.parse(sql);
         }
-        Ok(Parser::parse_sql(&PostgreSqlDialect {}, sql)?
-            .into_iter()
-            .map(|stmt| self.0.rewrite(stmt))
-            .collect())
+        let mut raw = Parser::parse_sql(&PostgreSqlDialect {}, sql)?;
+        if !reads_search_path {
+            let parsed = self.0.parse(sql)?;
+            let plain: Vec<Statement> = raw.iter().cloned().map(|s| self.0.rewrite(s)).collect();
+            if parsed != plain {
+                return Ok(parsed); // replaced wholesale
+            }
+        }
+        if subquery {
+            for stmt in &mut raw {
+                let _ = stmt.visit(&mut KeepSubqueries);
+            }
+        }
+        Ok(raw.into_iter().map(|stmt| self.0.rewrite(stmt)).collect())
+    }
+}
+
+/// Parenthesises the subqueries of select lists once more (module docs).
+struct KeepSubqueries;
+
+impl VisitorMut for KeepSubqueries {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if let SetExpr::Select(select) = query.body.as_mut() {
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
+                    item
+                    && matches!(e, Expr::Subquery(_))
+                {
+                    *e = Expr::Nested(Box::new(e.clone()));
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(sql: &str) -> String {
+        let stmts = SqlParser::default().parse(sql).unwrap();
+        stmts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    }
+
+    #[test]
+    fn correlated_subqueries_in_a_select_list_are_kept() {
+        let sql = "SELECT t.a, (SELECT max(c.b) FROM c WHERE c.a = t.a) AS m FROM t";
+        assert!(SqlParser::default().0.parse(sql).unwrap()[0]
+            .to_string()
+            .contains("NULL AS m"));
+        assert_eq!(
+            parsed(sql),
+            "SELECT t.a, ((SELECT max(c.b) FROM c WHERE c.a = t.a)) AS m FROM t"
+        );
+        assert!(may_have_scalar_subquery("select ( SELECT 1)"));
+        assert!(!may_have_scalar_subquery("select count(x) from t"));
     }
 }

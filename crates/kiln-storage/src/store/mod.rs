@@ -23,7 +23,7 @@ use object_store::{GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode,
 
 use crate::config::StorageConfig;
 use crate::error::{Error, Result};
-use crate::fs_util::{AtomicWriteError, create_new, write_atomic};
+use crate::fs_util::{AtomicWriteError, create_dir_durable, create_new, write_atomic};
 
 pub use cache::{CacheStats, Observer, ReadObserver};
 pub use metered::StoreMetrics;
@@ -181,7 +181,7 @@ impl Store {
         let len = bytes.len() as u64;
         let done = tokio::task::spawn_blocking(move || {
             if let Some(dir) = file.parent() {
-                std::fs::create_dir_all(dir)
+                create_dir_durable(dir)
                     .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
             }
             write(&file, &bytes)

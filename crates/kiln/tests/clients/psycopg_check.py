@@ -72,6 +72,21 @@ def main(port: int) -> None:
         assert named.fetchone()[:2] == (1, 1)
         assert [d.name for d in named.description] == want, named.description
 
+    # Correlated scalar subqueries in a select list are answered, not NULL
+    # (an aggregate one, and one picking its first row by an order), over
+    # the simple protocol, the extended one, and prepared.
+    correlated = ("SELECT id, (SELECT q.name FROM pgt q WHERE q.id = p.id + {} "
+                  "ORDER BY q.ts DESC LIMIT 1) AS next_name, (SELECT count(*) FROM pgt q "
+                  "WHERE q.id = p.id) AS n FROM pgt p ORDER BY id")
+    for sql, params, prepare in ((correlated.format("1"), None, False),
+                                 (correlated.format("%s"), (1,), False),
+                                 (correlated.format("%s"), (1,), True)):
+        c.execute(sql, params, prepare=prepare)
+        got = c.fetchall()
+        assert got == [(1, "b", 1), (2, None, 1), (3, None, 1)], (sql, got)
+    c.execute(correlated.format("%s"), (-1,), prepare=True)
+    assert c.fetchall() == [(1, None, 1), (2, "a", 1), (3, "b", 1)]
+
     # Errors carry SQLSTATEs that client libraries turn into typed exceptions.
     try:
         c.execute("SELECT * FROM nope")

@@ -340,7 +340,10 @@ impl Metrics {
         set(&self.flushes, m.flushes.load(Ordering::Relaxed));
         set(&self.rows_flushed, m.rows_flushed.load(Ordering::Relaxed));
         set(&self.compactions, m.compactions.load(Ordering::Relaxed));
-        set(&self.rows_compacted, m.rows_compacted.load(Ordering::Relaxed));
+        set(
+            &self.rows_compacted,
+            m.rows_compacted.load(Ordering::Relaxed),
+        );
         let wal = db.wal_stats();
         set(&self.wal_fsyncs, wal.fsyncs);
         set(&self.wal_groups, wal.groups);

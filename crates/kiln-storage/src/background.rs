@@ -144,7 +144,10 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     }
     let rows: u64 = written.iter().map(|s| s.meta.rows).sum();
     let segments = written.len();
-    let next = table.mem.manifest().next(written.clone(), &[], set.through_seq);
+    let next = table
+        .mem
+        .manifest()
+        .next(written.clone(), &[], set.through_seq);
     let commit = Commit {
         next,
         flushed: Some(set),
@@ -158,7 +161,10 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     // it is settled (see `Table::commit`).
     table.commit(&inner.store, &mut doubt, commit).await?;
     inner.metrics.flushes.fetch_add(1, Ordering::Relaxed);
-    inner.metrics.rows_flushed.fetch_add(rows, Ordering::Relaxed);
+    inner
+        .metrics
+        .rows_flushed
+        .fetch_add(rows, Ordering::Relaxed);
     inner.metrics.flush_duration.record(started.elapsed());
     tracing::info!(table = table.name(), rows, segments, elapsed = ?started.elapsed(), "flushed");
     Ok(())
@@ -226,7 +232,10 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     };
     table.commit(&inner.store, &mut doubt, commit).await?;
     inner.metrics.compactions.fetch_add(1, Ordering::Relaxed);
-    inner.metrics.rows_compacted.fetch_add(rows, Ordering::Relaxed);
+    inner
+        .metrics
+        .rows_compacted
+        .fetch_add(rows, Ordering::Relaxed);
     inner.metrics.compaction_duration.record(started.elapsed());
     tracing::info!(table = table.name(), day, merged = inputs, rows, elapsed = ?started.elapsed(), "compacted");
     Ok(true)

@@ -146,7 +146,10 @@ mod tests {
         create_dir_durable(&deep).unwrap();
         let file = tmp.path().join("f");
         std::fs::write(&file, b"x").unwrap();
-        assert!(create_dir_durable(&file.join("sub")).is_err(), "a file is in the way");
+        assert!(
+            create_dir_durable(&file.join("sub")).is_err(),
+            "a file is in the way"
+        );
     }
 
     #[test]

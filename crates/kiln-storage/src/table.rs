@@ -111,7 +111,11 @@ impl Table {
     pub(crate) async fn settle(&self, store: &Store, doubt: &mut InDoubt) -> Result<()> {
         match doubt.take() {
             Some(c) => {
-                tracing::info!(table = self.name(), version = c.next.version, "settling a commit left in doubt");
+                tracing::info!(
+                    table = self.name(),
+                    version = c.next.version,
+                    "settling a commit left in doubt"
+                );
                 self.commit(store, doubt, c).await
             }
             None => Ok(()),

@@ -284,7 +284,8 @@ async fn open_deletes_segment_files_no_manifest_names() {
         tmp.path().join("tables/1/2026-05-02/stray.parquet"),
         tmp.path().join("tables/77/2026-05-02/dropped.parquet"),
         tmp.path().join("tables/1/2026-05-02/cut.parquet.tmp"),
-        tmp.path().join("tables/1/manifest/00000000000000000009.json.0a1b.tmp"),
+        tmp.path()
+            .join("tables/1/manifest/00000000000000000009.json.0a1b.tmp"),
     ];
     for s in &strays {
         std::fs::create_dir_all(s.parent().unwrap()).unwrap();

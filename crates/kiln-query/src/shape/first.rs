@@ -71,7 +71,9 @@ fn limited_to_one(query: &Query) -> bool {
     else {
         return false;
     };
-    limit_by.is_empty() && query.fetch.is_none() && matches!(&v.value, Value::Number(n, _) if n == "1")
+    limit_by.is_empty()
+        && query.fetch.is_none()
+        && matches!(&v.value, Value::Number(n, _) if n == "1")
 }
 
 fn calls_an_aggregate(e: &Expr, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
@@ -79,9 +81,7 @@ fn calls_an_aggregate(e: &Expr, is_aggregate: &dyn Fn(&str) -> bool) -> bool {
         Expr::Function(f) if f.over.is_some() || is_aggregate(&f.name.to_string()) => {
             ControlFlow::Break(())
         }
-        Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => {
-            ControlFlow::Break(())
-        }
+        Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => ControlFlow::Break(()),
         _ => ControlFlow::Continue(()),
     })
     .is_break()
@@ -98,7 +98,8 @@ fn as_first_value(query: &mut Query, is_aggregate: &dyn Fn(&str) -> bool) -> boo
     let SetExpr::Select(select) = query.body.as_mut() else {
         return false;
     };
-    let no_groups = matches!(&select.group_by, GroupByExpr::Expressions(g, m) if g.is_empty() && m.is_empty());
+    let no_groups =
+        matches!(&select.group_by, GroupByExpr::Expressions(g, m) if g.is_empty() && m.is_empty());
     if select.distinct.is_some() || select.having.is_some() || !no_groups {
         return false;
     }

@@ -22,8 +22,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, Ident, OrderByKind, Query, SelectItem, SetExpr, Statement, TableFactor, Value,
-    VisitMut, VisitorMut, visit_expressions,
+    Expr, Ident, OrderByKind, Query, SelectItem, SetExpr, Statement, TableFactor, Value, VisitMut,
+    VisitorMut, visit_expressions,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;

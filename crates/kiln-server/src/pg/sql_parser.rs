@@ -95,8 +95,7 @@ impl VisitorMut for KeepSubqueries {
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         if let SetExpr::Select(select) = query.body.as_mut() {
             for item in &mut select.projection {
-                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
-                    item
+                if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
                     && matches!(e, Expr::Subquery(_))
                 {
                     *e = Expr::Nested(Box::new(e.clone()));
@@ -113,15 +112,21 @@ mod tests {
 
     fn parsed(sql: &str) -> String {
         let stmts = SqlParser::default().parse(sql).unwrap();
-        stmts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        stmts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     #[test]
     fn correlated_subqueries_in_a_select_list_are_kept() {
         let sql = "SELECT t.a, (SELECT max(c.b) FROM c WHERE c.a = t.a) AS m FROM t";
-        assert!(SqlParser::default().0.parse(sql).unwrap()[0]
-            .to_string()
-            .contains("NULL AS m"));
+        assert!(
+            SqlParser::default().0.parse(sql).unwrap()[0]
+                .to_string()
+                .contains("NULL AS m")
+        );
         assert_eq!(
             parsed(sql),
             "SELECT t.a, ((SELECT max(c.b) FROM c WHERE c.a = t.a)) AS m FROM t"

@@ -116,7 +116,10 @@ impl Db {
         // leaves its parts named in the manifest, ignored and forgotten at
         // the next open.
         if let Err(e) = table.settle(&self.inner.store, &mut doubt).await {
-            tracing::warn!(cube = name, "dropping the cube's parts from the manifest: {e}");
+            tracing::warn!(
+                cube = name,
+                "dropping the cube's parts from the manifest: {e}"
+            );
             return Ok(true);
         }
         let current = table.mem.manifest();
@@ -138,7 +141,10 @@ impl Db {
             }),
         };
         if let Err(e) = table.commit(&self.inner.store, &mut doubt, commit).await {
-            tracing::warn!(cube = name, "dropping the cube's parts from the manifest: {e}");
+            tracing::warn!(
+                cube = name,
+                "dropping the cube's parts from the manifest: {e}"
+            );
         }
         Ok(true)
     }

@@ -310,7 +310,10 @@ impl CachedStore {
                 // full key: it is known here by the name it was asked for.
                 let head = self.inner.head(location).await.map_err(|e| match e {
                     e @ object_store::Error::NotFound { .. } => e,
-                    e => self.error(location, format!("reading its size from the object store: {e}")),
+                    e => self.error(
+                        location,
+                        format!("reading its size from the object store: {e}"),
+                    ),
                 })?;
                 let m = ObjectMeta {
                     location: location.clone(),
@@ -510,9 +513,7 @@ impl ObjectStore for CachedStore {
         let meta = self.meta(location).await?;
         let range = match &options.range {
             None => 0..meta.size,
-            Some(r) => r
-                .as_range(meta.size)
-                .map_err(|e| self.error(location, e))?,
+            Some(r) => r.as_range(meta.size).map_err(|e| self.error(location, e))?,
         };
         let observer = options.extensions.get::<Observer>();
         let fill = options.extensions.get::<NoFill>().is_none();
@@ -534,11 +535,18 @@ impl ObjectStore for CachedStore {
         }
         let meta = self.meta(location).await?;
         if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > meta.size) {
-            let what = format!("range {}..{} is outside its {} bytes", r.start, r.end, meta.size);
+            let what = format!(
+                "range {}..{} is outside its {} bytes",
+                r.start, r.end, meta.size
+            );
             return Err(self.error(location, what));
         }
-        futures::future::try_join_all(ranges.iter().map(|r| self.read(&meta, r.clone(), None, true)))
-            .await
+        futures::future::try_join_all(
+            ranges
+                .iter()
+                .map(|r| self.read(&meta, r.clone(), None, true)),
+        )
+        .await
     }
 
     fn delete_stream(

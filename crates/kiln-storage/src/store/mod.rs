@@ -19,7 +19,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{
+    GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
 
 use crate::config::StorageConfig;
 use crate::error::{Error, Result};
@@ -90,8 +92,11 @@ impl Store {
             d => PathBuf::from(d),
         };
         let cache = Arc::new(cache::ObjectCache::open(&config.cache, &dir).await?);
-        let inner: Arc<dyn ObjectStore> =
-            Arc::new(cache::CachedStore::new(raw.clone(), cache.clone(), &location));
+        let inner: Arc<dyn ObjectStore> = Arc::new(cache::CachedStore::new(
+            raw.clone(),
+            cache.clone(),
+            &location,
+        ));
         Ok(Self {
             inner,
             raw,

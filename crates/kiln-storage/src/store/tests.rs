@@ -168,7 +168,8 @@ async fn ranges_past_the_end_are_refused_naming_the_object() {
     for bad in [[0..10, 990..1001], [0..10, backwards]] {
         let err = os.get_ranges(&path, &bad).await.unwrap_err();
         assert!(
-            err.to_string().contains("memory://test/tables/1/2024-01-01/c.parquet"),
+            err.to_string()
+                .contains("memory://test/tables/1/2024-01-01/c.parquet"),
             "{err}"
         );
     }

@@ -51,5 +51,7 @@ fn other_sorts_distinct_and_set_operations_are_left_alone() {
         assert_eq!(rewritten(sql), None, "{sql}");
     }
     assert!(may_rewrite("select a from t order by a in (select 1)"));
-    assert!(!may_rewrite("select a from t where a in (select 1) order by a"));
+    assert!(!may_rewrite(
+        "select a from t where a in (select 1) order by a"
+    ));
 }

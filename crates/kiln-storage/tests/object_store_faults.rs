@@ -111,6 +111,12 @@ async fn open_on(dir: &std::path::Path, backend: Arc<Faulty>) -> Db {
     let mut c = config(dir);
     c.background_interval = Duration::from_millis(50);
     c.flush_age = Duration::from_millis(100);
+    on_store(c, backend).await
+}
+
+/// A database with config `c` over `backend` (with no background work
+/// under the tests' `config`).
+async fn on_store(c: kiln_storage::StorageConfig, backend: Arc<Faulty>) -> Db {
     let store = Store::remote(backend, "faulty://bucket".into(), &c)
         .await
         .unwrap();
@@ -204,14 +210,7 @@ async fn an_outage_delays_flushes_but_loses_nothing_and_heals_by_itself() {
 async fn a_commit_whose_reply_is_lost_is_settled_not_redone() {
     let tmp = tempfile::tempdir().unwrap();
     let backend = Arc::new(Faulty::default());
-    let mut c = config(tmp.path());
-    c.flush_age = Duration::from_secs(3600);
-    let store = Store::remote(backend.clone(), "faulty://bucket".into(), &c)
-        .await
-        .unwrap();
-    let db = Db::open_on(c, Arc::new(SystemClock), Some(store))
-        .await
-        .unwrap();
+    let db = on_store(config(tmp.path()), backend.clone()).await;
     create(&db).await;
     let a = write(&db, 0, 0..50).await;
     db.flush_all().await.unwrap();
@@ -246,16 +245,7 @@ async fn a_commit_whose_reply_is_lost_is_settled_not_redone() {
 async fn a_writer_two_versions_behind_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let backend = Arc::new(Faulty::default());
-    let open = |dir: std::path::PathBuf, backend: Arc<Faulty>| async move {
-        let mut c = config(&dir);
-        c.flush_age = Duration::from_secs(3600);
-        let store = Store::remote(backend, "faulty://bucket".into(), &c)
-            .await
-            .unwrap();
-        Db::open_on(c, Arc::new(SystemClock), Some(store))
-            .await
-            .unwrap()
-    };
+    let open = |dir: std::path::PathBuf, backend: Arc<Faulty>| on_store(config(&dir), backend);
     let first = open(tmp.path().join("a"), backend.clone()).await;
     create(&first).await;
     let a = write(&first, 0, 0..10).await;

@@ -27,10 +27,10 @@ struct ScanBytes {
 }
 
 impl ReadObserver for ScanBytes {
-    fn from_cache(&self, bytes: u64) {
+    fn read_from_cache(&self, bytes: u64) {
         self.from_cache.add(bytes as usize);
     }
-    fn from_store(&self, bytes: u64) {
+    fn read_from_store(&self, bytes: u64) {
         self.from_store.add(bytes as usize);
     }
 }
@@ -77,7 +77,9 @@ impl ObjectStore for ObservedStore {
         let head = options.head;
         let got = self.inner.get_opts(location, options).await?;
         if !self.cached && !head {
-            self.observer.0.from_store(got.range.end - got.range.start);
+            self.observer
+                .0
+                .read_from_store(got.range.end - got.range.start);
         }
         Ok(got)
     }
@@ -86,7 +88,7 @@ impl ObjectStore for ObservedStore {
         if !self.cached {
             let got = self.inner.get_ranges(location, ranges).await?;
             let n: usize = got.iter().map(Bytes::len).sum();
-            self.observer.0.from_store(n as u64);
+            self.observer.0.read_from_store(n as u64);
             return Ok(got);
         }
         let reads = ranges.iter().map(|r| async move {

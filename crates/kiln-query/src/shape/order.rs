@@ -150,7 +150,7 @@ fn sort_outside(query: &mut Query) -> bool {
         && let Some(TableFactor::Derived { subquery, .. }) =
             s.from.first_mut().map(|f| &mut f.relation)
     {
-        *subquery = Box::new(inner);
+        **subquery = inner;
     }
     outer.order_by = Some(order_by);
     outer.limit_clause = query.limit_clause.take();

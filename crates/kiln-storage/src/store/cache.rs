@@ -46,8 +46,8 @@ use crate::error::Error;
 /// `GetOptions::extensions`; a chunk counts as fetched for the read that
 /// fetched it.
 pub trait ReadObserver: Send + Sync + std::fmt::Debug {
-    fn from_cache(&self, bytes: u64);
-    fn from_store(&self, bytes: u64);
+    fn read_from_cache(&self, bytes: u64);
+    fn read_from_store(&self, bytes: u64);
 }
 
 /// A [`ReadObserver`] as a read's extension.
@@ -362,8 +362,8 @@ impl CachedStore {
                 let base = (first + i as u64) * c;
                 let used = range.end.min(base + b.len() as u64) - range.start.max(base);
                 match fetched {
-                    true => o.from_store(used),
-                    false => o.from_cache(used),
+                    true => o.read_from_store(used),
+                    false => o.read_from_cache(used),
                 }
             }
         }

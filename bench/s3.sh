@@ -12,8 +12,9 @@
 #     requests fetched from the store), then a warm run; then a restart,
 #     which keeps the disk cache: a third run. Time to warm: from a cold
 #     start, 2 s rounds of the same load until one sends the store no GET.
-#  4. Writes: WROWS rows streamed over HTTP into a fresh server on each
-#     storage with 1 s flushes, then idle until compaction is done: rows
+#  4. Writes: WROWS rows streamed over HTTP in six loads 1.5 s apart into a
+#     fresh server on each storage with 1 s flushes, then idle until
+#     compaction is done: rows
 #     per second of flush and of compaction (kiln_rows_flushed_total over
 #     kiln_flush_duration_seconds_sum, the same for compaction).
 # Run it twice: with the defaults (the decoded-segment cache above the
@@ -108,7 +109,12 @@ write_phase() { # write_phase LABEL DIR [flags...]
   kiln_start "$dir" --flush-age 1s "$@"
   "$KILN" sql --url "http://$KILN_HTTP" "$(cat bench/sql/abtest.kiln.sql)" >/dev/null
   local t0 last="" now; t0=$(date +%s.%N)
-  "$KILN" gen abtest --rows "$WROWS" --seed 11 --load "http://$KILN_HTTP" >/dev/null
+  # Six loads 1.5 s apart: six flushes, so each day gets enough small
+  # segments to be compacted.
+  for i in 1 2 3 4 5 6; do
+    "$KILN" gen abtest --rows $((WROWS / 6)) --seed "$i" --load "http://$KILN_HTTP" >/dev/null
+    sleep 1.5
+  done
   local load_s; load_s=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
   for _ in $(seq 120); do # until flushes and compactions stop for 5 s
     sleep 5

@@ -65,5 +65,6 @@ pg_stop() {
 bench_cleanup() {
   pg_stop
   for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  # Only the servers: a script's other children (an S3 server) run on.
+  for p in "${BENCH_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 }

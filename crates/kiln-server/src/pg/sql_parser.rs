@@ -13,10 +13,13 @@
 //!   scalar subquery of a select list with NULL: a wrong answer, not an
 //!   error. DataFusion plans such subqueries when they aggregate, and
 //!   `kiln_query::shape::first` makes the common `ORDER BY ... LIMIT 1`
-//!   form one, so the rule is kept off them: they are parenthesised once
-//!   more (`((SELECT ...))`, the same expression), which it does not look
-//!   into. A statement the parser replaces wholesale (its list of client
-//!   queries) stays as it makes it.
+//!   form one, so the rule is kept off those two forms (one term that is a
+//!   call of a common aggregate, or a sort limited to one row): they are
+//!   parenthesised once more (`((SELECT ...))`, the same expression),
+//!   which it does not look into. Other subqueries are left to the rule:
+//!   catalog queries (psql's `\d`) have some DataFusion cannot plan, and
+//!   tolerate NULL. A statement the parser replaces wholesale (its list of
+//!   client queries) stays as it makes it.
 //!
 //! Its other rewrite rules still apply; every other statement goes through
 //! the parser unchanged. Upstream, the list entry should be deleted and the
@@ -89,6 +92,39 @@ impl SqlParser {
 /// Parenthesises the subqueries of select lists once more (module docs).
 struct KeepSubqueries;
 
+/// Aggregates whose correlated subqueries DataFusion decorrelates.
+const AGGREGATES: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "first_value",
+    "last_value",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+];
+
+/// Whether `query` is one of the two forms kept from the rule.
+fn keepable(query: &Query) -> bool {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    let [SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }] =
+        select.projection.as_slice()
+    else {
+        return false;
+    };
+    let first_row = query.order_by.is_some() && query.limit_clause.is_some();
+    let aggregate = matches!(e, Expr::Function(f) if f.over.is_none()
+    && f.name.0.last().is_some_and(|p| {
+        AGGREGATES.contains(&p.to_string().to_lowercase().as_str())
+    }));
+    first_row || aggregate
+}
+
 impl VisitorMut for KeepSubqueries {
     type Break = ();
 
@@ -96,7 +132,7 @@ impl VisitorMut for KeepSubqueries {
         if let SetExpr::Select(select) = query.body.as_mut() {
             for item in &mut select.projection {
                 if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
-                    && matches!(e, Expr::Subquery(_))
+                    && matches!(e, Expr::Subquery(q) if keepable(q))
                 {
                     *e = Expr::Nested(Box::new(e.clone()));
                 }
@@ -131,6 +167,15 @@ mod tests {
             parsed(sql),
             "SELECT t.a, ((SELECT max(c.b) FROM c WHERE c.a = t.a)) AS m FROM t"
         );
+        let first = "SELECT (SELECT c.b FROM c WHERE c.a = t.a ORDER BY c.k LIMIT 1) FROM t";
+        assert!(
+            parsed(first).starts_with("SELECT ((SELECT c.b"),
+            "{}",
+            parsed(first)
+        );
+        // Other forms stay with the rule (psql's catalog queries have some).
+        let other = "SELECT (SELECT c.b FROM c WHERE c.a <> t.a) AS x FROM t";
+        assert_eq!(parsed(other), "SELECT NULL AS x FROM t");
         assert!(may_have_scalar_subquery("select ( SELECT 1)"));
         assert!(!may_have_scalar_subquery("select count(x) from t"));
     }

@@ -241,19 +241,15 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     Ok(true)
 }
 
-/// How old an unreferenced object in a shared (remote) store must be before
-/// an opening process deletes it: younger ones may be another writer's
-/// segments between their write and their commit.
-pub(crate) const ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
-
 /// Deletes objects no manifest refers to: leftovers of a crash mid-flush,
 /// mid-compaction or mid-import (temporary files too), and the files of
 /// dropped tables. In a shared store only those older than
-/// [`ORPHAN_GRACE`].
+/// `--orphan-grace`.
 pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
     let registry = inner.registry.load();
     let now = chrono::DateTime::from_timestamp_nanos(inner.clock.now_ns());
-    let grace = chrono::Duration::from_std(ORPHAN_GRACE).expect("grace fits");
+    let grace = chrono::Duration::from_std(inner.config.object_store.orphan_grace)
+        .unwrap_or(chrono::Duration::MAX);
     let mut removed = 0;
     for object in inner.store.list_meta(&Path::from("tables")).await? {
         if inner.store.is_shared() && now - object.last_modified < grace {

@@ -192,6 +192,13 @@ pub struct ObjectStoreConfig {
     /// (and retried): a stalled store costs this, not a hung query.
     #[arg(long, env = "KILN_S3_REQUEST_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub s3_request_timeout: Duration,
+
+    /// How old an object no manifest names must be before an opening
+    /// process deletes it from object storage: a younger one may be another
+    /// writer's segment between its write and its commit. (A local data
+    /// directory is owned by one process and swept at once.)
+    #[arg(long, env = "KILN_ORPHAN_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub orphan_grace: Duration,
 }
 
 /// The local cache in front of object storage (not used when the store is

@@ -36,6 +36,8 @@ pub fn use_test_store(config: &mut StorageConfig) {
     s.s3_allow_http = true;
     s.s3_access_key_id = "test".into();
     s.s3_secret_access_key = "test".into();
+    // One process per prefix: its leftovers are swept at once, as on disk.
+    s.orphan_grace = std::time::Duration::ZERO;
 }
 
 /// The environment that puts `dir`'s storage on the test S3 server for a
@@ -51,5 +53,6 @@ pub fn test_store_env(dir: &Path) -> Vec<(&'static str, String)> {
         ("KILN_S3_ALLOW_HTTP", "true".into()),
         ("KILN_S3_ACCESS_KEY_ID", "test".into()),
         ("KILN_S3_SECRET_ACCESS_KEY", "test".into()),
+        ("KILN_ORPHAN_GRACE", "0s".into()),
     ]
 }

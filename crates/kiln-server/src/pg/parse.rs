@@ -86,14 +86,14 @@ impl QueryParser for KilnParser {
         // functions; `shape::postgres`): other statements skip the second
         // parse.
         let deep = sql.len() > 2 * self.engine.max_expression_depth();
-        // A subquery in a select list is kept from datafusion-postgres's
-        // rules by Kiln's parse (`sql_parser`): its text is planned.
+        // A subquery in a select list may be kept from datafusion-postgres's
+        // rules by Kiln's parse (`sql_parser`): then its text is planned.
         let subquery = SqlParser::may_keep_subqueries(sql);
         let mut rewritten = None;
         if (deep || subquery || kiln_query::shape::postgres::may_rewrite(sql))
-            && let Ok(mut stmts) = self.sql.parse(sql)
+            && let Ok((mut stmts, kept)) = self.sql.parse_keeping(sql)
         {
-            let mut rewrote = subquery;
+            let mut rewrote = kept;
             for stmt in &mut stmts {
                 match self.engine.check_shape(stmt) {
                     Ok(r) => rewrote |= r,

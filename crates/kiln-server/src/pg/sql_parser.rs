@@ -58,39 +58,52 @@ fn may_have_scalar_subquery(sql: &str) -> bool {
 }
 
 impl SqlParser {
-    /// Whether [`SqlParser::parse`] may keep a subquery from the rules
-    /// (module docs): a protocol that parses again must then plan the text
-    /// of what this parse returns.
+    /// Whether [`SqlParser::parse_keeping`] may keep a subquery from the
+    /// rules (module docs): a cheap look at the text, before any parse.
     pub fn may_keep_subqueries(sql: &str) -> bool {
         may_have_scalar_subquery(sql)
     }
 
     /// `sql`'s statements, rewritten by datafusion-postgres's rules.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
+        self.parse_keeping(sql).map(|(stmts, _)| stmts)
+    }
+
+    /// [`SqlParser::parse`], and whether a subquery was kept from the rules:
+    /// then a protocol that parses the text again must be given the
+    /// statements' text instead.
+    pub fn parse_keeping(&self, sql: &str) -> Result<(Vec<Statement>, bool), ParserError> {
         let reads_search_path = contains_ignore_case(sql, SEARCH_PATH);
-        let subquery = may_have_scalar_subquery(sql);
-        if !reads_search_path && !subquery {
-            return self.0.parse(sql);
+        if !reads_search_path && !may_have_scalar_subquery(sql) {
+            return Ok((self.0.parse(sql)?, false));
         }
         let mut raw = Parser::parse_sql(&PostgreSqlDialect {}, sql)?;
+        let mut keep = KeepSubqueries { kept: false };
+        for stmt in &mut raw {
+            let _ = stmt.visit(&mut keep);
+        }
         if !reads_search_path {
+            if !keep.kept {
+                return Ok((self.0.parse(sql)?, false));
+            }
+            // A statement the parser replaces wholesale stays as it makes
+            // it: its rules give something else than on the text as typed.
             let parsed = self.0.parse(sql)?;
-            let plain: Vec<Statement> = raw.iter().cloned().map(|s| self.0.rewrite(s)).collect();
+            let plain = Parser::parse_sql(&PostgreSqlDialect {}, sql)?;
+            let plain: Vec<Statement> = plain.into_iter().map(|s| self.0.rewrite(s)).collect();
             if parsed != plain {
-                return Ok(parsed); // replaced wholesale
+                return Ok((parsed, false));
             }
         }
-        if subquery {
-            for stmt in &mut raw {
-                let _ = stmt.visit(&mut KeepSubqueries);
-            }
-        }
-        Ok(raw.into_iter().map(|stmt| self.0.rewrite(stmt)).collect())
+        let stmts = raw.into_iter().map(|stmt| self.0.rewrite(stmt)).collect();
+        Ok((stmts, keep.kept))
     }
 }
 
 /// Parenthesises the subqueries of select lists once more (module docs).
-struct KeepSubqueries;
+struct KeepSubqueries {
+    kept: bool,
+}
 
 /// Aggregates whose correlated subqueries DataFusion decorrelates.
 const AGGREGATES: &[&str] = &[
@@ -135,6 +148,7 @@ impl VisitorMut for KeepSubqueries {
                     && matches!(e, Expr::Subquery(q) if keepable(q))
                 {
                     *e = Expr::Nested(Box::new(e.clone()));
+                    self.kept = true;
                 }
             }
         }
@@ -176,6 +190,11 @@ mod tests {
         // Other forms stay with the rule (psql's catalog queries have some).
         let other = "SELECT (SELECT c.b FROM c WHERE c.a <> t.a) AS x FROM t";
         assert_eq!(parsed(other), "SELECT NULL AS x FROM t");
+        let parser = SqlParser::default();
+        assert!(parser.parse_keeping(sql).unwrap().1);
+        assert!(!parser.parse_keeping(other).unwrap().1);
+        let filter = "SELECT a FROM t WHERE a IN (SELECT b FROM u)";
+        assert!(!parser.parse_keeping(filter).unwrap().1, "nothing to keep");
         assert!(may_have_scalar_subquery("select ( SELECT 1)"));
         assert!(!may_have_scalar_subquery("select count(x) from t"));
     }

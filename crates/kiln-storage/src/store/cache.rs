@@ -15,7 +15,6 @@
 //! the rest are fetched and not kept. The decoded-batch cache of
 //! the query layer and DataFusion's footer cache sit above this one.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path as FsPath;
 use std::sync::Arc;
@@ -23,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
+use dashmap::DashMap;
 use foyer::{
     BlockEngineConfig, DeviceBuilder, Event, EventListener, FsDeviceBuilder, HybridCache,
     HybridCacheBuilder, HybridCachePolicy, RecoverMode,
@@ -35,7 +35,6 @@ use object_store::{
     ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
     Result,
 };
-use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 use crate::config::CacheConfig;
@@ -242,7 +241,8 @@ pub(super) struct CachedStore {
     inner: Arc<dyn ObjectStore>,
     cache: Arc<ObjectCache>,
     /// Metadata of objects read or written, so a warm read needs no request.
-    metas: Arc<RwLock<HashMap<Path, ObjectMeta>>>,
+    /// Sharded: every read of a remote object looks here.
+    metas: Arc<DashMap<Path, ObjectMeta>>,
     /// Where the backend is (`s3://bucket/prefix`), so an error names the
     /// object a user can find.
     base: String,
@@ -289,7 +289,7 @@ impl CachedStore {
     /// Size and e-tag of an immutable object: memory, then the cache's
     /// tiers, then one HEAD request.
     async fn meta(&self, location: &Path) -> Result<ObjectMeta> {
-        if let Some(m) = self.metas.read().get(location) {
+        if let Some(m) = self.metas.get(location) {
             return Ok(m.clone());
         }
         let key = meta_key(location);
@@ -323,7 +323,7 @@ impl CachedStore {
                 m
             }
         };
-        self.metas.write().insert(location.clone(), meta.clone());
+        self.metas.insert(location.clone(), meta.clone());
         Ok(meta)
     }
 
@@ -338,7 +338,7 @@ impl CachedStore {
         self.cache
             .chunks
             .insert(meta_key(&m.location), bytes.into());
-        self.metas.write().insert(m.location.clone(), m.clone());
+        self.metas.insert(m.location.clone(), m.clone());
     }
 
     /// Bytes `range` of the object, chunk by chunk.
@@ -440,8 +440,8 @@ impl CachedStore {
 
 /// Forgets a deleted object: its metadata and every chunk of it, which the
 /// saved metadata names when this process never read it (after a restart).
-async fn forget(cache: &ObjectCache, metas: &RwLock<HashMap<Path, ObjectMeta>>, location: &Path) {
-    let known = metas.write().remove(location);
+async fn forget(cache: &ObjectCache, metas: &DashMap<Path, ObjectMeta>, location: &Path) {
+    let known = metas.remove(location).map(|(_, m)| m);
     let key = meta_key(location);
     let meta = match known {
         Some(m) => Some(m),

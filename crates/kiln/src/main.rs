@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         // SAFETY: sets an allocator option; no allocation depends on it.
         unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     }
+    kiln_query::memory::heap::no_transparent_huge_pages();
     if let Err(e) = settings_file::apply() {
         eprintln!("error: {e}");
         return std::process::ExitCode::FAILURE;

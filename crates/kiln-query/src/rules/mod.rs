@@ -9,6 +9,8 @@
 //!   (an analyzer rule after type coercion);
 //! - [`pg_types`]: `information_schema.columns.data_type` in PostgreSQL's
 //!   type names (an analyzer rule);
+//! - [`mark_subqueries`]: uncorrelated `IN` and `EXISTS` subqueries in
+//!   select lists and sorts answered through mark joins (an analyzer rule);
 //! - [`single_row`]: a correlated scalar subquery without an aggregate
 //!   gives its one row's value, as in PostgreSQL (an analyzer rule);
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
@@ -23,6 +25,7 @@
 pub mod balance;
 pub mod dedup;
 pub mod float_division;
+pub mod mark_subqueries;
 pub mod partials;
 pub mod pg_types;
 pub mod shared;

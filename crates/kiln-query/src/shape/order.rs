@@ -16,8 +16,8 @@
 //! positions and output names stay, as the outer query has the same
 //! columns in the same order. A `SELECT DISTINCT` is left alone (a hidden
 //! column would change what is distinct) and so are set operations. `IN`
-//! and `EXISTS` subqueries are left alone too: DataFusion plans those in
-//! filters only, so moving them into a projection would not help.
+//! and `EXISTS` subqueries are left alone too: the analyzer rule
+//! [`crate::rules::mark_subqueries`] answers them in a sort as it is.
 
 use std::ops::ControlFlow;
 

@@ -37,14 +37,7 @@ import psycopg
 
 # Checks that fail against Kiln today: name -> why. Strict: a listed check
 # that passes fails the run ("now passes: remove it from KNOWN_GAPS").
-IN_SUBQUERY_OUTSIDE_FILTERS_GAP = (
-    "an IN (subquery) in the select list and in ORDER BY: DataFusion plans IN and "
-    "EXISTS subqueries in filters only (0A000 or 42601)"
-)
-KNOWN_GAPS = {
-    "showTables(): tables on the search_path, others schema-qualified":
-        IN_SUBQUERY_OUTSIDE_FILTERS_GAP,
-}
+KNOWN_GAPS = {}
 
 FAILURES = []
 RAN = set()

@@ -27,7 +27,14 @@
 //!   expression names"). The first keeps DataFusion's label;
 //! - `number * INTERVAL '...'` (either order; the interval a literal or a
 //!   cast) becomes [`INTERVAL_MUL`]`(interval, number)`: Arrow multiplies
-//!   no interval, and dashboards write `now() - 5 * INTERVAL '1 minute'`.
+//!   no interval, and dashboards write `now() - 5 * INTERVAL '1 minute'`;
+//! - a quoted number beside an arithmetic operator (`'41' + 1`) becomes
+//!   the number. PostgreSQL types a quoted literal from its context, so
+//!   `'41' + 1` is 42 there; clients that inline parameters (pgx's simple
+//!   protocol, which Grafana's panels use) write every value quoted, and
+//!   DataFusion refused the sum ("Cannot coerce arithmetic expression Utf8
+//!   + Int64"). A quoted value that is not a number, or a sum of two quoted
+//!   values, is left as it was.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -67,6 +74,7 @@ pub fn may_rewrite(sql: &str) -> bool {
         || lower.contains("escape")
         || repeats_a_term(&lower)
         || (lower.contains("interval") && sql.contains('*'))
+        || quoted_number_in_arithmetic(sql)
         || super::relations::may_rewrite(&lower)
         || super::order::may_rewrite(&lower)
         || super::first::may_rewrite(&lower)
@@ -86,6 +94,51 @@ fn repeats_a_term(lower: &str) -> bool {
     list.split(',')
         .map(str::trim)
         .any(|p| !p.is_empty() && !seen.insert(p))
+}
+
+/// Whether a quoted number (`'41'`) stands beside an arithmetic operator
+/// in `sql`, found without a parse.
+fn quoted_number_in_arithmetic(sql: &str) -> bool {
+    let arithmetic = |c: Option<char>| matches!(c, Some('+' | '-' | '*' | '/' | '%'));
+    let mut rest = sql;
+    while let Some(open) = rest.find('\'') {
+        let Some(len) = rest[open + 1..].find('\'') else {
+            return false;
+        };
+        let inside = &rest[open + 1..open + 1 + len];
+        let before = rest[..open].trim_end().chars().next_back();
+        let after_at = open + len + 2;
+        let after = rest[after_at..].trim_start().chars().next();
+        if is_number(inside) && (arithmetic(before) || arithmetic(after)) {
+            return true;
+        }
+        rest = &rest[after_at..];
+    }
+    false
+}
+
+/// Whether `s` is a decimal number as SQL writes one (`41`, `-1.5`, `2e3`).
+fn is_number(s: &str) -> bool {
+    let s = s.trim();
+    s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
+        && s.parse::<f64>().is_ok()
+}
+
+/// The number a quoted literal holds, for [`is_number`] text.
+fn quoted_number(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) if is_number(s) => Some(s.trim().to_string()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn is_quoted(e: &Expr) -> bool {
+    matches!(e, Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_)))
 }
 
 /// Rewrites `stmt` (module docs); whether anything was rewritten.
@@ -163,6 +216,23 @@ impl VisitorMut for Rewrite {
                 };
                 *expr = call(INTERVAL_MUL, vec![interval, factor]);
                 self.rewrote = true;
+            }
+            Expr::BinaryOp { left, op, right }
+                if matches!(
+                    op,
+                    BinaryOperator::Plus
+                        | BinaryOperator::Minus
+                        | BinaryOperator::Multiply
+                        | BinaryOperator::Divide
+                        | BinaryOperator::Modulo
+                ) && is_quoted(left) != is_quoted(right) =>
+            {
+                for side in [left, right] {
+                    if let Some(n) = quoted_number(side) {
+                        **side = Expr::value(number(&n));
+                        self.rewrote = true;
+                    }
+                }
             }
             Expr::Like {
                 pattern,

@@ -54,3 +54,19 @@ fn a_deep_arithmetic_chain_is_refused_with_54001() {
     let mut ok = parse(&format!("SELECT {}", vec!["1"; 500].join("+")));
     check(&mut ok, 1_000).unwrap();
 }
+
+#[test]
+fn quoted_numbers_in_arithmetic_become_numbers() {
+    use super::postgres::{may_rewrite, rewrite};
+    for (sql, want) in [
+        ("SELECT '41' + 1", "SELECT 41 + 1"),
+        ("SELECT x * ' -2.5e1 ' FROM t", "SELECT x * -2.5e1 FROM t"),
+        ("SELECT '1' || 'x', 'a' + 1, '1' + '2'", "SELECT '1' || 'x', 'a' + 1, '1' + '2'"),
+    ] {
+        assert!(may_rewrite(sql) || sql == want, "{sql}");
+        let mut stmt = parse(sql);
+        assert_eq!(rewrite(&mut stmt), sql != want, "{sql}");
+        assert_eq!(stmt.to_string(), want);
+    }
+    assert!(!may_rewrite("SELECT * FROM t WHERE ts > '2026-01-01' AND v = '5'"));
+}

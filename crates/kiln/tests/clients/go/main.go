@@ -45,11 +45,7 @@ import (
 // knownGaps: checks that fail against Kiln today, name -> why. Strict: a
 // listed check that passes fails the run ("now passes: remove it from
 // knownGaps").
-var knownGaps = map[string]string{
-	"param int64 in $1 + 1, mode SimpleProtocol": "the simple protocol writes the argument as a " +
-		"quoted literal ('41' + 1); PostgreSQL types the unknown literal from the other operand, " +
-		"Kiln fails: 42601 \"Cannot coerce arithmetic expression Utf8 + Int64 to valid types\"",
-}
+var knownGaps = map[string]string{}
 
 var (
 	port     string

@@ -30,8 +30,7 @@ use datafusion::functions_aggregate::expr_fn::bool_or;
 use datafusion::logical_expr::expr::{Exists, InSubquery, Sort as SortExpr};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, Subquery, lit,
-    when,
+    Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, Subquery, lit, when,
 };
 use datafusion::optimizer::AnalyzerRule;
 
@@ -66,7 +65,13 @@ impl AnalyzerRule for MarkSubqueries {
                 Ok(Transformed::yes(LogicalPlan::Projection(p)))
             }
             LogicalPlan::Sort(s) if s.expr.iter().any(|t| markable(&t.expr)) => {
-                let columns: Vec<Expr> = s.input.schema().columns().into_iter().map(Expr::Column).collect();
+                let columns: Vec<Expr> = s
+                    .input
+                    .schema()
+                    .columns()
+                    .into_iter()
+                    .map(Expr::Column)
+                    .collect();
                 let mut input = Arc::unwrap_or_clone(s.input);
                 let mut computed = vec![];
                 let mut terms = vec![];
@@ -101,9 +106,8 @@ impl AnalyzerRule for MarkSubqueries {
 fn markable(e: &Expr) -> bool {
     e.exists(|e| {
         Ok(match e {
-            Expr::InSubquery(InSubquery { subquery, .. }) | Expr::Exists(Exists { subquery, .. }) => {
-                subquery.outer_ref_columns.is_empty()
-            }
+            Expr::InSubquery(InSubquery { subquery, .. })
+            | Expr::Exists(Exists { subquery, .. }) => subquery.outer_ref_columns.is_empty(),
             _ => false,
         })
     })
@@ -129,7 +133,12 @@ fn mark(e: Expr, input: &mut LogicalPlan, next: &mut usize) -> Result<Expr> {
             let unknown = lit(ScalarValue::Boolean(None));
             let mut answer = when(found, lit(true));
             if x_nullable {
-                let any_row = scalar(&sq, vec![count_all().alias("n")], |n| n.gt(lit(0i64)), &subquery)?;
+                let any_row = scalar(
+                    &sq,
+                    vec![count_all().alias("n")],
+                    |n| n.gt(lit(0i64)),
+                    &subquery,
+                )?;
                 answer = answer.when(
                     expr.is_null(),
                     when(any_row, unknown.clone()).otherwise(lit(false))?,
@@ -137,7 +146,12 @@ fn mark(e: Expr, input: &mut LogicalPlan, next: &mut usize) -> Result<Expr> {
             }
             if value_nullable {
                 let value = Expr::Column(Column::from(sq.schema().qualified_field(0)));
-                let has_null = scalar(&sq, vec![bool_or(value.is_null()).alias("n")], |n| n, &subquery)?;
+                let has_null = scalar(
+                    &sq,
+                    vec![bool_or(value.is_null()).alias("n")],
+                    |n| n,
+                    &subquery,
+                )?;
                 answer = answer.when(has_null, unknown);
             }
             let answer = answer.otherwise(lit(false))?;
@@ -167,13 +181,19 @@ fn mark_join(
 ) -> Result<(LogicalPlan, LogicalPlan, Expr)> {
     let alias = format!("{ALIAS}{next}");
     *next += 1;
-    let right = LogicalPlanBuilder::from(sq.clone()).alias(&alias)?.build()?;
+    let right = LogicalPlanBuilder::from(sq.clone())
+        .alias(&alias)?
+        .build()?;
     let value = Column::from(right.schema().qualified_field(0));
     let on = on(value).unwrap_or(lit(true));
     let joined = LogicalPlanBuilder::from(input.clone())
         .join_on(right.clone(), JoinType::LeftMark, [on])?
         .build()?;
-    Ok((joined, right, Expr::Column(Column::new(Some(alias), "mark"))))
+    Ok((
+        joined,
+        right,
+        Expr::Column(Column::new(Some(alias), "mark")),
+    ))
 }
 
 /// An uncorrelated scalar subquery: `then(n)` over `sq` aggregated into

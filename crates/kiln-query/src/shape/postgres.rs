@@ -24,7 +24,9 @@
 //!   NULL, NULL`, pgjdbc's `getProcedures`) gets a label of its own,
 //!   `?column?N` for the Nth column: PostgreSQL allows duplicate output
 //!   names, DataFusion refuses them ("Projections require unique
-//!   expression names"). The first keeps DataFusion's label;
+//!   expression names"). The first keeps DataFusion's label. So does a
+//!   cast of a column beside that column (`SELECT CAST(id AS INT), id`),
+//!   since DataFusion names a cast by its operand;
 //! - `number * INTERVAL '...'` (either order; the interval a literal or a
 //!   cast) becomes [`INTERVAL_MUL`]`(interval, number)`: Arrow multiplies
 //!   no interval, and dashboards write `now() - 5 * INTERVAL '1 minute'`;
@@ -32,9 +34,9 @@
 //!   the number. PostgreSQL types a quoted literal from its context, so
 //!   `'41' + 1` is 42 there; clients that inline parameters (pgx's simple
 //!   protocol, which Grafana's panels use) write every value quoted, and
-//!   DataFusion refused the sum ("Cannot coerce arithmetic expression Utf8
-//!   + Int64"). A quoted value that is not a number, or a sum of two quoted
-//!   values, is left as it was.
+//!   DataFusion refused the sum ("Cannot coerce arithmetic expression
+//!   Utf8 + Int64"). A quoted value that is not a number, or a sum of two
+//!   quoted values, is left as it was.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -92,8 +94,22 @@ fn repeats_a_term(lower: &str) -> bool {
     let list = rest.split(" from ").next().unwrap_or(rest);
     let mut seen = HashSet::new();
     list.split(',')
-        .map(str::trim)
+        .map(|p| cast_operand(p.trim()))
         .any(|p| !p.is_empty() && !seen.insert(p))
+}
+
+/// The operand of a term that is a cast (`cast(x as int)`, `x::int`), as
+/// DataFusion names the cast by it; else the term.
+fn cast_operand(term: &str) -> &str {
+    if let Some(inner) = term.strip_prefix("cast(")
+        && let Some(at) = inner.find(" as ")
+    {
+        return inner[..at].trim();
+    }
+    match term.find("::") {
+        Some(at) => term[..at].trim(),
+        None => term,
+    }
 }
 
 /// Whether a quoted number (`'41'`) stands beside an arithmetic operator
@@ -288,13 +304,28 @@ fn labels(body: &mut SetExpr) -> bool {
         SetExpr::SetOperation { left, right, .. } => labels(left) | labels(right),
         SetExpr::Select(select) => {
             let mut seen = HashSet::new();
+            // The columns named as they are, which a cast of one would
+            // collide with.
+            let mut columns: HashSet<String> = select
+                .projection
+                .iter()
+                .filter_map(|item| match item {
+                    SelectItem::UnnamedExpr(
+                        e @ (Expr::Identifier(_) | Expr::CompoundIdentifier(_)),
+                    ) => column_name(e),
+                    _ => None,
+                })
+                .collect();
             let mut rewrote = false;
             for (i, item) in select.projection.iter_mut().enumerate() {
                 let SelectItem::UnnamedExpr(e) = item else {
                     continue;
                 };
-                if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
-                    || seen.insert(e.to_string())
+                let cast_collides = matches!(e, Expr::Cast { .. })
+                    && column_name(e).is_some_and(|n| !columns.insert(n));
+                if !cast_collides
+                    && (matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+                        || seen.insert(e.to_string()))
                 {
                     continue;
                 }
@@ -308,6 +339,24 @@ fn labels(body: &mut SetExpr) -> bool {
             rewrote
         }
         _ => false,
+    }
+}
+
+/// The name DataFusion gives `e` when it is a column, or a cast of one
+/// (casts are named by their operand): its identifier's text, unquoted
+/// parts in lower case.
+fn column_name(e: &Expr) -> Option<String> {
+    let part = |i: &Ident| match i.quote_style {
+        Some(_) => i.value.clone(),
+        None => i.value.to_lowercase(),
+    };
+    match e {
+        Expr::Identifier(i) => Some(part(i)),
+        Expr::CompoundIdentifier(parts) => {
+            Some(parts.iter().map(part).collect::<Vec<_>>().join("."))
+        }
+        Expr::Cast { expr, .. } | Expr::Nested(expr) => column_name(expr),
+        _ => None,
     }
 }
 

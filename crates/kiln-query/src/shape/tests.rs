@@ -61,12 +61,40 @@ fn quoted_numbers_in_arithmetic_become_numbers() {
     for (sql, want) in [
         ("SELECT '41' + 1", "SELECT 41 + 1"),
         ("SELECT x * ' -2.5e1 ' FROM t", "SELECT x * -2.5e1 FROM t"),
-        ("SELECT '1' || 'x', 'a' + 1, '1' + '2'", "SELECT '1' || 'x', 'a' + 1, '1' + '2'"),
+        (
+            "SELECT '1' || 'x', 'a' + 1, '1' + '2'",
+            "SELECT '1' || 'x', 'a' + 1, '1' + '2'",
+        ),
     ] {
         assert!(may_rewrite(sql) || sql == want, "{sql}");
         let mut stmt = parse(sql);
         assert_eq!(rewrite(&mut stmt), sql != want, "{sql}");
         assert_eq!(stmt.to_string(), want);
     }
-    assert!(!may_rewrite("SELECT * FROM t WHERE ts > '2026-01-01' AND v = '5'"));
+    assert!(!may_rewrite(
+        "SELECT * FROM t WHERE ts > '2026-01-01' AND v = '5'"
+    ));
+}
+
+#[test]
+fn a_cast_beside_its_column_is_labelled_apart() {
+    use super::postgres::{may_rewrite, rewrite};
+    for (sql, want) in [
+        (
+            "SELECT CAST(id AS INT), id FROM t",
+            "SELECT CAST(id AS INT) AS \"?column?1\", id FROM t",
+        ),
+        (
+            "SELECT id, id::TEXT FROM t",
+            "SELECT id, id::TEXT AS \"?column?2\" FROM t",
+        ),
+    ] {
+        assert!(may_rewrite(sql), "{sql}");
+        let mut stmt = parse(sql);
+        assert!(rewrite(&mut stmt), "{sql}");
+        assert_eq!(stmt.to_string(), want);
+    }
+    let mut stmt = parse("SELECT CAST(a AS INT), b FROM t");
+    assert!(!rewrite(&mut stmt));
+    assert!(!may_rewrite("SELECT CAST(a AS INT), b FROM t"));
 }

@@ -72,6 +72,18 @@ def main(port: int) -> None:
         assert named.fetchone()[:2] == (1, 1)
         assert [d.name for d in named.description] == want, named.description
 
+    # A cast of a column beside the column (DataFusion names both alike),
+    # over both protocols and prepared.
+    for sql, params, prepare in (("SELECT CAST(id AS INT), id FROM pgt WHERE id > 0 ORDER BY id",
+                                  None, False),
+                                 ("SELECT id::text, id FROM pgt WHERE id > %s ORDER BY id",
+                                  (0,), False),
+                                 ("SELECT id::text, id FROM pgt WHERE id > %s ORDER BY id",
+                                  (0,), True)):
+        c.execute(sql, params, prepare=prepare)
+        got = c.fetchall()
+        assert [tuple(str(v) for v in r) for r in got] == [("1", "1"), ("2", "2"), ("3", "3")], (sql, got)
+
     # Correlated scalar subqueries in a select list are answered, not NULL
     # (an aggregate one, and one picking its first row by an order), over
     # the simple protocol, the extended one, and prepared.

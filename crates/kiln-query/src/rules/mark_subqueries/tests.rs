@@ -93,6 +93,10 @@ async fn names_are_kept_and_correlated_subqueries_left_alone() {
         .unwrap()
         .into_optimized_plan();
     if let Ok(plan) = plan {
-        assert!(!plan.display_indent().to_string().contains("LeftMark"), "{}", plan.display_indent());
+        assert!(
+            !plan.display_indent().to_string().contains("LeftMark"),
+            "{}",
+            plan.display_indent()
+        );
     }
 }

@@ -82,10 +82,16 @@ impl AnalyzerRule for MarkSubqueries {
                     }
                     let name = format!("{ALIAS}{next}");
                     next += 1;
-                    computed.push(mark(t.expr.clone(), &mut input, &mut next)?.alias(&name));
+                    let SortExpr {
+                        expr,
+                        asc,
+                        nulls_first,
+                    } = t;
+                    computed.push(mark(expr, &mut input, &mut next)?.alias(&name));
                     terms.push(SortExpr {
                         expr: Expr::Column(Column::from_name(name)),
-                        ..t
+                        asc,
+                        nulls_first,
                     });
                 }
                 let below: Vec<Expr> = columns.iter().cloned().chain(computed).collect();

@@ -11,6 +11,8 @@
 //!   type names (an analyzer rule);
 //! - [`mark_subqueries`]: uncorrelated `IN` and `EXISTS` subqueries in
 //!   select lists and sorts answered through mark joins (an analyzer rule);
+//! - [`int_casts`]: a float cast to an integer rounds, as in PostgreSQL
+//!   (an analyzer rule after type coercion);
 //! - [`single_row`]: a correlated scalar subquery without an aggregate
 //!   gives its one row's value, as in PostgreSQL (an analyzer rule);
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
@@ -25,6 +27,7 @@
 pub mod balance;
 pub mod dedup;
 pub mod float_division;
+pub mod int_casts;
 pub mod mark_subqueries;
 pub mod partials;
 pub mod pg_types;

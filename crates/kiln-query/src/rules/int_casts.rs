@@ -16,7 +16,7 @@
 
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result};
 use datafusion::functions::math::expr_fn::round;
 use datafusion::logical_expr::expr::{Cast, TryCast};
@@ -36,6 +36,11 @@ impl AnalyzerRule for RoundedIntCasts {
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
+            // Most nodes cast nothing to an integer: they are passed over
+            // before any schema is merged or expression rebuilt.
+            if !casts_to_an_integer(&node) {
+                return Ok(Transformed::no(node));
+            }
             let schema = match node.inputs().as_slice() {
                 [] => DFSchema::empty(),
                 inputs => merge_schema(inputs),
@@ -49,6 +54,22 @@ impl AnalyzerRule for RoundedIntCasts {
         })
         .map(|t| t.data)
     }
+}
+
+/// Whether an expression of `node` casts something to an integer type.
+fn casts_to_an_integer(node: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = node.apply_expressions(|e| {
+        e.apply(|e| {
+            found = matches!(e, Expr::Cast(Cast { field, .. }) | Expr::TryCast(TryCast { field, .. })
+                if field.data_type().is_integer());
+            Ok(match found {
+                true => TreeNodeRecursion::Stop,
+                false => TreeNodeRecursion::Continue,
+            })
+        })
+    });
+    found
 }
 
 /// `e` with its operand rounded if it casts a float to an integer.

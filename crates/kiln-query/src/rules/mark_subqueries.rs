@@ -14,8 +14,8 @@
 //! column, true where the row has a match. `EXISTS` is that column. `IN`
 //! keeps PostgreSQL's three-valued answer: true on a match, else NULL when
 //! `x` is NULL and the subquery has rows or when the subquery holds a NULL,
-//! else false; the two NULL tests are scalar subqueries over the same
-//! subquery, added only where `x` or the value can be NULL. A sort has its
+//! else false; the NULL tests read the subquery once more (one scalar
+//! subquery), only where `x` or the value can be NULL. A sort has its
 //! terms computed in a projection below it (DataFusion plans scalar
 //! subqueries in projections, not sorts) and its input's columns restored
 //! above it. Correlated subqueries are left as they are.
@@ -30,7 +30,8 @@ use datafusion::functions_aggregate::expr_fn::bool_or;
 use datafusion::logical_expr::expr::{Exists, InSubquery, Sort as SortExpr};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, Subquery, lit, when,
+    Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder, Projection, Subquery, case,
+    lit, when,
 };
 use datafusion::optimizer::AnalyzerRule;
 
@@ -136,31 +137,14 @@ fn mark(e: Expr, input: &mut LogicalPlan, next: &mut usize) -> Result<Expr> {
             })?;
             *input = joined;
             let value_nullable = right.schema().field(0).is_nullable();
-            let unknown = lit(ScalarValue::Boolean(None));
-            let mut answer = when(found, lit(true));
-            if x_nullable {
-                let any_row = scalar(
-                    &sq,
-                    vec![count_all().alias("n")],
-                    |n| n.gt(lit(0i64)),
-                    &subquery,
-                )?;
-                answer = answer.when(
-                    expr.is_null(),
-                    when(any_row, unknown.clone()).otherwise(lit(false))?,
-                );
-            }
-            if value_nullable {
-                let value = Expr::Column(Column::from(sq.schema().qualified_field(0)));
-                let has_null = scalar(
-                    &sq,
-                    vec![bool_or(value.is_null()).alias("n")],
-                    |n| n,
-                    &subquery,
-                )?;
-                answer = answer.when(has_null, unknown);
-            }
-            let answer = answer.otherwise(lit(false))?;
+            let answer = match x_nullable || value_nullable {
+                false => found,
+                true => {
+                    let value = Expr::Column(Column::from(sq.schema().qualified_field(0)));
+                    let on_miss = miss(&sq, value, &subquery, x_nullable.then(|| *expr))?;
+                    when(found, lit(true)).otherwise(on_miss)?
+                }
+            };
             let answer = if negated { !answer } else { answer };
             Ok(Transformed::new(answer, true, TreeNodeRecursion::Jump))
         }
@@ -202,23 +186,39 @@ fn mark_join(
     ))
 }
 
-/// An uncorrelated scalar subquery: `then(n)` over `sq` aggregated into
-/// one column `n`.
-fn scalar(
-    sq: &LogicalPlan,
-    aggregate: Vec<Expr>,
-    then: impl FnOnce(Expr) -> Expr,
-    like: &Subquery,
-) -> Result<Expr> {
+/// The answer of `x IN (sq)` for a row without a match: false when `sq`
+/// has no rows; else NULL when `sq` holds a NULL or `x` (given when it can
+/// be NULL) is NULL; else false. `sq` is read once more, by one
+/// uncorrelated scalar subquery giving its state: 0 no rows, 1 rows
+/// without a NULL, 2 rows with one.
+fn miss(sq: &LogicalPlan, value: Expr, like: &Subquery, x: Option<Expr>) -> Result<Expr> {
+    let (n, nulls) = (Column::from_name("n"), Column::from_name("nulls"));
     let plan = LogicalPlanBuilder::from(sq.clone())
-        .aggregate(Vec::<Expr>::new(), aggregate)?
-        .project([then(Expr::Column(Column::from_name("n")))])?
+        .aggregate(
+            Vec::<Expr>::new(),
+            [
+                count_all().alias("n"),
+                bool_or(value.is_null()).alias("nulls"),
+            ],
+        )?
+        .project([when(Expr::Column(n).eq(lit(0i64)), lit(0i64))
+            .when(Expr::Column(nulls), lit(2i64))
+            .otherwise(lit(1i64))?])?
         .build()?;
-    Ok(Expr::ScalarSubquery(Subquery {
+    let state = Expr::ScalarSubquery(Subquery {
         subquery: Arc::new(plan),
         outer_ref_columns: vec![],
         spans: like.spans.clone(),
-    }))
+    });
+    let unknown = lit(ScalarValue::Boolean(None));
+    let rows = match x {
+        Some(x) => when(x.is_null(), unknown.clone()).otherwise(lit(false))?,
+        None => lit(false),
+    };
+    case(state)
+        .when(lit(0i64), lit(false))
+        .when(lit(2i64), unknown)
+        .otherwise(rows)
 }
 
 #[cfg(test)]

@@ -48,12 +48,23 @@ fn contains_ignore_case(text: &str, needle: &str) -> bool {
         .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
-/// Whether `sql` may have a subquery in a select list: a `(` followed by
-/// `select` (spaces between allowed).
+/// Whether `sql` may have a subquery as a select-list term: a `(`
+/// followed by `select` and preceded by `select` or a comma (spaces
+/// between allowed). Derived tables (`FROM (SELECT`), `IN (SELECT` and
+/// `EXISTS (SELECT`, which BI tools write around most queries, are not
+/// kept and so do not cost a second parse.
 fn may_have_scalar_subquery(sql: &str) -> bool {
+    let is_select = |b: &[u8]| b.eq_ignore_ascii_case(b"select");
     sql.match_indices('(').any(|(at, _)| {
-        let rest = sql[at + 1..].trim_start();
-        rest.len() >= 6 && rest.as_bytes()[..6].eq_ignore_ascii_case(b"select")
+        let rest = sql[at + 1..].trim_start().as_bytes();
+        let before = sql[..at].trim_end().as_bytes();
+        let term = before.ends_with(b",")
+            || (before.len() >= 6
+                && is_select(&before[before.len() - 6..])
+                && !before[..before.len() - 6]
+                    .last()
+                    .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_'));
+        term && rest.len() >= 6 && is_select(&rest[..6])
     })
 }
 
@@ -197,5 +208,15 @@ mod tests {
         assert!(!parser.parse_keeping(filter).unwrap().1, "nothing to keep");
         assert!(may_have_scalar_subquery("select ( SELECT 1)"));
         assert!(!may_have_scalar_subquery("select count(x) from t"));
+        assert!(may_have_scalar_subquery("select a, (select 1) from t"));
+        for other in [
+            "SELECT * FROM (SELECT 1) AS virtual_table",
+            "SELECT a FROM t WHERE a IN (SELECT b FROM u)",
+            "SELECT EXISTS (SELECT 1)",
+            "SELECT a FROM t JOIN (select b FROM u) v ON true",
+            "SELECT my_select(select_x) FROM t",
+        ] {
+            assert!(!may_have_scalar_subquery(other), "{other}");
+        }
     }
 }

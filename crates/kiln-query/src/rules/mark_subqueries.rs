@@ -141,7 +141,7 @@ fn mark(e: Expr, input: &mut LogicalPlan, next: &mut usize) -> Result<Expr> {
                 false => found,
                 true => {
                     let value = Expr::Column(Column::from(sq.schema().qualified_field(0)));
-                    let on_miss = miss(&sq, value, &subquery, x_nullable.then(|| *expr))?;
+                    let on_miss = miss(&sq, value, &subquery, x_nullable.then_some(*expr))?;
                     when(found, lit(true)).otherwise(on_miss)?
                 }
             };

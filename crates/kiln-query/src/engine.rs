@@ -222,7 +222,7 @@ impl Engine {
     pub fn split(sql: &str) -> Result<Vec<DfStatement>> {
         let stmts =
             DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).map_err(|e| match e {
-                DataFusionError::SQL(e, _) => shape::parse_error(*e),
+                DataFusionError::SQL(e, _) => shape::parse_error(*e, sql),
                 other => Error::Sql(format!("SQL error: {other}")),
             })?;
         Ok(stmts.into_iter().collect())

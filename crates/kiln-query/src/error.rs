@@ -18,6 +18,13 @@ pub enum Error {
     /// a parameter without a value).
     #[error("{0}")]
     Sql(String),
+    /// SQL that does not parse, and where: `position` counts characters
+    /// from 1, as PostgreSQL's error position does.
+    #[error("syntax error: {message}")]
+    Syntax {
+        message: String,
+        position: Option<usize>,
+    },
     /// SQL Kiln understands but does not support.
     #[error("not supported: {0}")]
     Unsupported(String),
@@ -119,7 +126,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Storage(s) => ErrorKind::Storage(s.kind()),
-            Error::Sql(_) => ErrorKind::Syntax,
+            Error::Sql(_) | Error::Syntax { .. } => ErrorKind::Syntax,
             Error::Unsupported(_) => ErrorKind::Unsupported,
             Error::DataFusion(df) => datafusion_kind(df),
             Error::UndefinedFunction(_) => ErrorKind::UndefinedFunction,
@@ -135,6 +142,17 @@ impl Error {
             Error::Timeout(_) => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Io { .. } => ErrorKind::Storage(kiln_storage::ErrorKind::Io),
+        }
+    }
+}
+
+impl Error {
+    /// Where in the statement's text the error lies (characters from 1),
+    /// if known.
+    pub fn position(&self) -> Option<usize> {
+        match self {
+            Error::Syntax { position, .. } => *position,
+            _ => None,
         }
     }
 }

@@ -31,19 +31,47 @@ use crate::error::{Error, Result};
 /// A chain of one operator nesting deeper than this is rebalanced.
 pub(crate) const REBALANCE_DEPTH: usize = 32;
 
-/// A parser error as Kiln's error: nesting past the parser's own limit
-/// (parentheses, subqueries, prefix operators) is [`Error::TooComplex`]
-/// like any other; the rest are syntax errors.
-pub fn parse_error(e: ParserError) -> Error {
+/// A parser error on `sql` as Kiln's error: nesting past the parser's own
+/// limit (parentheses, subqueries, prefix operators) is
+/// [`Error::TooComplex`] like any other; the rest are syntax errors with
+/// the position they name in `sql`.
+pub fn parse_error(e: ParserError, sql: &str) -> Error {
     match e {
         ParserError::RecursionLimitExceeded => Error::TooComplex(
             "statement too complex: parentheses, subqueries or prefix operators nest too deep"
                 .into(),
         ),
-        ParserError::ParserError(msg) | ParserError::TokenizerError(msg) => {
-            Error::Sql(format!("syntax error: {msg}"))
+        ParserError::ParserError(message) | ParserError::TokenizerError(message) => {
+            let position = location(&message).and_then(|(l, c)| char_position(sql, l, c));
+            Error::Syntax { message, position }
         }
     }
+}
+
+/// The line and column a parser message ends with. The parser reports
+/// where it stopped only in its message, as `... at Line: L, Column: C`.
+fn location(message: &str) -> Option<(usize, usize)> {
+    let at = message.rfind(" at Line: ")?;
+    let (line, column) = message[at + " at Line: ".len()..].split_once(", Column: ")?;
+    Some((line.parse().ok()?, column.trim_end().parse().ok()?))
+}
+
+/// Line `line`, column `column` (both from 1, in characters) of `sql` as
+/// a character position from 1; none past the text's end, or without a
+/// text.
+fn char_position(sql: &str, line: usize, column: usize) -> Option<usize> {
+    if sql.is_empty() || line == 0 || column == 0 {
+        return None;
+    }
+    let mut before = 0;
+    for (i, text) in sql.split('\n').enumerate() {
+        if i + 1 == line {
+            let chars = text.chars().count();
+            return (column <= chars + 1).then_some(before + column);
+        }
+        before += text.chars().count() + 1;
+    }
+    None
 }
 
 /// Rebalances long AND/OR chains of `stmt`, then refuses it if an

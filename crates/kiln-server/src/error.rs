@@ -19,6 +19,8 @@ pub struct ApiError {
     /// PostgreSQL SQLSTATE.
     pub sqlstate: &'static str,
     pub message: String,
+    /// Where in the statement the error lies (characters from 1).
+    pub position: Option<usize>,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
             code,
             sqlstate,
             message: message.into(),
+            position: None,
         }
     }
 
@@ -163,11 +166,9 @@ impl ApiError {
 
     /// The error as sent on the PostgreSQL wire.
     pub fn to_pg(&self) -> PgWireError {
-        PgWireError::UserError(Box::new(ErrorInfo::new(
-            "ERROR".into(),
-            self.sqlstate.into(),
-            self.message.clone(),
-        )))
+        let mut info = ErrorInfo::new("ERROR".into(), self.sqlstate.into(), self.message.clone());
+        info.position = self.position.map(|p| p.to_string());
+        PgWireError::UserError(Box::new(info))
     }
 }
 
@@ -231,6 +232,7 @@ impl From<kiln_query::Error> for ApiError {
     fn from(e: kiln_query::Error) -> Self {
         use kiln_query::ErrorKind as K;
         let msg = e.to_string();
+        let position = e.position();
         let (status, code, sqlstate) = match e.kind() {
             K::Storage(kind) => return storage_error(kind, msg),
             K::Syntax => (StatusCode::BAD_REQUEST, "syntax_error", "42601"),
@@ -253,7 +255,10 @@ impl From<kiln_query::Error> for ApiError {
             K::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled", "57014"),
             K::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "XX000"),
         };
-        Self::new(status, code, sqlstate, msg)
+        Self {
+            position,
+            ..Self::new(status, code, sqlstate, msg)
+        }
     }
 }
 
@@ -272,7 +277,7 @@ pub fn pg_error(e: PgWireError) -> PgWireError {
             Err(inner) => match inner.downcast::<DataFusionError>() {
                 Ok(df) => ApiError::from(*df).to_pg(),
                 Err(inner) => match inner.downcast::<ParserError>() {
-                    Ok(parse) => ApiError::from(kiln_query::shape::parse_error(*parse)).to_pg(),
+                    Ok(parse) => ApiError::from(kiln_query::shape::parse_error(*parse, "")).to_pg(),
                     Err(other) => PgWireError::ApiError(other),
                 },
             },
@@ -286,9 +291,11 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, "{}", self.message);
         }
-        let body = serde_json::json!({
-            "error": { "code": self.code, "message": self.message }
-        });
+        let mut error = serde_json::json!({ "code": self.code, "message": self.message });
+        if let Some(position) = self.position {
+            error["position"] = position.into();
+        }
+        let body = serde_json::json!({ "error": error });
         let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut().insert(

@@ -1,4 +1,5 @@
 use super::*;
+use crate::error::ErrorKind;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
@@ -97,4 +98,24 @@ fn a_cast_beside_its_column_is_labelled_apart() {
     let mut stmt = parse("SELECT CAST(a AS INT), b FROM t");
     assert!(!rewrite(&mut stmt));
     assert!(!may_rewrite("SELECT CAST(a AS INT), b FROM t"));
+}
+
+#[test]
+fn a_syntax_error_names_its_position_in_characters() {
+    let error = |sql: &str| {
+        let e = Parser::parse_sql(&GenericDialect {}, sql).unwrap_err();
+        parse_error(e, sql)
+    };
+    let e = error("SELEC 1");
+    assert_eq!(
+        (e.kind(), e.position()),
+        (ErrorKind::Syntax, Some(1)),
+        "{e}"
+    );
+    assert_eq!(error("SELECT 1\nFROM t WHERE x = = 2").position(), Some(27));
+    // Characters, not bytes.
+    assert_eq!(error("SELECT 'é', 1 +* 2").position(), Some(16));
+    assert_eq!(char_position("", 1, 1), None);
+    assert_eq!(char_position("SELECT", 2, 1), None);
+    assert_eq!(location("no location here"), None);
 }

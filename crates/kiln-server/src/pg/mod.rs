@@ -326,7 +326,7 @@ impl SimpleQueryHandler for PgSimple {
             let mut statements = self
                 .parser
                 .parse(query)
-                .map_err(kiln_query::shape::parse_error)?;
+                .map_err(|e| kiln_query::shape::parse_error(e, query))?;
             for stmt in &mut statements {
                 self.engine.check_shape(stmt)?;
             }

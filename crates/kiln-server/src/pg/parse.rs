@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::error::DataFusionError;
 use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion_postgres::Parser;
 use datafusion_postgres::pgwire::api::portal::Format;
 use datafusion_postgres::pgwire::api::results::FieldInfo;
@@ -43,7 +44,14 @@ impl KilnParser {
                     };
                     self.engine.planning_error(&names, *df)
                 }
-                Err(other) => return pg_error(PgWireError::ApiError(other)),
+                Err(other) => match other.downcast::<ParserError>() {
+                    // Parsed again on this error path only, for its place.
+                    Ok(e) => match self.sql.parse(sql) {
+                        Err(located) => kiln_query::shape::parse_error(located, sql),
+                        Ok(_) => kiln_query::shape::parse_error(*e, sql),
+                    },
+                    Err(other) => return pg_error(PgWireError::ApiError(other)),
+                },
             },
             PgWireError::UserError(info) => {
                 let e = kiln_query::Error::Sql(info.message.clone());

@@ -1,5 +1,7 @@
 //! datafusion-postgres's SQL parser, minus two things it does that are
-//! wrong now that Kiln plans what they stood in for.
+//! wrong now that Kiln plans what they stood in for, plus the place of a
+//! syntax error (it parses tokens stripped of their lines and columns, so
+//! a failed parse is repeated on the text, on the error path only).
 //!
 //! - `PostgresCompatibilityParser` replaces Grafana's search-path subquery
 //!   (`string_to_array(current_setting('search_path'), ',') s`,
@@ -84,6 +86,10 @@ impl SqlParser {
     /// then a protocol that parses the text again must be given the
     /// statements' text instead.
     pub fn parse_keeping(&self, sql: &str) -> Result<(Vec<Statement>, bool), ParserError> {
+        self.parse_rewritten(sql).map_err(|e| located(sql, e))
+    }
+
+    fn parse_rewritten(&self, sql: &str) -> Result<(Vec<Statement>, bool), ParserError> {
         let reads_search_path = contains_ignore_case(sql, SEARCH_PATH);
         if !reads_search_path && !may_have_scalar_subquery(sql) {
             return Ok((self.0.parse(sql)?, false));
@@ -108,6 +114,16 @@ impl SqlParser {
         }
         let stmts = raw.into_iter().map(|stmt| self.0.rewrite(stmt)).collect();
         Ok((stmts, keep.kept))
+    }
+}
+
+/// `error`, or the same error with its line and column: datafusion-postgres
+/// parses tokens it has stripped of their places, so where its parser
+/// fails, the error is taken again from a plain parse of the text.
+fn located(sql: &str, error: ParserError) -> ParserError {
+    match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+        Err(plain) => plain,
+        Ok(_) => error,
     }
 }
 

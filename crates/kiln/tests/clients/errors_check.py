@@ -25,6 +25,14 @@ CASES = [
     ("INSERT INTO er VALUES ('2026-01-01', NULL)", "23502", "not_null_violation", "id"),
 ]
 
+# a syntax error and where it lies (characters from 1), as psql's caret
+# and psycopg's `diag.statement_position` show it
+POSITIONS = [
+    ("SELEC 1", 1),
+    ("SELECT 1\nFROM er WHERE id = = 2", 29),
+    ("SELECT 'é', 1 +* 2", 16),
+]
+
 INTERNALS = ["Optimizer rule", "Arrow error", "Schema error", "Error during planning", "SQL error"]
 
 
@@ -35,7 +43,7 @@ def http(port, sql):
         urllib.request.urlopen(req).read()
     except urllib.error.HTTPError as e:
         body = json.loads(e.read())["error"]
-        return body["code"], body["message"]
+        return body["code"], body["message"], body.get("position")
     raise AssertionError(f"HTTP accepted {sql}")
 
 
@@ -43,7 +51,8 @@ def pg(conn, sql, prepare):
     try:
         conn.execute(sql, prepare=prepare)
     except psycopg.Error as e:
-        return e.sqlstate, e.diag.message_primary or str(e)
+        position = e.diag.statement_position
+        return e.sqlstate, e.diag.message_primary or str(e), position and int(position)
     raise AssertionError(f"accepted {sql} (prepare={prepare})")
 
 
@@ -57,8 +66,8 @@ def main(pg_port, http_port):
             "simple": pg(conn, sql, False),
             "extended": pg(conn, sql, True),
         }
-        h_code, h_msg = http(http_port, sql)
-        for how, (s, msg) in got.items():
+        h_code, h_msg, _ = http(http_port, sql)
+        for how, (s, msg, _) in got.items():
             if s != state:
                 failures.append(f"{sql!r} over {how}: {s}, expected {state} ({msg})")
             if word not in msg or any(i in msg for i in INTERNALS):
@@ -67,6 +76,15 @@ def main(pg_port, http_port):
             failures.append(f"{sql!r} over HTTP: {h_code}, expected {code} ({h_msg})")
         if word not in h_msg or any(i in h_msg for i in INTERNALS):
             failures.append(f"{sql!r} over HTTP: message {h_msg!r}")
+    for sql, position in POSITIONS:
+        got = {
+            "simple": pg(conn, sql, False)[2],
+            "extended": pg(conn, sql, True)[2],
+            "HTTP": http(http_port, sql)[2],
+        }
+        for how, p in got.items():
+            if p != position:
+                failures.append(f"{sql!r} over {how}: position {p}, expected {position}")
     assert not failures, "\n".join(failures)
     # The connection is fine afterwards.
     assert conn.execute("SELECT count(*) FROM er").fetchone()[0] == 0

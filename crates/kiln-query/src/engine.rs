@@ -34,7 +34,7 @@ use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
 use crate::executor::{Executor, deferred};
 use crate::files::FileAccess;
-use crate::plan_cache::{PlanCache, cast_param};
+use crate::plan_cache::{PlanCache, Shape, cast_param};
 use crate::session::{build_session, query_state};
 use crate::shape;
 use crate::transaction::Transaction;
@@ -549,6 +549,9 @@ impl Engine {
             }
             ddl::check_insert_values(s, &self.db)?;
         }
+        if let Some(streamed) = self.run_shape(&stmt, params, query).await? {
+            return Ok(streamed);
+        }
         let mut state = self.ctx.state();
         self.apply_settings(&mut state, query)?;
         // The names it uses, for a typed error should planning fail: a
@@ -562,6 +565,73 @@ impl Engine {
             plan = bind_params(plan, params)?;
         }
         self.start_plan(plan, query).await
+    }
+
+    /// Runs a query sent with its values written in through the kept plan
+    /// of its shape ([`crate::plan_cache::literals`]); None where it is to
+    /// be planned as written: a statement other than a query, one with
+    /// parameters, a session's own settings or a transaction, no literal
+    /// to lift, or a shape that cannot be kept or bound.
+    async fn run_shape(
+        &self,
+        stmt: &DfStatement,
+        params: &[ScalarValue],
+        query: &Query,
+    ) -> Result<Option<Streamed>> {
+        let DfStatement::Statement(s) = stmt else {
+            return Ok(None);
+        };
+        if !matches!(**s, Statement::Query(_))
+            || !params.is_empty()
+            || !query.settings().is_empty()
+            || query.transaction().is_some()
+            || !self.plans.lifts_literals()
+        {
+            return Ok(None);
+        }
+        let mut lifted = (**s).clone();
+        let literals = crate::plan_cache::lift(&mut lifted);
+        if literals.is_empty() {
+            return Ok(None);
+        }
+        let key = lifted.to_string();
+        let shape = match self.plans.shape(&key) {
+            Some(None) => return Ok(None),
+            Some(Some(shape)) => shape,
+            None => {
+                let planned = self
+                    .ctx
+                    .state()
+                    .statement_to_plan(DfStatement::Statement(Box::new(lifted)))
+                    .await;
+                let shape = planned
+                    .ok()
+                    .and_then(|plan| Shape::new(plan, literals.len()));
+                match self.plans.keep_shape(key.clone(), shape) {
+                    Some(shape) => shape,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let Some(values) = shape.bind(&literals) else {
+            return Ok(None);
+        };
+        self.authorize_plan(query, &shape.logical)?;
+        let stream = self
+            .plans
+            .execute(
+                &self.ctx,
+                &self.queries,
+                &key,
+                &shape.logical,
+                &shape.types,
+                &values,
+            )
+            .await?;
+        Ok(Some(Streamed::Rows {
+            schema: stream.schema(),
+            stream,
+        }))
     }
 
     /// The error of planning a statement that uses `names`, typed: one

@@ -20,7 +20,6 @@
 //! keeps outside queries (memstores, caches, its state at start).
 
 pub mod heap;
-pub mod spill;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

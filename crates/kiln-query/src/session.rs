@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider};
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
@@ -22,7 +21,6 @@ use crate::cache::Caches;
 use crate::config::QueryConfig;
 use crate::cube::rewrite::CubeRewrite;
 use crate::cube::{CubePlanner, Cubes, KilnOptions};
-use crate::memory::spill::InlineSpillReads;
 use crate::memory::{QueryPool, ServerPool, heap};
 use crate::rules::balance::BalanceChains;
 use crate::scan::KilnTable;
@@ -84,18 +82,12 @@ pub fn build_session(
         Box::new(heap::allocated),
         held_outside_queries(db.clone(), caches.clone(), cubes.clone()),
     ));
-    let mut spill_files = DiskManagerBuilder::default();
+    let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone());
     if let Some(dir) = &query_config.spill_dir {
         std::fs::create_dir_all(dir)?;
-        spill_files = spill_files.with_mode(DiskManagerMode::Directories(vec![dir.clone()]));
+        runtime = runtime.with_temp_file_path(dir);
     }
-    let spill_reads = InlineSpillReads::new(spill_files.build()?);
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_pool(pool.clone())
-        .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_temp_file_factory(Arc::new(spill_reads)),
-        )
-        .build_arc()?;
+    let runtime = runtime.build_arc()?;
     queries.set_memory_pool(pool);
     let url = ObjectStoreUrl::parse(STORE_URL)?;
     runtime.register_object_store(url.as_ref(), db.store().object_store());

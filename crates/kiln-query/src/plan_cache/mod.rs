@@ -26,6 +26,7 @@
 //!
 //! [`LazyScan`]: crate::scan
 
+mod literals;
 mod params;
 #[cfg(test)]
 mod tests;
@@ -50,6 +51,7 @@ use futures::StreamExt;
 use kiln_storage::{Db, Table};
 use parking_lot::Mutex;
 
+pub(crate) use literals::{Shape, lift};
 pub(crate) use params::cast_param;
 use params::{ParamSlots, parameterize};
 
@@ -77,6 +79,9 @@ pub struct PlanCache {
     db: Db,
     mode: PlanCacheMode,
     statements: DashMap<String, Arc<Statement>>,
+    /// Queries' shapes by their text with placeholders ([`literals`]);
+    /// None for one that cannot be kept.
+    shapes: DashMap<String, Option<Arc<Shape>>>,
 }
 
 const UNDECIDED: u8 = 0;
@@ -142,7 +147,38 @@ impl PlanCache {
             db,
             mode,
             statements: DashMap::new(),
+            shapes: DashMap::new(),
         }
+    }
+
+    /// Whether queries sent with their values written in run through kept
+    /// plans too ([`literals`]): unless every execution is planned with its
+    /// values anyway.
+    pub fn lifts_literals(&self) -> bool {
+        self.mode != PlanCacheMode::ForceCustom
+    }
+
+    /// The shape kept for `key`: `Some(None)` if it cannot be kept, `None`
+    /// if unknown, or planned on a table since dropped.
+    pub(crate) fn shape(&self, key: &str) -> Option<Option<Arc<Shape>>> {
+        let shape = self.shapes.get(key)?.clone();
+        match &shape {
+            Some(s) if !s.is_current(&self.db) => None,
+            _ => Some(shape),
+        }
+    }
+
+    /// Keeps `shape` as `key`'s, if its plan can be kept.
+    pub(crate) fn keep_shape(&self, key: String, shape: Option<Shape>) -> Option<Arc<Shape>> {
+        if self.shapes.len() >= MAX_STATEMENTS {
+            self.shapes.retain(|_, s| s.is_some());
+            if self.shapes.len() >= MAX_STATEMENTS {
+                self.shapes.clear();
+            }
+        }
+        let shape = shape.filter(|s| keepable(&s.logical)).map(Arc::new);
+        self.shapes.insert(key, shape.clone());
+        shape
     }
 
     /// Runs `sql`, whose plan (with placeholders `$1..$n` of `types`) is

@@ -1,0 +1,254 @@
+//! Literals lifted out of a query's filters, so that queries which differ
+//! only in them share one kept plan.
+//!
+//! Why: BI tools send a dashboard's queries with their values written in
+//! (the simple protocol, HTTP): every refresh, every viewer and every date
+//! range is new text, so each was parsed, optimized and planned afresh,
+//! while the executions of a prepared statement share a generic plan. As
+//! SQL Server's simple parameterization does, a literal compared with an
+//! expression in a `WHERE` or `HAVING` clause (`=`, `<>`, `<`, `<=`, `>`,
+//! `>=`, `BETWEEN`, `IN` lists) becomes a placeholder: the query's text
+//! with placeholders is its [`Shape`]'s key, and the literals are the
+//! values its executions bind, as a prepared statement's would be.
+//!
+//! Only filters of the query itself, its CTEs and derived tables are
+//! looked at: a literal in a select list, a grouping, an ordering or a
+//! function's arguments (`date_trunc('day', ts)`) stays, since it decides
+//! the plan, its labels or its cube. A value takes the type the plan
+//! infers for its placeholder only where that changes nothing: a number
+//! compared with a number that converts there and back unchanged
+//! (`int_col = 1.5` keeps its literal, as it compares as a fraction), a
+//! string that converts (DataFusion converts the literal the same way).
+//! Otherwise the query is planned as written.
+
+use std::sync::Arc;
+
+use arrow::compute::{CastOptions, cast_with_options};
+use arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, Query, SetExpr, Statement, TableFactor, UnaryOperator, Value,
+};
+use kiln_storage::{Db, Table};
+
+/// A literal lifted out of a query, as it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Literal {
+    /// A number, with its sign.
+    Number(String),
+    /// A quoted string.
+    String(String),
+}
+
+/// Replaces the literals of `stmt`'s filters by placeholders `$1..$n`, in
+/// the order met, and returns them; none if `stmt` is not a query.
+pub fn lift(stmt: &mut Statement) -> Vec<Literal> {
+    let mut lifted = Vec::new();
+    if let Statement::Query(q) = stmt {
+        query(q, &mut lifted);
+    }
+    lifted
+}
+
+fn query(q: &mut Query, out: &mut Vec<Literal>) {
+    if let Some(with) = &mut q.with {
+        for cte in &mut with.cte_tables {
+            query(&mut cte.query, out);
+        }
+    }
+    set_expr(&mut q.body, out);
+}
+
+fn set_expr(body: &mut SetExpr, out: &mut Vec<Literal>) {
+    match body {
+        SetExpr::Select(s) => {
+            for t in &mut s.from {
+                table(&mut t.relation, out);
+                for j in &mut t.joins {
+                    table(&mut j.relation, out);
+                }
+            }
+            if let Some(w) = &mut s.selection {
+                filter(w, out);
+            }
+            if let Some(h) = &mut s.having {
+                filter(h, out);
+            }
+        }
+        SetExpr::Query(q) => query(q, out),
+        SetExpr::SetOperation { left, right, .. } => {
+            set_expr(left, out);
+            set_expr(right, out);
+        }
+        _ => {}
+    }
+}
+
+fn table(t: &mut TableFactor, out: &mut Vec<Literal>) {
+    if let TableFactor::Derived { subquery, .. } = t {
+        query(subquery, out);
+    }
+}
+
+/// Lifts the literals of the comparisons `e` combines with AND, OR, NOT.
+fn filter(e: &mut Expr, out: &mut Vec<Literal>) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And | BinaryOperator::Or,
+            right,
+        } => {
+            filter(left, out);
+            filter(right, out);
+        }
+        Expr::Nested(inner)
+        | Expr::UnaryOp {
+            op: UnaryOperator::Not,
+            expr: inner,
+        } => filter(inner, out),
+        Expr::BinaryOp { left, op, right } if is_comparison(op) => {
+            if !is_value(left) {
+                replace(right, out);
+            } else if !is_value(right) {
+                replace(left, out);
+            }
+        }
+        Expr::Between {
+            expr, low, high, ..
+        } if !is_value(expr) => {
+            replace(low, out);
+            replace(high, out);
+        }
+        Expr::InList { expr, list, .. } if !is_value(expr) => {
+            for item in list {
+                replace(item, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn is_comparison(op: &BinaryOperator) -> bool {
+    use BinaryOperator as B;
+    matches!(op, B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq)
+}
+
+fn is_value(e: &Expr) -> bool {
+    matches!(e, Expr::Value(_)) || literal(e).is_some()
+}
+
+/// `e` as a liftable literal: a number (signed) or a quoted string.
+fn literal(e: &Expr) -> Option<Literal> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, false) => Some(Literal::Number(n.clone())),
+            Value::SingleQuotedString(s) => Some(Literal::String(s.clone())),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: op @ (UnaryOperator::Minus | UnaryOperator::Plus),
+            expr,
+        } => match literal(expr)? {
+            Literal::Number(n) if *op == UnaryOperator::Minus => {
+                Some(Literal::Number(format!("-{n}")))
+            }
+            Literal::Number(n) => Some(Literal::Number(n)),
+            Literal::String(_) => None,
+        },
+        _ => None,
+    }
+}
+
+/// Makes `e`, if a liftable literal, the next placeholder.
+fn replace(e: &mut Expr, out: &mut Vec<Literal>) {
+    if let Some(l) = literal(e) {
+        out.push(l);
+        *e = Expr::Value(Value::Placeholder(format!("${}", out.len())).into());
+    }
+}
+
+/// A query's plan with placeholders for its lifted literals.
+#[derive(Debug)]
+pub struct Shape {
+    pub logical: LogicalPlan,
+    /// The type inferred for each placeholder, `$1` first.
+    pub types: Vec<DataType>,
+    /// The tables it reads, as they were when it was planned.
+    tables: Vec<Arc<Table>>,
+}
+
+impl Shape {
+    /// The shape of `logical`, planned with `n` lifted literals; none
+    /// unless every placeholder's type is inferred and nothing else in the
+    /// plan is a placeholder.
+    pub fn new(logical: LogicalPlan, n: usize) -> Option<Self> {
+        let inferred = logical.get_parameter_types().ok()?;
+        if inferred.len() != n {
+            return None;
+        }
+        let types = (1..=n)
+            .map(|i| inferred.get(&format!("${i}")).cloned().flatten())
+            .collect::<Option<Vec<_>>>()?;
+        let tables = super::tables(&logical);
+        Some(Self {
+            logical,
+            types,
+            tables,
+        })
+    }
+
+    /// Whether the tables it reads are still the ones it was planned on.
+    pub fn is_current(&self, db: &Db) -> bool {
+        self.tables.iter().all(|t| {
+            db.table(t.name())
+                .is_some_and(|now| Arc::ptr_eq(&now, t))
+        })
+    }
+
+    /// `literals` as the values of its placeholders; none where one would
+    /// not compare as the literal it was (module docs).
+    pub fn bind(&self, literals: &[Literal]) -> Option<Vec<ScalarValue>> {
+        literals
+            .iter()
+            .zip(&self.types)
+            .map(|(l, t)| value(l, t))
+            .collect()
+    }
+}
+
+/// `literal` as a value of `to`, if it is the same value there.
+fn value(literal: &Literal, to: &DataType) -> Option<ScalarValue> {
+    let strict = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let cast = |v: &ScalarValue, t: &DataType| {
+        let array = v.to_array().ok()?;
+        let out = cast_with_options(&array, t, &strict).ok()?;
+        ScalarValue::try_from_array(&out, 0).ok()
+    };
+    match literal {
+        Literal::String(s) => cast(&ScalarValue::Utf8(Some(s.clone())), to),
+        Literal::Number(n) => {
+            if !to.is_numeric() {
+                return None;
+            }
+            // As the planner reads a number: an integer is an i64 (one
+            // past it is not a float), anything else a finite f64.
+            let v = if n.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
+                ScalarValue::Int64(Some(n.parse().ok()?))
+            } else {
+                match n.parse::<f64>() {
+                    Ok(f) if f.is_finite() => ScalarValue::Float64(Some(f)),
+                    _ => return None,
+                }
+            };
+            let there = cast(&v, to)?;
+            (cast(&there, &v.data_type())? == v).then_some(there)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,235 @@
+use arrow::datatypes::TimeUnit;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::*;
+
+fn lifted(sql: &str) -> (String, Vec<Literal>) {
+    let mut stmt = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .unwrap()
+        .remove(0);
+    let literals = lift(&mut stmt);
+    (stmt.to_string(), literals)
+}
+
+fn n(s: &str) -> Literal {
+    Literal::Number(s.into())
+}
+
+fn s(s: &str) -> Literal {
+    Literal::String(s.into())
+}
+
+#[test]
+fn filter_literals_become_placeholders_in_order() {
+    let (text, literals) = lifted(
+        "SELECT arm, date_trunc('day', ts) AS d, count(*) FROM t \
+         WHERE e = 17 AND ts >= '2026-01-01' AND (u IN (1, -2) OR NOT x BETWEEN 1.5 AND +2) \
+         GROUP BY 1, 2 HAVING count(*) > 10 ORDER BY 1 LIMIT 5",
+    );
+    assert_eq!(
+        text,
+        "SELECT arm, date_trunc('day', ts) AS d, count(*) FROM t \
+         WHERE e = $1 AND ts >= $2 AND (u IN ($3, $4) OR NOT x BETWEEN $5 AND $6) \
+         GROUP BY 1, 2 HAVING count(*) > $7 ORDER BY 1 LIMIT 5"
+    );
+    assert_eq!(
+        literals,
+        [
+            n("17"),
+            s("2026-01-01"),
+            n("1"),
+            n("-2"),
+            n("1.5"),
+            n("2"),
+            n("10")
+        ]
+    );
+}
+
+#[test]
+fn ctes_derived_tables_and_unions_are_lifted_too() {
+    let (text, literals) = lifted(
+        "WITH w AS (SELECT * FROM t WHERE a = 1) \
+         SELECT * FROM (SELECT * FROM w WHERE b < 2) AS d WHERE 'x' = c \
+         UNION ALL SELECT * FROM t WHERE a <> 3",
+    );
+    assert_eq!(
+        text,
+        "WITH w AS (SELECT * FROM t WHERE a = $1) \
+         SELECT * FROM (SELECT * FROM w WHERE b < $2) AS d WHERE $3 = c \
+         UNION ALL SELECT * FROM t WHERE a <> $4"
+    );
+    assert_eq!(literals, [n("1"), n("2"), s("x"), n("3")]);
+}
+
+#[test]
+fn literals_that_decide_the_plan_stay() {
+    for sql in [
+        "SELECT 1, 'a' FROM t",
+        "SELECT * FROM t WHERE url LIKE '%feed%'",
+        "SELECT * FROM t WHERE date_trunc('day', ts) = date_trunc('day', now())",
+        "SELECT * FROM t WHERE 1 = 1",
+        "SELECT * FROM t WHERE a = (SELECT max(b) FROM u WHERE c = 1)",
+        "SELECT * FROM t WHERE a IN (SELECT b FROM u WHERE c = 1)",
+        "SELECT * FROM t WHERE CASE WHEN a = 1 THEN true END",
+        "SELECT * FROM t WHERE a = NULL OR b = true",
+        "SELECT * FROM t WHERE ts > TIMESTAMP '2026-01-01'",
+        "SELECT * FROM t ORDER BY a LIMIT 10 OFFSET 5",
+        "INSERT INTO t VALUES (1)",
+    ] {
+        let (text, literals) = lifted(sql);
+        assert!(literals.is_empty(), "{sql} lifted {literals:?}");
+        assert!(!text.contains('$'), "{text}");
+    }
+}
+
+#[test]
+fn a_value_is_bound_only_where_it_compares_as_written() {
+    let ns = DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let cases: Vec<(Literal, DataType, Option<ScalarValue>)> = vec![
+        (n("17"), DataType::Int64, Some(ScalarValue::Int64(Some(17)))),
+        (n("-3"), DataType::Int32, Some(ScalarValue::Int32(Some(-3)))),
+        (n("2"), DataType::Float64, Some(ScalarValue::Float64(Some(2.0)))),
+        (n("2.0"), DataType::Int64, Some(ScalarValue::Int64(Some(2)))),
+        (n("1e3"), DataType::Float64, Some(ScalarValue::Float64(Some(1000.0)))),
+        // A fraction compared with an integer column compares as a fraction.
+        (n("1.5"), DataType::Int64, None),
+        (n("3000000000"), DataType::Int32, None),
+        (n("-1"), DataType::UInt64, None),
+        // Past i64: DataFusion reads it as an unsigned integer, not a float.
+        (n("18446744073709551615"), DataType::UInt64, None),
+        (n("1e400"), DataType::Float64, None),
+        // A number compared with text or time is left to the planner.
+        (n("5"), DataType::Utf8, None),
+        (n("5"), ns.clone(), None),
+        (s("eu"), DataType::Utf8View, Some(ScalarValue::Utf8View(Some("eu".into())))),
+        (s("12"), DataType::Int64, Some(ScalarValue::Int64(Some(12)))),
+        (s("1.5"), DataType::Int64, None),
+        (s("abc"), DataType::Int64, None),
+        (
+            s("2026-01-02 03:00:00"),
+            ns.clone(),
+            Some(ScalarValue::TimestampNanosecond(
+                Some(1_767_322_800_000_000_000),
+                None,
+            )),
+        ),
+        (s("2026-13-40"), ns, None),
+    ];
+    for (literal, to, expected) in cases {
+        assert_eq!(value(&literal, &to), expected, "{literal:?} as {to}");
+    }
+}
+
+mod engine {
+    use std::sync::atomic::Ordering;
+
+    use arrow::util::pretty::pretty_format_batches;
+    use kiln_storage::{Db, StorageConfig};
+
+    use super::super::super::{TRIALS, UNDECIDED};
+    use crate::{Engine, Output};
+
+    async fn rows(engine: &Engine, sql: &str) -> Vec<String> {
+        let mut out = engine.execute(sql).await.unwrap();
+        let Some(Output::Rows { batches, .. }) = out.pop() else {
+            panic!("rows expected from {sql}")
+        };
+        let text = pretty_format_batches(&batches).unwrap().to_string();
+        text.lines()
+            .skip(3)
+            .filter(|l| l.starts_with("| "))
+            .map(|l| l.trim_matches(|c| c == '|' || c == ' ').to_string())
+            .collect()
+    }
+
+    async fn engine(dir: &std::path::Path, v: &str) -> Engine {
+        let engine = Engine::new(Db::open(StorageConfig::for_dir(dir)).await.unwrap()).unwrap();
+        create(&engine, v).await;
+        engine
+    }
+
+    async fn create(engine: &Engine, v: &str) {
+        engine
+            .execute(&format!(
+                "CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v {v})"
+            ))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn queries_differing_in_literals_share_a_kept_plan_and_answer_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = engine(tmp.path(), "VARCHAR").await;
+        engine
+            .execute(
+                "INSERT INTO kv VALUES ('2026-11-01 10:00:00', 1, 'a'), ('2026-11-02 10:00:00', 2, 'b'), \
+                 ('2026-11-03 10:00:00', 3, 'c')",
+            )
+            .await
+            .unwrap();
+        let shape = "SELECT v FROM kv WHERE id = $1 ORDER BY v";
+        let range = "SELECT count(*) FROM kv WHERE ts >= $1 AND ts < $2";
+        // Enough runs for the custom and the generic trials, then more.
+        for round in 0..3 * TRIALS as i64 {
+            let id = round % 4;
+            let expected: Vec<String> = match id {
+                1 => vec!["a".into()],
+                2 => vec!["b".into()],
+                3 => vec!["c".into()],
+                _ => vec![],
+            };
+            let sql = format!("SELECT v FROM kv WHERE id = {id} ORDER BY v");
+            assert_eq!(rows(&engine, &sql).await, expected, "{sql}");
+            // A fraction against the integer column compares as a fraction.
+            let sql = format!("SELECT v FROM kv WHERE id = {id}.5 ORDER BY v");
+            assert!(rows(&engine, &sql).await.is_empty(), "{sql}");
+            let sql = format!(
+                "SELECT count(*) FROM kv WHERE ts >= '2026-11-0{}' AND ts < '2026-11-04'",
+                1 + round % 3
+            );
+            assert_eq!(rows(&engine, &sql).await, [(3 - round % 3).to_string()], "{sql}");
+        }
+        for key in [shape, range] {
+            let s = engine.plans().statements.get(key).map(|s| s.clone());
+            let s = s.unwrap_or_else(|| panic!("{key} not kept"));
+            assert_ne!(s.choice.load(Ordering::Relaxed), UNDECIDED, "{key}");
+            assert!(matches!(engine.plans().shape(key), Some(Some(_))), "{key}");
+        }
+        // A table made again with another type: the shape is planned again.
+        engine.execute("DROP TABLE kv").await.unwrap();
+        create(&engine, "BIGINT").await;
+        engine
+            .execute("INSERT INTO kv VALUES ('2026-11-01 10:00:00', 1, 41)")
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(&engine, "SELECT v FROM kv WHERE id = 1 ORDER BY v").await,
+            ["41"]
+        );
+    }
+
+    #[tokio::test]
+    async fn queries_over_catalogs_or_with_volatile_functions_are_planned_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = engine(tmp.path(), "VARCHAR").await;
+        for _ in 0..2 {
+            rows(
+                &engine,
+                "SELECT table_name FROM information_schema.tables WHERE table_name = 'kv'",
+            )
+            .await;
+            rows(&engine, "SELECT v FROM kv WHERE id = 1 AND ts < now()").await;
+        }
+        let keys = [
+            "SELECT table_name FROM information_schema.tables WHERE table_name = $1",
+            "SELECT v FROM kv WHERE id = $1 AND ts < now()",
+        ];
+        for key in keys {
+            assert!(matches!(engine.plans().shape(key), Some(None)), "{key}");
+            assert!(engine.plans().statements.get(key).is_none(), "{key}");
+        }
+    }
+}

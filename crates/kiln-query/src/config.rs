@@ -90,7 +90,9 @@ pub struct QueryConfig {
     /// How prepared statements are planned, as PostgreSQL's
     /// `plan_cache_mode`: auto (planned with their values at first, then a
     /// kept generic plan if that proved faster), force-custom or
-    /// force-generic.
+    /// force-generic. Queries sent with their values written in (simple
+    /// protocol, HTTP) are planned the same way by their filters' shape,
+    /// the literals as the values, except under force-custom.
     #[arg(long, env = "KILN_PLAN_CACHE_MODE", default_value = "auto")]
     pub plan_cache_mode: PlanCacheMode,
 

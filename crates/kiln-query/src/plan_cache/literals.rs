@@ -9,7 +9,9 @@
 //! expression in a `WHERE` or `HAVING` clause (`=`, `<>`, `<`, `<=`, `>`,
 //! `>=`, `BETWEEN`, `IN` lists) becomes a placeholder: the query's text
 //! with placeholders is its [`Shape`]'s key, and the literals are the
-//! values its executions bind, as a prepared statement's would be.
+//! values its executions bind, as a prepared statement's would be. A shape
+//! is planned from its second query on: a query whose shape never comes
+//! again is planned as written, at the cost of one lookup.
 //!
 //! Only filters of the query itself, its CTEs and derived tables are
 //! looked at: a literal in a select list, a grouping, an ordering or a
@@ -200,10 +202,9 @@ impl Shape {
 
     /// Whether the tables it reads are still the ones it was planned on.
     pub fn is_current(&self, db: &Db) -> bool {
-        self.tables.iter().all(|t| {
-            db.table(t.name())
-                .is_some_and(|now| Arc::ptr_eq(&now, t))
-        })
+        self.tables
+            .iter()
+            .all(|t| db.table(t.name()).is_some_and(|now| Arc::ptr_eq(&now, t)))
     }
 
     /// `literals` as the values of its placeholders; none where one would

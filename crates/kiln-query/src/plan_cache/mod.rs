@@ -24,6 +24,10 @@
 //! the cores, or a table it reads (dropped and created again) change.
 //! Nothing here is durable: the cache is rebuilt by use after a restart.
 //!
+//! Queries sent with their values written in reach the same cache by their
+//! shape: [`literals`] lifts the literals of their filters into
+//! placeholders and keeps each shape's logical plan.
+//!
 //! [`LazyScan`]: crate::scan
 
 mod literals;
@@ -79,9 +83,20 @@ pub struct PlanCache {
     db: Db,
     mode: PlanCacheMode,
     statements: DashMap<String, Arc<Statement>>,
-    /// Queries' shapes by their text with placeholders ([`literals`]);
-    /// None for one that cannot be kept.
-    shapes: DashMap<String, Option<Arc<Shape>>>,
+    /// Queries' shapes by their text with placeholders ([`literals`]).
+    shapes: DashMap<String, Kept>,
+}
+
+/// What is known of a query's shape ([`literals`]).
+#[derive(Clone)]
+pub(crate) enum Kept {
+    /// Never seen: planned as written, as most one-off queries are best.
+    New,
+    /// Seen once: its shape is worth planning.
+    Seen,
+    Shape(Arc<Shape>),
+    /// A shape that cannot be kept: planned as written.
+    AsWritten,
 }
 
 const UNDECIDED: u8 = 0;
@@ -158,26 +173,32 @@ impl PlanCache {
         self.mode != PlanCacheMode::ForceCustom
     }
 
-    /// The shape kept for `key`: `Some(None)` if it cannot be kept, `None`
-    /// if unknown, or planned on a table since dropped.
-    pub(crate) fn shape(&self, key: &str) -> Option<Option<Arc<Shape>>> {
-        let shape = self.shapes.get(key)?.clone();
-        match &shape {
-            Some(s) if !s.is_current(&self.db) => None,
-            _ => Some(shape),
+    /// What is kept of the shape `key`, remembering that it was seen.
+    pub(crate) fn shape(&self, key: &str) -> Kept {
+        if let Some(kept) = self.shapes.get(key) {
+            return match &*kept {
+                Kept::Shape(s) if !s.is_current(&self.db) => Kept::Seen,
+                kept => kept.clone(),
+            };
         }
-    }
-
-    /// Keeps `shape` as `key`'s, if its plan can be kept.
-    pub(crate) fn keep_shape(&self, key: String, shape: Option<Shape>) -> Option<Arc<Shape>> {
         if self.shapes.len() >= MAX_STATEMENTS {
-            self.shapes.retain(|_, s| s.is_some());
+            self.shapes.retain(|_, k| matches!(k, Kept::Shape(_)));
             if self.shapes.len() >= MAX_STATEMENTS {
                 self.shapes.clear();
             }
         }
+        self.shapes.insert(key.to_string(), Kept::Seen);
+        Kept::New
+    }
+
+    /// Keeps `shape` as `key`'s, if its plan can be kept.
+    pub(crate) fn keep_shape(&self, key: String, shape: Option<Shape>) -> Option<Arc<Shape>> {
         let shape = shape.filter(|s| keepable(&s.logical)).map(Arc::new);
-        self.shapes.insert(key, shape.clone());
+        let kept = match &shape {
+            Some(s) => Kept::Shape(s.clone()),
+            None => Kept::AsWritten,
+        };
+        self.shapes.insert(key, kept);
         shape
     }
 

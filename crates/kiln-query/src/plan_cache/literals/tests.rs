@@ -90,9 +90,17 @@ fn a_value_is_bound_only_where_it_compares_as_written() {
     let cases: Vec<(Literal, DataType, Option<ScalarValue>)> = vec![
         (n("17"), DataType::Int64, Some(ScalarValue::Int64(Some(17)))),
         (n("-3"), DataType::Int32, Some(ScalarValue::Int32(Some(-3)))),
-        (n("2"), DataType::Float64, Some(ScalarValue::Float64(Some(2.0)))),
+        (
+            n("2"),
+            DataType::Float64,
+            Some(ScalarValue::Float64(Some(2.0))),
+        ),
         (n("2.0"), DataType::Int64, Some(ScalarValue::Int64(Some(2)))),
-        (n("1e3"), DataType::Float64, Some(ScalarValue::Float64(Some(1000.0)))),
+        (
+            n("1e3"),
+            DataType::Float64,
+            Some(ScalarValue::Float64(Some(1000.0))),
+        ),
         // A fraction compared with an integer column compares as a fraction.
         (n("1.5"), DataType::Int64, None),
         (n("3000000000"), DataType::Int32, None),
@@ -103,7 +111,11 @@ fn a_value_is_bound_only_where_it_compares_as_written() {
         // A number compared with text or time is left to the planner.
         (n("5"), DataType::Utf8, None),
         (n("5"), ns.clone(), None),
-        (s("eu"), DataType::Utf8View, Some(ScalarValue::Utf8View(Some("eu".into())))),
+        (
+            s("eu"),
+            DataType::Utf8View,
+            Some(ScalarValue::Utf8View(Some("eu".into()))),
+        ),
         (s("12"), DataType::Int64, Some(ScalarValue::Int64(Some(12)))),
         (s("1.5"), DataType::Int64, None),
         (s("abc"), DataType::Int64, None),
@@ -126,9 +138,10 @@ mod engine {
     use std::sync::atomic::Ordering;
 
     use arrow::util::pretty::pretty_format_batches;
+    use datafusion::common::ScalarValue;
     use kiln_storage::{Db, StorageConfig};
 
-    use super::super::super::{TRIALS, UNDECIDED};
+    use super::super::super::{Kept, TRIALS, UNDECIDED};
     use crate::{Engine, Output};
 
     async fn rows(engine: &Engine, sql: &str) -> Vec<String> {
@@ -170,8 +183,8 @@ mod engine {
             )
             .await
             .unwrap();
-        let shape = "SELECT v FROM kv WHERE id = $1 ORDER BY v";
-        let range = "SELECT count(*) FROM kv WHERE ts >= $1 AND ts < $2";
+        let shape = "\0SELECT v FROM kv WHERE id = $1 ORDER BY v";
+        let range = "\0SELECT count(*) FROM kv WHERE ts >= $1 AND ts < $2";
         // Enough runs for the custom and the generic trials, then more.
         for round in 0..3 * TRIALS as i64 {
             let id = round % 4;
@@ -190,13 +203,17 @@ mod engine {
                 "SELECT count(*) FROM kv WHERE ts >= '2026-11-0{}' AND ts < '2026-11-04'",
                 1 + round % 3
             );
-            assert_eq!(rows(&engine, &sql).await, [(3 - round % 3).to_string()], "{sql}");
+            assert_eq!(
+                rows(&engine, &sql).await,
+                [(3 - round % 3).to_string()],
+                "{sql}"
+            );
         }
         for key in [shape, range] {
             let s = engine.plans().statements.get(key).map(|s| s.clone());
             let s = s.unwrap_or_else(|| panic!("{key} not kept"));
             assert_ne!(s.choice.load(Ordering::Relaxed), UNDECIDED, "{key}");
-            assert!(matches!(engine.plans().shape(key), Some(Some(_))), "{key}");
+            assert!(matches!(engine.plans().shape(key), Kept::Shape(_)), "{key}");
         }
         // A table made again with another type: the shape is planned again.
         engine.execute("DROP TABLE kv").await.unwrap();
@@ -224,12 +241,72 @@ mod engine {
             rows(&engine, "SELECT v FROM kv WHERE id = 1 AND ts < now()").await;
         }
         let keys = [
-            "SELECT table_name FROM information_schema.tables WHERE table_name = $1",
-            "SELECT v FROM kv WHERE id = $1 AND ts < now()",
+            "\0SELECT table_name FROM information_schema.tables WHERE table_name = $1",
+            "\0SELECT v FROM kv WHERE id = $1 AND ts < now()",
         ];
         for key in keys {
-            assert!(matches!(engine.plans().shape(key), Some(None)), "{key}");
+            assert!(
+                matches!(engine.plans().shape(key), Kept::AsWritten),
+                "{key}"
+            );
             assert!(engine.plans().statements.get(key).is_none(), "{key}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_query_with_bound_values_runs_its_kept_plan() {
+        use crate::{Engine as E, Origin};
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = engine(tmp.path(), "VARCHAR").await;
+        engine
+            .execute("INSERT INTO kv VALUES ('2026-11-01 10:00:00', 1, 'a'), ('2026-11-02 10:00:00', 2, 'b')")
+            .await
+            .unwrap();
+        let sql = "SELECT v FROM kv WHERE id = $1 AND ts >= $2";
+        for round in 0..3 * TRIALS as i64 {
+            let id = 1 + round % 2;
+            let stmt = E::split(sql).unwrap().remove(0);
+            let query = engine.begin(Origin::EMBEDDED, sql).await.unwrap();
+            let params = [
+                ScalarValue::Int64(Some(id)),
+                ScalarValue::from("2026-11-01 00:00:00"),
+            ];
+            let out = engine
+                .run(&query, stmt, &params)
+                .await
+                .unwrap()
+                .collect()
+                .await
+                .unwrap();
+            let Output::Rows { batches, .. } = out else {
+                panic!("rows expected")
+            };
+            let text = pretty_format_batches(&batches).unwrap().to_string();
+            assert!(
+                text.contains(if id == 1 { "| a |" } else { "| b |" }),
+                "{text}"
+            );
+        }
+        let key = format!("\0{sql}");
+        let s = engine
+            .plans()
+            .statements
+            .get(&key)
+            .map(|s| s.clone())
+            .expect("kept");
+        assert_ne!(s.choice.load(Ordering::Relaxed), UNDECIDED);
+        // A value that does not fit names its parameter.
+        let stmt = E::split(sql).unwrap().remove(0);
+        let query = engine.begin(Origin::EMBEDDED, sql).await.unwrap();
+        let params = [
+            ScalarValue::from("x"),
+            ScalarValue::from("2026-11-01 00:00:00"),
+        ];
+        let e = engine
+            .run(&query, stmt, &params)
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("parameter $1"), "{e}");
     }
 }

@@ -52,7 +52,12 @@ async fn lookup(engine: &Engine, sql: &str, id: i64) -> Vec<String> {
     let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
         panic!("rows expected")
     };
-    let text = pretty_format_batches(&batches).unwrap().to_string();
+    cells(&batches)
+}
+
+/// The values of a single-column result, in order, as text.
+pub(super) fn cells(batches: &[arrow::array::RecordBatch]) -> Vec<String> {
+    let text = pretty_format_batches(batches).unwrap().to_string();
     text.lines()
         .skip(3)
         .filter(|l| l.starts_with("| "))

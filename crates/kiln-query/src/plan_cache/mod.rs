@@ -90,7 +90,8 @@ pub struct PlanCache {
 /// What is known of a query's shape ([`literals`]).
 #[derive(Clone)]
 pub(crate) enum Kept {
-    /// Never seen: planned as written, as most one-off queries are best.
+    /// Never seen before: planned as written, so a query whose shape
+    /// never comes again costs no more than it did.
     New,
     /// Seen once: its shape is worth planning.
     Seen,

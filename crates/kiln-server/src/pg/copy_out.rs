@@ -1,6 +1,7 @@
 //! `COPY table [(columns)] TO STDOUT` and `COPY (query) TO STDOUT` [WITH
-//! (FORMAT text | csv, HEADER, DELIMITER 'c', NULL 's')]: psql's `\copy
-//! ... to`, psycopg's `cursor.copy()` reading, JDBC's `CopyManager`.
+//! (FORMAT text | csv | binary, HEADER, DELIMITER 'c', NULL 's')]: psql's
+//! `\copy ... to`, psycopg's `cursor.copy()` reading, JDBC's
+//! `CopyManager`, pgx's `CopyTo`.
 //!
 //! The rows are one registered query at the engine's door, computed as
 //! they are sent (one CopyData message per row, as PostgreSQL sends them,
@@ -8,6 +9,9 @@
 //! writes them: timestamps `2026-01-01 00:00:00`, booleans `t`/`f`, NULL
 //! as `\N` (text) or an empty field (CSV), text-format backslash escapes,
 //! CSV quoting of fields that need it (an empty string is `""`, not NULL).
+//! The binary format is PostgreSQL's (`PGCOPY` header, each field's
+//! length and binary value as a DataRow carries it in binary): the
+//! columns' types and encodings are the ones queries' results have.
 
 use std::sync::Arc;
 
@@ -18,8 +22,10 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use bytes::Bytes;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
+use datafusion_postgres::arrow_pg::encoder::encode_value;
 use datafusion_postgres::pgwire::api::ClientInfo;
-use datafusion_postgres::pgwire::api::results::{CopyResponse, Response};
+use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::results::{CopyEncoder, CopyResponse, FieldInfo, Response};
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::copy::CopyData;
 use futures::StreamExt;
@@ -148,7 +154,21 @@ async fn copy_out(
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let layout = super::copy::layout(names, options, legacy).map_err(|e| e.to_pg())?;
     if layout.format == CopyFormat::Binary {
-        return Err(ApiError::unsupported("COPY TO in the binary format is not supported").to_pg());
+        let fields = Arc::new(super::execute::fields(
+            &schema,
+            Some(&Format::UnifiedBinary),
+        )?);
+        let columns = fields.len();
+        // One encoder for the whole stream: it writes the header once.
+        let mut encoder = CopyEncoder::new_binary(fields.clone());
+        let rows = stream.flat_map(move |batch| {
+            let rows = match batch {
+                Ok(batch) => binary_rows(&batch, &fields, &mut encoder),
+                Err(e) => vec![Err(ApiError::from(e).to_pg())],
+            };
+            futures::stream::iter(rows)
+        });
+        return Ok(Response::CopyOut(CopyResponse::new(1, columns, rows)));
     }
     let layout = Arc::new(layout);
     let header = layout.header.then(|| header_line(&layout));
@@ -180,6 +200,35 @@ async fn copy_out(
         futures::stream::iter(lines)
     });
     Ok(Response::CopyOut(CopyResponse::new(0, columns, rows)))
+}
+
+/// `batch`'s rows in the binary format, one CopyData message each (the
+/// stream's first carries the `PGCOPY` header; pgwire's `CopyResponse`
+/// adds the trailer).
+fn binary_rows(
+    batch: &RecordBatch,
+    fields: &[FieldInfo],
+    encoder: &mut CopyEncoder,
+) -> Vec<PgWireResult<CopyData>> {
+    let schema = batch.schema();
+    let mut out = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        let encoded = batch
+            .columns()
+            .iter()
+            .zip(schema.fields())
+            .zip(fields.iter())
+            .try_for_each(|((column, arrow_field), pg_field)| {
+                // arrow-pg writes some NULLs (intervals) as a zero value:
+                // a NULL is sent as one here, whatever its type.
+                match column.is_null(row) {
+                    true => encoder.encode_field(&None::<i32>),
+                    false => encode_value(encoder, column, row, arrow_field, pg_field),
+                }
+            });
+        out.push(encoded.map(|()| encoder.take_copy()));
+    }
+    out
 }
 
 fn header_line(layout: &CopyLayout) -> Vec<u8> {
@@ -277,7 +326,7 @@ fn field(line: &mut Vec<u8>, value: &str, layout: &CopyLayout) {
             }
             line.push(b'"');
         }
-        CopyFormat::Binary => unreachable!("refused before any row"),
+        CopyFormat::Binary => unreachable!("binary rows are written by binary_rows"),
     }
 }
 

@@ -1,5 +1,5 @@
 """Kiln over the PostgreSQL wire with psycopg 3 (a real client library):
-DDL and INSERT, server-side prepared statements with parameters executed
+DDL and INSERT, binary COPY TO and back, server-side prepared statements with parameters executed
 repeatedly (constant ones planned once, the rest at every execution),
 SQLSTATE-typed errors, and a long query cancelled with the
 protocol's CancelRequest, after which the connection keeps serving and
@@ -98,6 +98,27 @@ def main(port: int) -> None:
         assert got == [(1, "b", 1), (2, None, 1), (3, None, 1)], (sql, got)
     c.execute(correlated.format("%s"), (-1,), prepare=True)
     assert c.fetchall() == [(1, None, 1), (2, "a", 1), (3, "b", 1)]
+
+    # COPY TO STDOUT in the binary format, read by psycopg's own decoder,
+    # and fed back through binary COPY FROM into a second table.
+    out = ("COPY (SELECT ts, id, name, id > 1 AS big, id * 0.5 AS half FROM pgt "
+           "ORDER BY id) TO STDOUT (FORMAT binary)")
+    with c.copy(out) as cp:
+        cp.set_types(["timestamp", "int8", "text", "bool", "float8"])
+        got = list(cp.rows())
+    want = [(datetime(2026, 5, 1), 1, "a", False, 0.5),
+            (datetime(2026, 5, 2), 2, "b", True, 1.0),
+            (datetime(2026, 5, 3), 3, None, True, 1.5)]
+    assert got == want, got
+    with c.copy(out) as cp:
+        raw = b"".join(bytes(b) for b in cp)
+    assert raw.startswith(b"PGCOPY\n\xff\r\n\x00") and raw.endswith(b"\xff\xff"), raw[:16]
+    c.execute("CREATE TABLE pgt_copy (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, "
+              "name VARCHAR, big BOOLEAN, half DOUBLE)")
+    with c.copy("COPY pgt_copy FROM STDIN (FORMAT binary)") as cp:
+        cp.write(raw)
+    c.execute("SELECT ts, id, name, big, half FROM pgt_copy ORDER BY id")
+    assert c.fetchall() == want
 
     # Errors carry SQLSTATEs that client libraries turn into typed exceptions.
     try:

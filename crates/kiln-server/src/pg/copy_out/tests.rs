@@ -60,3 +60,54 @@ fn csv_quotes_what_needs_it_and_keeps_empty_apart_from_null() {
     );
     assert_eq!(String::from_utf8(header_line(&layout)).unwrap(), "ts,n\n");
 }
+
+/// Reads one big-endian integer of `N` bytes at `at`, moving past it.
+fn be<const N: usize>(bytes: &[u8], at: &mut usize) -> i64 {
+    let mut v = [0u8; 8];
+    v[8 - N..].copy_from_slice(&bytes[*at..*at + N]);
+    *at += N;
+    let shift = 64 - 8 * N as u32;
+    (i64::from_be_bytes(v) << shift) >> shift
+}
+
+#[test]
+fn binary_rows_are_postgresql_copy_binary() {
+    let batch = batch();
+    let fields = crate::pg::execute::fields(&batch.schema(), Some(&Format::UnifiedBinary)).unwrap();
+    let mut encoder = CopyEncoder::new_binary(Arc::new(fields.clone()));
+    let first: Vec<Vec<u8>> = binary_rows(&batch, &fields, &mut encoder)
+        .into_iter()
+        .map(|r| r.unwrap().data.to_vec())
+        .collect();
+    let second = binary_rows(&batch, &fields, &mut encoder);
+    assert_eq!(first.len(), 2);
+    // The header once, on the stream's first row only.
+    let header = b"PGCOPY\n\xff\r\n\x00\0\0\0\0\0\0\0\0";
+    assert!(first[0].starts_with(header));
+    assert!(!first[1].starts_with(b"PGCOPY"));
+    assert!(!second[0].as_ref().unwrap().data.starts_with(b"PGCOPY"));
+
+    let row = &first[1];
+    let mut at = 0;
+    assert_eq!(be::<2>(row, &mut at), 4, "field count");
+    // timestamp: microseconds since 2000-01-01.
+    assert_eq!(be::<4>(row, &mut at), 8);
+    let micros_2000_to_2026 = 1_767_225_600_000_000 - 946_684_800_000_000;
+    assert_eq!(be::<8>(row, &mut at), micros_2000_to_2026 + 500_000);
+    // A NULL bigint: length -1, no bytes.
+    assert_eq!(be::<4>(row, &mut at), -1);
+    // An empty string: length 0, not NULL.
+    assert_eq!(be::<4>(row, &mut at), 0);
+    // false
+    assert_eq!(be::<4>(row, &mut at), 1);
+    assert_eq!(row[at], 0);
+    assert_eq!(at + 1, row.len());
+
+    let row = &first[0][header.len()..];
+    let mut at = 0;
+    assert_eq!(be::<2>(row, &mut at), 4);
+    at += 4 + 8;
+    assert_eq!((be::<4>(row, &mut at), be::<8>(row, &mut at)), (8, 1));
+    let len = be::<4>(row, &mut at) as usize;
+    assert_eq!(&row[at..at + len], b"a\tb\\c\nd");
+}

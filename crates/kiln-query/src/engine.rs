@@ -578,12 +578,11 @@ impl Engine {
             let r = (*r)
                 .clone()
                 .resolve(crate::session::CATALOG, crate::session::SCHEMA);
+            // The planner's own resolution, information_schema included.
             !state.table_functions().contains_key(r.table.as_ref())
-                && self
-                    .ctx
-                    .catalog(&r.catalog)
-                    .and_then(|c| c.schema(&r.schema))
-                    .is_none_or(|s| !s.table_exist(&r.table))
+                && state
+                    .schema_for_ref(r.clone())
+                    .map_or(true, |s| !s.table_exist(&r.table))
         });
         if let Some(name) = missing {
             return kiln_storage::Error::TableNotFound(name.to_string()).into();

@@ -87,6 +87,16 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "in_transaction", "25001", message)
     }
 
+    /// A write in a read-only transaction or session.
+    pub fn read_only_transaction(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "read_only_transaction",
+            "25006",
+            message,
+        )
+    }
+
     /// Something PostgreSQL does that Kiln does not.
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "not_supported", "0A000", message)

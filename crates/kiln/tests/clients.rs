@@ -94,17 +94,32 @@ fn a_slow_reader_over_the_extended_protocol_holds_memory_bounded() {
 /// so there is no build step.
 #[test]
 fn pgjdbc_metadata_batches_transactions_and_streaming() {
+    java_check("JdbcCheck.java");
+}
+
+/// Metabase's driver replayed through pgjdbc: its pool's checkout, a
+/// sync's catalog queries (0.48 to later releases), fingerprints and
+/// field values, and time-series questions over relative date ranges
+/// (`tests/clients/jdbc/MetabaseCheck.java`).
+#[test]
+fn metabase_sync_fingerprints_and_questions() {
+    java_check("MetabaseCheck.java");
+}
+
+/// Runs the single-source Java program `file` of `tests/clients/jdbc`
+/// against a fresh server.
+fn java_check(file: &str) {
     use std::process::Command;
     let (dir, classpath) = common::jdbc_classpath();
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &[]);
     let out = Command::new("java")
-        .args(["-cp", classpath.trim(), "src/main/java/JdbcCheck.java"])
+        .args(["-cp", classpath.trim(), &format!("src/main/java/{file}")])
         .arg(s.pg_port.to_string())
         .current_dir(dir)
         .output()
         .expect("java (scripts/test.sh installs a JDK)");
-    common::assert_ok(&s, "JdbcCheck.java", &out);
+    common::assert_ok(&s, file, &out);
 }
 
 /// Runs `program` with `args` in `dir`, failing with its output if it

@@ -37,6 +37,23 @@ impl OwnStatement {
         statement::parse(sql).map(|c| c.map(OwnStatement::Cube))
     }
 
+    /// Its command tag (`CREATE CUBE`, `GRANT`, `SHOW`).
+    pub fn tag(&self) -> &'static str {
+        match self {
+            OwnStatement::Account(a) => a.tag(),
+            OwnStatement::Cube(c) => c.tag(),
+        }
+    }
+
+    /// Whether it changes anything (all but the `SHOW`s).
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            OwnStatement::Account(Account::ShowUsers | Account::ShowTokens)
+                | OwnStatement::Cube(CubeStatement::Show)
+        )
+    }
+
     /// The columns of the rows it returns, if any.
     pub fn result_schema(&self) -> Option<SchemaRef> {
         match self {

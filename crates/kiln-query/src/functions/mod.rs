@@ -28,6 +28,7 @@ mod pg_interval;
 mod pg_json;
 mod pg_like;
 mod pg_quote;
+mod pg_text_format;
 pub(crate) mod pg_types;
 mod sized;
 mod stats;
@@ -59,6 +60,9 @@ pub fn register(ctx: &SessionContext) {
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);
     }
+    // PostgreSQL's `format(fmt, ...)` (Metabase's sync builds type names
+    // with it), guarded below like the other sized functions.
+    ctx.register_udf(pg_text_format::udf());
     let state = ctx.state();
     for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);

@@ -12,11 +12,17 @@
 //!   a query reading no named table, since event tables often have a
 //!   `user` column and a query reading one means it.
 //!
-//! - `information_schema.columns`, in a statement that names `udt_name`,
-//!   becomes `(SELECT *, kiln_pg_udt_name(data_type) AS udt_name FROM
-//!   information_schema.columns) AS columns` (its alias kept): DataFusion's
-//!   table has no `udt_name`, which Grafana's and other tools' column
-//!   pickers read.
+//! - `information_schema.columns`, in a statement that names one of
+//!   PostgreSQL's columns DataFusion's table lacks (`udt_name`,
+//!   `udt_schema`, `udt_catalog`, `is_identity`, `is_generated`), becomes
+//!   `(SELECT *, kiln_pg_udt_name(data_type) AS udt_name, ... FROM
+//!   information_schema.columns) AS columns` (its alias kept): Grafana's
+//!   and other tools' column pickers and Metabase's sync read them;
+//! - `information_schema.table_constraints`, `key_column_usage`,
+//!   `referential_constraints` and `constraint_column_usage`, which
+//!   DataFusion does not have, are empty relations with PostgreSQL's
+//!   columns: Kiln tables have no keys or constraints to list, and tools
+//!   join them to find primary keys (Metabase's sync).
 //!
 //! Grafana's editors resolve the search path with the first three
 //! (`string_to_array(current_setting('search_path'), ',') s`,
@@ -33,6 +39,77 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 /// Kiln's function for `udt_name` from `data_type` (in `functions`).
 pub const UDT_NAME: &str = "kiln_pg_udt_name";
+
+/// Columns of PostgreSQL's `information_schema.columns` that DataFusion's
+/// lacks, with their values for a Kiln column.
+const PG_COLUMNS: &[(&str, &str)] = &[
+    ("udt_catalog", "table_catalog"),
+    ("udt_schema", "'pg_catalog'"),
+    ("udt_name", "kiln_pg_udt_name(data_type)"),
+    ("is_identity", "'NO'"),
+    ("is_generated", "'NEVER'"),
+];
+
+/// information_schema's constraint views (none in DataFusion) and their
+/// columns as PostgreSQL has them; all are text but the positions.
+const CONSTRAINT_VIEWS: &[(&str, &[&str])] = &[
+    (
+        "table_constraints",
+        &[
+            "constraint_catalog",
+            "constraint_schema",
+            "constraint_name",
+            "table_catalog",
+            "table_schema",
+            "table_name",
+            "constraint_type",
+            "is_deferrable",
+            "initially_deferred",
+            "enforced",
+            "nulls_distinct",
+        ],
+    ),
+    (
+        "key_column_usage",
+        &[
+            "constraint_catalog",
+            "constraint_schema",
+            "constraint_name",
+            "table_catalog",
+            "table_schema",
+            "table_name",
+            "column_name",
+            "ordinal_position:INT",
+            "position_in_unique_constraint:INT",
+        ],
+    ),
+    (
+        "referential_constraints",
+        &[
+            "constraint_catalog",
+            "constraint_schema",
+            "constraint_name",
+            "unique_constraint_catalog",
+            "unique_constraint_schema",
+            "unique_constraint_name",
+            "match_option",
+            "update_rule",
+            "delete_rule",
+        ],
+    ),
+    (
+        "constraint_column_usage",
+        &[
+            "table_catalog",
+            "table_schema",
+            "table_name",
+            "column_name",
+            "constraint_catalog",
+            "constraint_schema",
+            "constraint_name",
+        ],
+    ),
+];
 
 /// Table functions whose rows have one column (named `value`).
 const SERIES: &[&str] = &["generate_series", "range"];
@@ -58,7 +135,7 @@ pub fn may_rewrite(lower: &str) -> bool {
         })
     };
     word("user")
-        || lower.contains("udt_name")
+        || lower.contains("information_schema")
         || SERIES.iter().any(|s| lower.contains(s))
         || call_after("from ")
         || call_after("join ")
@@ -72,10 +149,14 @@ pub fn rewrite(stmt: &mut Statement, is_table_function: &dyn Fn(&str) -> bool) -
         columns |= is_information_schema_columns(name);
         ControlFlow::<()>::Continue(())
     });
+    let pg_columns = columns && {
+        let text = stmt.to_string().to_ascii_lowercase();
+        PG_COLUMNS.iter().any(|(c, _)| text.contains(c))
+    };
     let mut v = Relations {
         is_table_function,
         reads_tables: Vec::new(),
-        udt_name: columns && stmt.to_string().to_ascii_lowercase().contains("udt_name"),
+        pg_columns,
         rewrote: false,
     };
     let _ = stmt.visit(&mut v);
@@ -87,20 +168,43 @@ struct Relations<'a> {
     /// For each query being visited, innermost last: whether it reads a
     /// named table.
     reads_tables: Vec<bool>,
-    /// Whether `information_schema.columns` needs its `udt_name`.
-    udt_name: bool,
+    /// Whether `information_schema.columns` needs PostgreSQL's columns.
+    pg_columns: bool,
     rewrote: bool,
 }
 
-/// Whether `name` is `information_schema.columns` as a query writes it;
-/// the rewrite's own reference quotes the table's name, so the visit of
-/// the relation it puts in place stops there.
-fn is_information_schema_columns(name: &ObjectName) -> bool {
+/// The table `name` names in information_schema, in lower case, as a
+/// query writes it; the rewrite's own reference (`information_schema.
+/// "columns"`, the schema bare and the table quoted) is not one, so the
+/// visit of the relation it puts in place stops there.
+fn information_schema_table(name: &ObjectName) -> Option<String> {
     let parts: Vec<_> = name.0.iter().filter_map(|p| p.as_ident()).collect();
-    matches!(&parts[..], [.., schema, table]
-        if schema.value.eq_ignore_ascii_case("information_schema")
-            && table.quote_style.is_none()
-            && table.value.eq_ignore_ascii_case("columns"))
+    match &parts[..] {
+        [.., schema, table]
+            if schema.value.eq_ignore_ascii_case("information_schema")
+                && !(schema.quote_style.is_none() && table.quote_style.is_some()) =>
+        {
+            Some(table.value.to_ascii_lowercase())
+        }
+        _ => None,
+    }
+}
+
+fn is_information_schema_columns(name: &ObjectName) -> bool {
+    information_schema_table(name).is_some_and(|t| t == "columns")
+}
+
+/// The query of an empty relation with `columns` (`name` or
+/// `name:TYPE`, text by default).
+fn empty_relation(columns: &[&str]) -> String {
+    let list: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            let (name, ty) = c.split_once(':').unwrap_or((c, "TEXT"));
+            format!("CAST(NULL AS {ty}) AS {name}")
+        })
+        .collect();
+    format!("SELECT {} WHERE false", list.join(", "))
 }
 
 /// `factor` replaced by the one relation of `FROM` in `sql`, a query.
@@ -168,22 +272,31 @@ impl VisitorMut for Relations<'_> {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
-        if self.udt_name
-            && let TableFactor::Table {
-                name,
-                args: None,
-                alias,
-                ..
-            } = factor
-            && is_information_schema_columns(name)
+        if let TableFactor::Table {
+            name,
+            args: None,
+            alias,
+            ..
+        } = factor
+            && let Some(table) = information_schema_table(name)
         {
             let alias = alias
                 .as_ref()
-                .map_or_else(|| "columns".to_string(), |a| a.name.to_string());
-            let sql = format!(
-                "SELECT * FROM (SELECT *, {UDT_NAME}(data_type) AS udt_name \
-                 FROM information_schema.\"columns\") AS {alias}"
-            );
+                .map_or_else(|| table.clone(), |a| a.name.to_string());
+            let sql = if table == "columns" && self.pg_columns {
+                let extra: Vec<String> = PG_COLUMNS
+                    .iter()
+                    .map(|(name, value)| format!("{value} AS {name}"))
+                    .collect();
+                format!(
+                    "SELECT * FROM (SELECT *, {} FROM information_schema.\"columns\") AS {alias}",
+                    extra.join(", ")
+                )
+            } else if let Some((_, columns)) = CONSTRAINT_VIEWS.iter().find(|(v, _)| *v == table) {
+                format!("SELECT * FROM ({}) AS {alias}", empty_relation(columns))
+            } else {
+                return ControlFlow::Continue(());
+            };
             self.rewrote |= replace_with(factor, &sql);
             return ControlFlow::Continue(());
         }

@@ -40,6 +40,9 @@ pub(super) async fn run_own<C: ClientInfo + Send + Sync>(
             return Err(to_pg(e));
         }
     };
+    if stmt.writes() && super::transaction::read_only(client) {
+        return Err(super::transaction::refused(stmt.tag()).to_pg());
+    }
     let query = begin(engine, text, client, true).await?;
     let streamed = engine.run_own(&query, stmt).await.map_err(to_pg)?;
     respond(streamed, &Format::UnifiedText, None, client)

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::sql::sqlparser::ast::{DiscardObject, Reset, ResetStatement, Statement};
+use datafusion::sql::sqlparser::ast::{DiscardObject, Reset, ResetStatement, Set, Statement};
 use datafusion_postgres::hooks::HookClient;
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::results::{Response, Tag};
@@ -33,6 +33,8 @@ use parking_lot::Mutex;
 
 use super::hook::Answer;
 use crate::error::ApiError;
+
+mod modes;
 
 /// The connection's open transaction, in its session extensions.
 #[derive(Default)]
@@ -47,9 +49,20 @@ pub(crate) fn current<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<Transact
     client.session_extensions().get::<Open>()?.0.lock().clone()
 }
 
-/// Ends `client`'s transaction, returning it (its staged writes).
+/// Ends `client`'s transaction, returning it (its staged writes); the
+/// session's characteristics apply again.
 fn close(client: &mut dyn HookClient) -> Option<Arc<Transaction>> {
     client.set_transaction_status(TransactionStatus::Idle);
+    let metadata = client.metadata_mut();
+    for (key, default) in [
+        (modes::ISOLATION, modes::DEFAULT_ISOLATION),
+        (modes::READ_ONLY, modes::DEFAULT_READ_ONLY),
+    ] {
+        match metadata.get(default).cloned() {
+            Some(v) => metadata.insert(key.to_string(), v),
+            None => metadata.remove(key),
+        };
+    }
     client.session_extensions().get::<Open>()?.0.lock().take()
 }
 
@@ -58,7 +71,57 @@ fn close(client: &mut dyn HookClient) -> Option<Arc<Transaction>> {
 const SESSION_SETTINGS: &[(&str, &str)] = &[
     ("statement_timeout", super::STATEMENT_TIMEOUT_MS),
     ("timezone", "timezone"),
+    (modes::DEFAULT_ISOLATION, modes::DEFAULT_ISOLATION),
+    (modes::DEFAULT_ISOLATION, modes::ISOLATION),
+    (modes::DEFAULT_READ_ONLY, modes::DEFAULT_READ_ONLY),
+    (modes::DEFAULT_READ_ONLY, modes::READ_ONLY),
 ];
+
+/// Whether `client`'s statements may not write: its transaction is read
+/// only, or (outside one) its session's default is.
+pub(crate) fn read_only<C: ClientInfo + ?Sized>(client: &C) -> bool {
+    let key = match client.transaction_status() {
+        TransactionStatus::Idle => modes::DEFAULT_READ_ONLY,
+        _ => modes::READ_ONLY,
+    };
+    client.metadata().get(key).is_some_and(|v| v == "on")
+}
+
+/// The error of a write in a read-only transaction or session.
+pub(crate) fn refused(what: &str) -> ApiError {
+    ApiError::read_only_transaction(format!("cannot execute {what} in a read-only transaction"))
+}
+
+/// Records `modes` under the session's keys (`SET SESSION
+/// CHARACTERISTICS`, which also sets the current values outside a
+/// transaction) or the transaction's.
+fn apply(client: &mut dyn HookClient, modes: &modes::Modes, session: bool) {
+    let idle = client.transaction_status() == TransactionStatus::Idle;
+    let metadata = client.metadata_mut();
+    let mut set = |key: &str, default: &str, value: String| {
+        if session {
+            metadata.insert(default.to_string(), value.clone());
+        }
+        if !session || idle {
+            metadata.insert(key.to_string(), value);
+        }
+    };
+    if let Some(level) = modes.isolation {
+        set(
+            modes::ISOLATION,
+            modes::DEFAULT_ISOLATION,
+            level.to_string(),
+        );
+    }
+    if let Some(read_only) = modes.read_only {
+        let value = if read_only { "on" } else { "off" };
+        set(
+            modes::READ_ONLY,
+            modes::DEFAULT_READ_ONLY,
+            value.to_string(),
+        );
+    }
+}
 
 /// Answers transaction control and session resets.
 pub(crate) struct TransactionHook {
@@ -76,9 +139,19 @@ impl TransactionHook {
         let status = client.transaction_status();
         let aborted = status == TransactionStatus::Error;
         let ok = |tag: &str| Some(Ok(Response::Execution(Tag::new(tag))));
+        if let Some(what) = modes::writes(stmt)
+            && !aborted
+            && read_only(client)
+        {
+            return Some(Err(refused(&what).to_pg()));
+        }
         match stmt {
-            Statement::StartTransaction { .. } => match status {
+            Statement::StartTransaction { modes, .. } => match status {
                 TransactionStatus::Idle => {
+                    let modes = match modes::parse(modes) {
+                        Ok(m) => m,
+                        Err(e) => return Some(Err(e.to_pg())),
+                    };
                     let open = client
                         .session_extensions()
                         .get_or_insert_with(Open::default);
@@ -87,6 +160,7 @@ impl TransactionHook {
                     // simple query (pgwire applies the response's own
                     // transition only after them).
                     client.set_transaction_status(TransactionStatus::Transaction);
+                    apply(client, &modes, false);
                     Some(Ok(Response::TransactionStart(Tag::new("BEGIN"))))
                 }
                 // PostgreSQL warns and stays in the transaction.
@@ -129,6 +203,26 @@ impl TransactionHook {
             })),
             Statement::ReleaseSavepoint { name } => {
                 Some(self.savepoint(client, "RELEASE", |t| t.release(&name.value)))
+            }
+            Statement::Set(Set::SetTransaction {
+                modes,
+                snapshot,
+                session,
+            }) => {
+                if snapshot.is_some() {
+                    let msg = "SET TRANSACTION SNAPSHOT is not supported";
+                    return Some(Err(ApiError::unsupported(msg).to_pg()));
+                }
+                let modes = match modes::parse(modes) {
+                    Ok(m) => m,
+                    Err(e) => return Some(Err(e.to_pg())),
+                };
+                // Outside a transaction, PostgreSQL's `SET TRANSACTION`
+                // warns and changes nothing.
+                if *session || status == TransactionStatus::Transaction {
+                    apply(client, &modes, *session);
+                }
+                ok("SET")
             }
             Statement::Deallocate { name, .. } => {
                 if !name.value.eq_ignore_ascii_case("all") || name.quote_style.is_some() {
@@ -238,6 +332,7 @@ fn is_control(stmt: &Statement) -> bool {
             | Statement::Deallocate { .. }
             | Statement::Discard { .. }
             | Statement::Reset(_)
+            | Statement::Set(Set::SetTransaction { .. })
     )
 }
 

@@ -3,7 +3,9 @@ its default): ROLLBACK discards INSERTs and COPYs, COMMIT makes them
 visible at once, an error aborts the transaction (25P02 until it ends,
 nothing written), savepoints mark what ROLLBACK TO drops (also after an
 error, which it resumes from), a second table is refused with 0A000, and the session resets pooled clients send
-(DEALLOCATE ALL, DISCARD ALL, RESET ALL) work.
+(DEALLOCATE ALL, DISCARD ALL, RESET ALL) work; isolation levels past
+read committed are refused (0A000), and read-only transactions and
+sessions refuse writes (25006).
 
 Usage: python3 transactions_check.py PORT   (prints "ok" on success)
 """
@@ -128,6 +130,56 @@ def main(port):
     conn.execute("BEGIN; INSERT INTO tx VALUES ('2026-01-03', 40, 'one string'); ROLLBACK",
                  prepare=False)
     assert count(conn) == 6, "a rolled-back simple query wrote rows"
+
+    # Isolation: read committed (and read uncommitted, which PostgreSQL
+    # runs as read committed) are taken; stronger levels are refused.
+    iso = psycopg.connect(dsn)
+    iso.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+    try:
+        iso.execute("SELECT 1")
+        raise AssertionError("BEGIN ISOLATION LEVEL SERIALIZABLE accepted")
+    except psycopg.errors.FeatureNotSupported as e:
+        assert "read committed" in str(e), e
+    iso.rollback()
+    iso.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+    assert iso.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+    iso.rollback()
+    iso.autocommit = True
+    iso.execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+    assert iso.execute("SHOW default_transaction_isolation").fetchone()[0] == "read uncommitted"
+    assert iso.execute("SHOW TRANSACTION ISOLATION LEVEL").fetchone()[0] == "read uncommitted"
+    assert sqlstate(iso, "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
+                         "REPEATABLE READ") == "0A000"
+
+    # Read-only transactions and sessions refuse writes (25006), both
+    # protocols, and nothing is written; reads go on.
+    ro = psycopg.connect(dsn)
+    ro.read_only = True  # psycopg sends BEGIN READ ONLY
+    assert ro.execute("SELECT count(*) FROM tx").fetchone()[0] == 6
+    try:
+        ro.execute(ins, (50, "ro"))
+        raise AssertionError("INSERT in a read-only transaction accepted")
+    except psycopg.errors.ReadOnlySqlTransaction as e:
+        assert "cannot execute INSERT in a read-only transaction" in str(e), e
+    ro.rollback()
+    ro.read_only = None
+    ro.autocommit = True
+    ro.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    assert ro.execute("SHOW transaction_read_only").fetchone()[0] == "on"
+    for sql in ("INSERT INTO tx VALUES ('2026-01-03', 51, 'ro')", "CREATE TABLE ro (a BIGINT)",
+                "DROP TABLE tx2", "CREATE CUBE ro_c ON tx DIMENSIONS (id) MEASURES (count(*))"):
+        assert sqlstate(ro, sql) == "25006", sql
+    try:
+        with ro.cursor().copy("COPY tx (ts, id, name) FROM STDIN") as cp:
+            cp.write_row(("2026-01-03", 52, "ro"))
+        raise AssertionError("COPY in a read-only session accepted")
+    except psycopg.errors.ReadOnlySqlTransaction:
+        pass
+    assert ro.execute("SELECT count(*) FROM tx").fetchone()[0] == 6
+    ro.execute("RESET ALL")
+    assert ro.execute("SHOW transaction_read_only").fetchone()[0] == "off"
+    ro.execute("INSERT INTO tx VALUES ('2026-01-03', 53, 'rw')")
+    assert count(conn) == 7
     print("ok")
 
 

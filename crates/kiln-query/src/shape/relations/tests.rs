@@ -1,7 +1,7 @@
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
-use super::{may_rewrite, rewrite};
+use super::{PG_COLUMNS, UDT_NAME, may_rewrite, rewrite};
 
 /// `sql` rewritten, with `generate_series` and `range` as the only table
 /// functions; `None` if nothing was rewritten.
@@ -93,8 +93,10 @@ fn information_schema_columns_gets_udt_name_where_asked_for() {
         )
         .as_deref(),
         Some(
-            "SELECT c.column_name, c.udt_name FROM (SELECT *, kiln_pg_udt_name(data_type) AS \
-             udt_name FROM information_schema.\"columns\") AS c WHERE c.table_name = 't'"
+            "SELECT c.column_name, c.udt_name FROM (SELECT *, table_catalog AS udt_catalog, \
+             'pg_catalog' AS udt_schema, kiln_pg_udt_name(data_type) AS udt_name, 'NO' AS \
+             is_identity, 'NEVER' AS is_generated FROM information_schema.\"columns\") AS c \
+             WHERE c.table_name = 't'"
         )
     );
     assert_eq!(
@@ -108,4 +110,35 @@ fn information_schema_columns_gets_udt_name_where_asked_for() {
     )
     .unwrap();
     assert_eq!(two.matches("kiln_pg_udt_name").count(), 2, "{two}");
+    // Quoted as Metabase quotes it, asking for `udt_schema`.
+    let quoted =
+        rewritten("SELECT \"c\".\"udt_schema\" FROM \"information_schema\".\"columns\" AS \"c\"")
+            .unwrap();
+    assert!(quoted.contains("'pg_catalog' AS udt_schema"), "{quoted}");
+    assert!(PG_COLUMNS.iter().any(|(_, v)| v.starts_with(UDT_NAME)));
+}
+
+#[test]
+fn constraint_views_are_empty_relations_with_postgresql_columns() {
+    let sql = rewritten(
+        "SELECT kc.column_name FROM information_schema.table_constraints AS tc \
+         JOIN \"information_schema\".\"key_column_usage\" kc \
+         ON tc.constraint_name = kc.constraint_name WHERE tc.constraint_type = 'PRIMARY KEY'",
+    )
+    .unwrap();
+    assert!(
+        sql.contains(
+            "FROM (SELECT CAST(NULL AS TEXT) AS constraint_catalog, \
+             CAST(NULL AS TEXT) AS constraint_schema"
+        ),
+        "{sql}"
+    );
+    assert!(
+        sql.contains("CAST(NULL AS INT) AS ordinal_position"),
+        "{sql}"
+    );
+    assert!(sql.contains("WHERE false) AS tc"), "{sql}");
+    assert!(sql.contains("WHERE false) AS kc"), "{sql}");
+    // Other information_schema tables are DataFusion's own.
+    assert_eq!(rewritten("SELECT * FROM information_schema.tables"), None);
 }

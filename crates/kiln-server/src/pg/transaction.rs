@@ -320,22 +320,6 @@ fn reset(client: &mut dyn HookClient, name: Option<&str>) {
     }
 }
 
-/// Whether `stmt` is answered by [`TransactionHook`] alone.
-fn is_control(stmt: &Statement) -> bool {
-    matches!(
-        stmt,
-        Statement::StartTransaction { .. }
-            | Statement::Commit { .. }
-            | Statement::Rollback { .. }
-            | Statement::Savepoint { .. }
-            | Statement::ReleaseSavepoint { .. }
-            | Statement::Deallocate { .. }
-            | Statement::Discard { .. }
-            | Statement::Reset(_)
-            | Statement::Set(Set::SetTransaction { .. })
-    )
-}
-
 #[async_trait]
 impl Answer for TransactionHook {
     async fn respond(
@@ -353,6 +337,6 @@ impl Answer for TransactionHook {
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
         // No parameters, no columns: answered at Execute.
-        is_control(stmt).then(|| Ok(super::no_rows(DFSchema::empty())))
+        modes::is_control(stmt).then(|| Ok(super::no_rows(DFSchema::empty())))
     }
 }

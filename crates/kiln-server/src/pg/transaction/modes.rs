@@ -7,10 +7,11 @@
 //! committed data), which is also what PostgreSQL gives for read
 //! uncommitted; a stronger level is refused rather than promised. A
 //! read-only transaction or session refuses every statement that writes,
-//! as PostgreSQL does (25006).
+//! as PostgreSQL does (25006). Which statements write, and which are the
+//! transaction hook's own, is decided here.
 
 use datafusion::sql::sqlparser::ast::{
-    CopySource, Statement, TransactionAccessMode, TransactionIsolationLevel, TransactionMode,
+    CopySource, Set, Statement, TransactionAccessMode, TransactionIsolationLevel, TransactionMode,
 };
 
 use crate::error::ApiError;
@@ -62,6 +63,9 @@ pub(super) fn parse(modes: &[TransactionMode]) -> Result<Modes, ApiError> {
 /// settings of the server), as PostgreSQL names it in its 25006 error;
 /// None for what a read-only transaction may run.
 pub(super) fn writes(stmt: &Statement) -> Option<String> {
+    if is_control(stmt) {
+        return None;
+    }
     match stmt {
         Statement::Query(_)
         | Statement::ShowVariable { .. }
@@ -69,19 +73,11 @@ pub(super) fn writes(stmt: &Statement) -> Option<String> {
         | Statement::ShowTables { .. }
         | Statement::ShowColumns { .. }
         | Statement::Set(_)
-        | Statement::StartTransaction { .. }
-        | Statement::Commit { .. }
-        | Statement::Rollback { .. }
-        | Statement::Savepoint { .. }
-        | Statement::ReleaseSavepoint { .. }
         | Statement::Declare { .. }
         | Statement::Fetch { .. }
         | Statement::Close { .. }
         | Statement::Prepare { .. }
         | Statement::Execute { .. }
-        | Statement::Deallocate { .. }
-        | Statement::Discard { .. }
-        | Statement::Reset(_)
         | Statement::Kill { .. } => None,
         Statement::Copy {
             to: true,
@@ -108,6 +104,23 @@ pub(super) fn writes(stmt: &Statement) -> Option<String> {
             })
         }
     }
+}
+
+/// Whether `stmt` is answered by the transaction hook alone (transaction
+/// control and session resets).
+pub(super) fn is_control(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::StartTransaction { .. }
+            | Statement::Commit { .. }
+            | Statement::Rollback { .. }
+            | Statement::Savepoint { .. }
+            | Statement::ReleaseSavepoint { .. }
+            | Statement::Deallocate { .. }
+            | Statement::Discard { .. }
+            | Statement::Reset(_)
+            | Statement::Set(Set::SetTransaction { .. })
+    )
 }
 
 #[cfg(test)]

@@ -13,15 +13,17 @@
 //!   is parsed without the replacement list.
 //! - Its rule `RemoveSubqueryFromProjection` answers every correlated
 //!   scalar subquery of a select list with NULL: a wrong answer, not an
-//!   error. DataFusion plans such subqueries when they aggregate, and
-//!   `kiln_query::shape::first` makes the common `ORDER BY ... LIMIT 1`
-//!   form one, so the rule is kept off those two forms (one term that is a
-//!   call of a common aggregate, or a sort limited to one row): they are
-//!   parenthesised once more (`((SELECT ...))`, the same expression),
-//!   which it does not look into. Other subqueries are left to the rule:
-//!   catalog queries (psql's `\d`) have some DataFusion cannot plan, and
-//!   tolerate NULL. A statement the parser replaces wholesale (its list of
-//!   client queries) stays as it makes it.
+//!   error. In a statement that reads no catalog relation (`pg_catalog`,
+//!   `information_schema`, a `pg_` table) every such subquery is kept
+//!   from the rule: parenthesised once more (`((SELECT ...))`, the same
+//!   expression), which it does not look into. The engine then answers it
+//!   as over HTTP, or fails; never NULL in place of a value. In a catalog
+//!   statement only the forms DataFusion plans are kept (one term that is
+//!   a call of a common aggregate, or a sort limited to one row, which
+//!   `kiln_query::shape::first` makes an aggregate): catalog queries
+//!   (psql's `\d`) have others DataFusion cannot plan, and tolerate NULL.
+//!   A statement the parser replaces wholesale (its list of client
+//!   queries) stays as it makes it.
 //!
 //! Its other rewrite rules still apply; every other statement goes through
 //! the parser unchanged. Upstream, the list entry should be deleted and the
@@ -30,7 +32,7 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut,
+    Expr, ObjectName, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -95,7 +97,10 @@ impl SqlParser {
             return Ok((self.0.parse(sql)?, false));
         }
         let mut raw = Parser::parse_sql(&PostgreSqlDialect {}, sql)?;
-        let mut keep = KeepSubqueries { kept: false };
+        let mut keep = KeepSubqueries {
+            kept: false,
+            all: !raw.iter().any(reads_catalog),
+        };
         for stmt in &mut raw {
             let _ = stmt.visit(&mut keep);
         }
@@ -130,6 +135,30 @@ fn located(sql: &str, error: ParserError) -> ParserError {
 /// Parenthesises the subqueries of select lists once more (module docs).
 struct KeepSubqueries {
     kept: bool,
+    /// Every subquery, not only the forms DataFusion plans in catalogs.
+    all: bool,
+}
+
+/// Whether `stmt` reads a catalog relation: one of `pg_catalog` or
+/// `information_schema`, or a table named `pg_...`.
+fn reads_catalog(stmt: &Statement) -> bool {
+    let catalog = |name: &ObjectName| {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident())
+            .map(|i| i.value.to_ascii_lowercase())
+            .collect();
+        parts
+            .iter()
+            .any(|p| p == "pg_catalog" || p == "information_schema")
+            || parts.last().is_some_and(|t| t.starts_with("pg_"))
+    };
+    visit_relations(stmt, |name| match catalog(name) {
+        true => ControlFlow::Break(()),
+        false => ControlFlow::Continue(()),
+    })
+    .is_break()
 }
 
 /// Aggregates whose correlated subqueries DataFusion decorrelates.
@@ -172,7 +201,7 @@ impl VisitorMut for KeepSubqueries {
         if let SetExpr::Select(select) = query.body.as_mut() {
             for item in &mut select.projection {
                 if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
-                    && matches!(e, Expr::Subquery(q) if keepable(q))
+                    && matches!(e, Expr::Subquery(q) if self.all || keepable(q))
                 {
                     *e = Expr::Nested(Box::new(e.clone()));
                     self.kept = true;
@@ -214,11 +243,18 @@ mod tests {
             "{}",
             parsed(first)
         );
-        // Other forms stay with the rule (psql's catalog queries have some).
-        let other = "SELECT (SELECT c.b FROM c WHERE c.a <> t.a) AS x FROM t";
-        assert_eq!(parsed(other), "SELECT NULL AS x FROM t");
+        // Any form over tables; in a catalog statement, other forms stay
+        // with the rule (psql's catalog queries have some).
+        let plain = "SELECT (SELECT c.b FROM c WHERE c.a = t.a) AS x FROM t";
+        assert_eq!(
+            parsed(plain),
+            "SELECT ((SELECT c.b FROM c WHERE c.a = t.a)) AS x FROM t"
+        );
+        let other = "SELECT (SELECT c.relname FROM pg_class c WHERE c.oid <> t.typrelid) AS x FROM pg_type t";
+        assert_eq!(parsed(other), "SELECT NULL AS x FROM pg_catalog.pg_type t");
         let parser = SqlParser::default();
         assert!(parser.parse_keeping(sql).unwrap().1);
+        assert!(parser.parse_keeping(plain).unwrap().1);
         assert!(!parser.parse_keeping(other).unwrap().1);
         let filter = "SELECT a FROM t WHERE a IN (SELECT b FROM u)";
         assert!(!parser.parse_keeping(filter).unwrap().1, "nothing to keep");

@@ -98,6 +98,15 @@ def main(port: int) -> None:
         assert got == [(1, "b", 1), (2, None, 1), (3, None, 1)], (sql, got)
     c.execute(correlated.format("%s"), (-1,), prepare=True)
     assert c.fetchall() == [(1, None, 1), (2, "a", 1), (3, "b", 1)]
+    # One that neither aggregates nor sorts: its row's value, as over HTTP
+    # (datafusion-postgres's rule would answer NULL).
+    plain = "SELECT id, (SELECT q.name FROM pgt q WHERE q.id = p.id + {}) AS n FROM pgt p ORDER BY id"
+    for sql, params, prepare in ((plain.format("1"), None, False),
+                                 (plain.format("%s"), (1,), False),
+                                 (plain.format("%s"), (1,), True)):
+        c.execute(sql, params, prepare=prepare)
+        got = c.fetchall()
+        assert got == [(1, "b"), (2, None), (3, None)], (sql, got)
 
     # COPY TO STDOUT in the binary format, read by psycopg's own decoder,
     # and fed back through binary COPY FROM into a second table.

@@ -13,41 +13,24 @@ mod settings_file;
 static GLOBAL: kiln_query::memory::heap::Counting<mimalloc::MiMalloc> =
     kiln_query::memory::heap::Counting(mimalloc::MiMalloc);
 
-/// Positions in mimalloc's `mi_option_e` (mimalloc.h of v3, the version
-/// the `mimalloc` crate builds by default).
+/// mimalloc's `mi_option_purge_delay` (its position in `mi_option_e`,
+/// mimalloc.h, v2 and v3 alike).
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
-const MI_OPTION_PAGE_FULL_RETAIN: std::ffi::c_int = 36;
-const MI_OPTION_PAGE_CROSS_THREAD_MAX_RECLAIM: std::ffi::c_int = 42;
 
 unsafe extern "C" {
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
 }
 
-/// Sets a mimalloc option unless its `MIMALLOC_*` variable is set.
-fn allocator_option(env: &str, option: std::ffi::c_int, value: std::ffi::c_long) {
-    if std::env::var_os(env).is_none() {
-        // SAFETY: sets an allocator option; no allocation depends on it.
-        unsafe { mi_option_set(option, value) };
-    }
-}
-
 fn main() -> std::process::ExitCode {
-    // Resident memory should follow the heap, which the query memory pool
-    // watches. Freed pages go back to the system at once rather than 10 ms
-    // later on the thread's next allocation (otherwise idle execution
-    // threads keep them, and resident memory stayed up to 40% above the
-    // heap after a burst of queries); a thread keeps no empty pages for
-    // reuse and takes back no pages freed by others once it has enough of
-    // a size (200 heavy queries under a 1 GiB limit peaked at 1,211 MiB
-    // median instead of 1,256 MiB, the dashboard's throughput unchanged;
-    // docs/reliability.md).
-    allocator_option("MIMALLOC_PURGE_DELAY", MI_OPTION_PURGE_DELAY, 0);
-    allocator_option("MIMALLOC_PAGE_FULL_RETAIN", MI_OPTION_PAGE_FULL_RETAIN, 0);
-    allocator_option(
-        "MIMALLOC_PAGE_CROSS_THREAD_MAX_RECLAIM",
-        MI_OPTION_PAGE_CROSS_THREAD_MAX_RECLAIM,
-        0,
-    );
+    // Freed pages go back to the system at once rather than 10 ms later on
+    // the thread's next allocation: otherwise idle execution threads keep
+    // them resident, and resident memory, which the query memory pool
+    // watches, stays up to 40% above the heap after a burst of queries.
+    // `MIMALLOC_PURGE_DELAY` still overrides it.
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets an allocator option; no allocation depends on it.
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    }
     kiln_query::memory::heap::no_transparent_huge_pages();
     if let Err(e) = settings_file::apply() {
         eprintln!("error: {e}");

@@ -12,12 +12,13 @@
 //!   a query reading no named table, since event tables often have a
 //!   `user` column and a query reading one means it.
 //!
-//! - `information_schema.columns`, in a statement that names one of
-//!   PostgreSQL's columns DataFusion's table lacks (`udt_name`,
-//!   `udt_schema`, `udt_catalog`, `is_identity`, `is_generated`), becomes
-//!   `(SELECT *, kiln_pg_udt_name(data_type) AS udt_name, ... FROM
-//!   information_schema.columns) AS columns` (its alias kept): Grafana's
-//!   and other tools' column pickers and Metabase's sync read them;
+//! - `information_schema.columns` becomes `(SELECT ..., ordinal_position
+//!   + 1 AS ordinal_position, ..., kiln_pg_udt_name(data_type) AS
+//!   udt_name, ... FROM information_schema.columns) AS columns` (its alias
+//!   kept): DataFusion counts positions from 0 where PostgreSQL counts
+//!   from 1, and lacks `udt_name`, `udt_schema`, `udt_catalog`,
+//!   `is_identity` and `is_generated`, which Grafana's and other tools'
+//!   column pickers and Metabase's sync read;
 //! - `information_schema.table_constraints`, `key_column_usage`,
 //!   `referential_constraints` and `constraint_column_usage`, which
 //!   DataFusion does not have, are empty relations with PostgreSQL's
@@ -32,13 +33,33 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     Expr, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SetExpr, Statement,
-    TableAliasColumnDef, TableFactor, VisitMut, VisitorMut, visit_relations,
+    TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 /// Kiln's function for `udt_name` from `data_type` (in `functions`).
 pub const UDT_NAME: &str = "kiln_pg_udt_name";
+
+/// DataFusion's `information_schema.columns`, in its order, as
+/// PostgreSQL's: positions from 1.
+const DF_COLUMNS: &[(&str, &str)] = &[
+    ("table_catalog", "table_catalog"),
+    ("table_schema", "table_schema"),
+    ("table_name", "table_name"),
+    ("column_name", "column_name"),
+    ("ordinal_position", "ordinal_position + 1"),
+    ("column_default", "column_default"),
+    ("is_nullable", "is_nullable"),
+    ("data_type", "data_type"),
+    ("character_maximum_length", "character_maximum_length"),
+    ("character_octet_length", "character_octet_length"),
+    ("numeric_precision", "numeric_precision"),
+    ("numeric_precision_radix", "numeric_precision_radix"),
+    ("numeric_scale", "numeric_scale"),
+    ("datetime_precision", "datetime_precision"),
+    ("interval_type", "interval_type"),
+];
 
 /// Columns of PostgreSQL's `information_schema.columns` that DataFusion's
 /// lacks, with their values for a Kiln column.
@@ -144,19 +165,9 @@ pub fn may_rewrite(lower: &str) -> bool {
 /// Rewrites `stmt` (module docs); `is_table_function` says whether a name
 /// (lower case) is a table function. Returns whether it rewrote anything.
 pub fn rewrite(stmt: &mut Statement, is_table_function: &dyn Fn(&str) -> bool) -> bool {
-    let mut columns = false;
-    let _ = visit_relations(stmt, |name| {
-        columns |= is_information_schema_columns(name);
-        ControlFlow::<()>::Continue(())
-    });
-    let pg_columns = columns && {
-        let text = stmt.to_string().to_ascii_lowercase();
-        PG_COLUMNS.iter().any(|(c, _)| text.contains(c))
-    };
     let mut v = Relations {
         is_table_function,
         reads_tables: Vec::new(),
-        pg_columns,
         rewrote: false,
     };
     let _ = stmt.visit(&mut v);
@@ -168,8 +179,6 @@ struct Relations<'a> {
     /// For each query being visited, innermost last: whether it reads a
     /// named table.
     reads_tables: Vec<bool>,
-    /// Whether `information_schema.columns` needs PostgreSQL's columns.
-    pg_columns: bool,
     rewrote: bool,
 }
 
@@ -188,10 +197,6 @@ fn information_schema_table(name: &ObjectName) -> Option<String> {
         }
         _ => None,
     }
-}
-
-fn is_information_schema_columns(name: &ObjectName) -> bool {
-    information_schema_table(name).is_some_and(|t| t == "columns")
 }
 
 /// The query of an empty relation with `columns` (`name` or
@@ -283,14 +288,18 @@ impl VisitorMut for Relations<'_> {
             let alias = alias
                 .as_ref()
                 .map_or_else(|| table.clone(), |a| a.name.to_string());
-            let sql = if table == "columns" && self.pg_columns {
-                let extra: Vec<String> = PG_COLUMNS
+            let sql = if table == "columns" {
+                let columns: Vec<String> = DF_COLUMNS
                     .iter()
-                    .map(|(name, value)| format!("{value} AS {name}"))
+                    .chain(PG_COLUMNS)
+                    .map(|(name, value)| match name == value {
+                        true => name.to_string(),
+                        false => format!("{value} AS {name}"),
+                    })
                     .collect();
                 format!(
-                    "SELECT * FROM (SELECT *, {} FROM information_schema.\"columns\") AS {alias}",
-                    extra.join(", ")
+                    "SELECT * FROM (SELECT {} FROM information_schema.\"columns\") AS {alias}",
+                    columns.join(", ")
                 )
             } else if let Some((_, columns)) = CONSTRAINT_VIEWS.iter().find(|(v, _)| *v == table) {
                 format!("SELECT * FROM ({}) AS {alias}", empty_relation(columns))

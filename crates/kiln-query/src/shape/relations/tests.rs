@@ -85,23 +85,32 @@ fn the_text_check_finds_what_may_be_rewritten() {
 }
 
 #[test]
-fn information_schema_columns_gets_udt_name_where_asked_for() {
-    assert_eq!(
-        rewritten(
-            "SELECT c.column_name, c.udt_name FROM information_schema.columns c \
-             WHERE c.table_name = 't'"
-        )
-        .as_deref(),
-        Some(
-            "SELECT c.column_name, c.udt_name FROM (SELECT *, table_catalog AS udt_catalog, \
-             'pg_catalog' AS udt_schema, kiln_pg_udt_name(data_type) AS udt_name, 'NO' AS \
-             is_identity, 'NEVER' AS is_generated FROM information_schema.\"columns\") AS c \
-             WHERE c.table_name = 't'"
-        )
+fn information_schema_columns_is_postgresqls() {
+    let got = rewritten(
+        "SELECT c.column_name, c.udt_name FROM information_schema.columns c \
+         WHERE c.table_name = 't'",
+    )
+    .unwrap();
+    assert!(
+        got.starts_with(
+            "SELECT c.column_name, c.udt_name FROM (SELECT table_catalog, table_schema, \
+             table_name, column_name, ordinal_position + 1 AS ordinal_position, column_default"
+        ),
+        "{got}"
     );
-    assert_eq!(
-        rewritten("SELECT column_name FROM information_schema.columns"),
-        None
+    assert!(
+        got.ends_with(
+            "table_catalog AS udt_catalog, 'pg_catalog' AS udt_schema, \
+             kiln_pg_udt_name(data_type) AS udt_name, 'NO' AS is_identity, 'NEVER' AS \
+             is_generated FROM information_schema.\"columns\") AS c WHERE c.table_name = 't'"
+        ),
+        "{got}"
+    );
+    // Positions from 1 wherever the table is read.
+    assert!(
+        rewritten("SELECT column_name FROM information_schema.columns")
+            .unwrap()
+            .contains("ordinal_position + 1")
     );
     // Every reference, in subqueries too, and each only once.
     let two = rewritten(
@@ -110,7 +119,7 @@ fn information_schema_columns_gets_udt_name_where_asked_for() {
     )
     .unwrap();
     assert_eq!(two.matches("kiln_pg_udt_name").count(), 2, "{two}");
-    // Quoted as Metabase quotes it, asking for `udt_schema`.
+    // Quoted as Metabase quotes it.
     let quoted =
         rewritten("SELECT \"c\".\"udt_schema\" FROM \"information_schema\".\"columns\" AS \"c\"")
             .unwrap();

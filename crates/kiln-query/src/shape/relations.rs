@@ -12,10 +12,10 @@
 //!   a query reading no named table, since event tables often have a
 //!   `user` column and a query reading one means it.
 //!
-//! - `information_schema.columns` becomes `(SELECT ..., ordinal_position
-//!   + 1 AS ordinal_position, ..., kiln_pg_udt_name(data_type) AS
-//!   udt_name, ... FROM information_schema.columns) AS columns` (its alias
-//!   kept): DataFusion counts positions from 0 where PostgreSQL counts
+//! - `information_schema.columns` becomes `(SELECT ...,
+//!   ordinal_position+1 AS ordinal_position, ...,
+//!   kiln_pg_udt_name(data_type) AS udt_name, ... FROM
+//!   information_schema.columns) AS columns` (its alias kept): DataFusion counts positions from 0 where PostgreSQL counts
 //!   from 1, and lacks `udt_name`, `udt_schema`, `udt_catalog`,
 //!   `is_identity` and `is_generated`, which Grafana's and other tools'
 //!   column pickers and Metabase's sync read;

@@ -7,13 +7,14 @@
 //! - funnels (`funnel.rs`): ClickHouse-style `retention` and `window_funnel`;
 //! - tests (`stats.rs`, `distributions.rs`): `welch_t_test` and
 //!   `proportion_z_test`;
-//! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
-//!   `array_repeat`, refusing a result too large before allocating it;
+//! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad`,
+//!   `array_repeat` and `format`, refusing a result too large before
+//!   allocating it;
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
 //!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
 //!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`); `number * INTERVAL`
-//!   (`kiln_interval_mul`, `pg_interval.rs`).
+//!   (`kiln_interval_mul`, `pg_interval.rs`); `format` (`pg_text_format.rs`).
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.

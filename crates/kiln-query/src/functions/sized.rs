@@ -69,6 +69,7 @@ impl Sized {
             Size::RepeatString => unit.saturating_mul(count),
             Size::Pad => count.saturating_mul(4),
             Size::RepeatElement => count.saturating_mul(8),
+            // Bounded row by row in `check_format`.
             Size::Format => unit,
         }
     }
@@ -107,9 +108,7 @@ impl Sized {
         }
         Ok(())
     }
-}
 
-impl Sized {
     /// [`Size::Format`]'s bound, row by row.
     fn check_format(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
         let rows = match args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
@@ -128,8 +127,9 @@ impl Sized {
                 continue;
             };
             let Some((specifiers, widths, stars)) = format_widths(f) else {
-                // The function takes the argument after the first one,
-                // where PostgreSQL takes the one after the positioned one.
+                // There the wrapped function takes the next argument in
+                // sequence, PostgreSQL the one after the positioned one:
+                // refused rather than answered differently.
                 return exec_err!(
                     "{}(): a specifier without a position after one with a position (%2$s, then %s) is not supported; give each a position",
                     self.inner.name()

@@ -25,6 +25,13 @@
 //!   columns: Kiln tables have no keys or constraints to list, and tools
 //!   join them to find primary keys (Metabase's sync).
 //!
+//! - `CAST(format('%I.%I', schema, table) AS regclass)`, a relation's OID
+//!   from its two names (Metabase's field sync), becomes the lookup of
+//!   that pair in `pg_class` as a correlated aggregate subquery, which
+//!   the planner decorrelates; datafusion-postgres resolves a name to an
+//!   OID only when it is a literal, and would cast this text to a number.
+//!   A pair naming no relation gives NULL (PostgreSQL fails).
+//!
 //! Grafana's editors resolve the search path with the first three
 //! (`string_to_array(current_setting('search_path'), ',') s`,
 //! `generate_series(...) AS i`, `CASE WHEN ... THEN user`).
@@ -157,6 +164,7 @@ pub fn may_rewrite(lower: &str) -> bool {
     };
     word("user")
         || lower.contains("information_schema")
+        || lower.contains("regclass")
         || SERIES.iter().any(|s| lower.contains(s))
         || call_after("from ")
         || call_after("join ")
@@ -210,6 +218,58 @@ fn empty_relation(columns: &[&str]) -> String {
         })
         .collect();
     format!("SELECT {} WHERE false", list.join(", "))
+}
+
+/// `expr` as a lookup in `pg_class` if it is `CAST(format('%I.%I', schema,
+/// table) AS regclass)` (module docs).
+fn regclass_of_names(expr: &Expr) -> Option<Expr> {
+    let Expr::Cast {
+        expr: inner,
+        data_type,
+        ..
+    } = expr
+    else {
+        return None;
+    };
+    let ty = data_type.to_string().to_ascii_lowercase();
+    if ty.trim_start_matches("pg_catalog.") != "regclass" {
+        return None;
+    }
+    let Expr::Function(f) = inner.as_ref() else {
+        return None;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case("format") {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    let args: Vec<String> = list.args.iter().map(ToString::to_string).collect();
+    let [pattern, schema, table] = args.as_slice() else {
+        return None;
+    };
+    if pattern != "'%I.%I'" {
+        return None;
+    }
+    // Aliases no query of a client uses, so the names' own references
+    // stay the outer query's.
+    let sql = format!(
+        "SELECT (SELECT max(kiln_regclass_c.oid) FROM pg_catalog.pg_class AS kiln_regclass_c \
+         JOIN pg_catalog.pg_namespace AS kiln_regclass_n \
+         ON kiln_regclass_c.relnamespace = kiln_regclass_n.oid \
+         WHERE kiln_regclass_n.nspname = {schema} AND kiln_regclass_c.relname = {table})"
+    );
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, &sql).ok()?;
+    let Some(Statement::Query(q)) = stmts.pop() else {
+        return None;
+    };
+    let SetExpr::Select(select) = *q.body else {
+        return None;
+    };
+    match select.projection.into_iter().next()? {
+        datafusion::sql::sqlparser::ast::SelectItem::UnnamedExpr(e) => Some(e),
+        _ => None,
+    }
 }
 
 /// `factor` replaced by the one relation of `FROM` in `sql`, a query.
@@ -352,6 +412,11 @@ impl VisitorMut for Relations<'_> {
     }
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Some(lookup) = regclass_of_names(expr) {
+            *expr = lookup;
+            self.rewrote = true;
+            return ControlFlow::Continue(());
+        }
         // The parser reads a bare `user` as a call without parentheses,
         // which DataFusion plans as a column of that name; `session_user`
         // is what `current_user` becomes in datafusion-postgres's rules.

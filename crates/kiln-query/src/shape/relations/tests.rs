@@ -151,3 +151,29 @@ fn constraint_views_are_empty_relations_with_postgresql_columns() {
     // Other information_schema tables are DataFusion's own.
     assert_eq!(rewritten("SELECT * FROM information_schema.tables"), None);
 }
+
+#[test]
+fn a_regclass_of_two_names_is_a_lookup_in_pg_class() {
+    let got = rewritten(
+        "SELECT col_description(CAST(CAST(FORMAT('%I.%I', CAST(c.table_schema AS TEXT), \
+         c.table_name) AS REGCLASS) AS OID), c.ordinal_position) FROM information_schema.columns AS c",
+    )
+    .unwrap();
+    assert!(
+        got.starts_with(
+            "SELECT col_description(CAST((SELECT max(kiln_regclass_c.oid) FROM \
+             pg_catalog.pg_class AS kiln_regclass_c JOIN pg_catalog.pg_namespace AS \
+             kiln_regclass_n ON kiln_regclass_c.relnamespace = kiln_regclass_n.oid WHERE \
+             kiln_regclass_n.nspname = CAST(c.table_schema AS TEXT) AND \
+             kiln_regclass_c.relname = c.table_name) AS OID), c.ordinal_position)"
+        ),
+        "{got}"
+    );
+    // Another pattern, or a literal, is not this rewrite's.
+    for other in [
+        "SELECT CAST(format('%I', t) AS regclass) FROM x",
+        "SELECT 'pg_class'::regclass",
+    ] {
+        assert_eq!(rewritten(other), None, "{other}");
+    }
+}

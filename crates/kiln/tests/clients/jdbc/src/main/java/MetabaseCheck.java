@@ -46,18 +46,6 @@ public class MetabaseCheck {
         }
     }
 
-    /** A check of what Kiln does not support yet (docs/clients.md): it
-     *  must fail, so that one that starts working is noticed. */
-    static void gap(String name, Check body) {
-        List<String> before = new ArrayList<>(failures);
-        check(name, body);
-        if (failures.size() == before.size()) {
-            failures.add(name + ": works now; move it out of the known gaps");
-        } else {
-            failures.remove(failures.size() - 1);
-        }
-    }
-
     static void eq(Object want, Object got, String what) {
         if (!Objects.equals(want, got)) {
             throw new AssertionError(what + ": want " + want + ", got " + got);
@@ -281,10 +269,8 @@ public class MetabaseCheck {
         check("getIndexInfo", c -> eq(0, rows(c.getMetaData().getIndexInfo(null, "public", "orders", false, false)).size(), "indexes"));
 
         // Later releases: one bulk query for the fields and one for the
-        // foreign keys of every synced schema. The fields' query casts a
-        // computed name to regclass (`CAST(FORMAT('%I.%I', ...) AS
-        // REGCLASS)`), which Kiln does not support yet.
-        gap("describe-fields (bulk)", c -> {
+        // foreign keys of every synced schema.
+        check("describe-fields (bulk)", c -> {
             List<List<String>> got = query(c, DESCRIBE_FIELDS, "public", "public");
             List<String> summary = new ArrayList<>();
             for (List<String> r : got) {

@@ -7,9 +7,9 @@
 //! - funnels (`funnel.rs`): ClickHouse-style `retention` and `window_funnel`;
 //! - tests (`stats.rs`, `distributions.rs`): `welch_t_test` and
 //!   `proportion_z_test`;
-//! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad`,
-//!   `array_repeat` and `format`, refusing a result too large before
-//!   allocating it;
+//! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
+//!   `array_repeat`, refusing a result too large before allocating it
+//!   (`format` bounds its own);
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
 //!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
@@ -62,7 +62,7 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udf(udf);
     }
     // PostgreSQL's `format(fmt, ...)` (Metabase's sync builds type names
-    // with it), guarded below like the other sized functions.
+    // with it); it bounds its results itself.
     ctx.register_udf(pg_text_format::udf());
     let state = ctx.state();
     for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {

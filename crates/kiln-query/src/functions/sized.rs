@@ -1,6 +1,5 @@
 //! DataFusion's functions whose result size is an argument (`repeat`,
-//! `lpad`, `rpad`, `array_repeat`, and PostgreSQL's `format` with its
-//! widths and repeated arguments), refusing a result larger than
+//! `lpad`, `rpad`, `array_repeat`), refusing a result larger than
 //! [`MAX_VALUE_BYTES`] before allocating it.
 //!
 //! Why: these allocate what they are asked for at once, outside any
@@ -27,7 +26,6 @@ pub fn guard(registered: impl Fn(&str) -> Option<std::sync::Arc<ScalarUDF>>) -> 
         ("lpad", Size::Pad),
         ("rpad", Size::Pad),
         ("array_repeat", Size::RepeatElement),
-        ("format", Size::Format),
     ]
     .into_iter()
     .filter_map(|(name, size)| {
@@ -49,10 +47,6 @@ enum Size {
     Pad,
     /// `array_repeat(x, n)`: `n` elements of at least 8 bytes.
     RepeatElement,
-    /// `format(f, args...)`: at most `f`'s length, plus each specifier's
-    /// width (a `*` width is at most the largest integer argument), plus
-    /// each specifier's largest argument.
-    Format,
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -69,15 +63,10 @@ impl Sized {
             Size::RepeatString => unit.saturating_mul(count),
             Size::Pad => count.saturating_mul(4),
             Size::RepeatElement => count.saturating_mul(8),
-            // Bounded row by row in `check_format`.
-            Size::Format => unit,
         }
     }
 
     fn check(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
-        if self.size == Size::Format {
-            return self.check_format(args, rows);
-        }
         let (Some(first), Some(count)) = (args.first(), args.get(1)) else {
             return Ok(());
         };
@@ -104,145 +93,16 @@ impl Sized {
                 (Some(a), None) => value_len(a.as_ref(), row),
                 (None, None) => 0,
             };
-            self.refuse_over(self.bytes(unit, count.value(row)))?;
-        }
-        Ok(())
-    }
-
-    /// [`Size::Format`]'s bound, row by row.
-    fn check_format(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
-        let rows = match args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
-            true => 1,
-            false => rows,
-        };
-        let arrays = args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<Result<Vec<_>>>()?;
-        let Some((format, values)) = arrays.split_first() else {
-            return Ok(());
-        };
-        for row in 0..rows {
-            let Some(f) = str_value(format.as_ref(), row) else {
-                continue;
-            };
-            let Some((specifiers, widths, stars)) = format_widths(f) else {
-                // There the wrapped function takes the next argument in
-                // sequence, PostgreSQL the one after the positioned one:
-                // refused rather than answered differently.
+            let bytes = self.bytes(unit, count.value(row));
+            if bytes > MAX_VALUE_BYTES {
                 return exec_err!(
-                    "{}(): a specifier without a position after one with a position (%2$s, then %s) is not supported; give each a position",
+                    "{}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value",
                     self.inner.name()
                 );
-            };
-            // A value other than text prints in a few dozen bytes.
-            let longest = values
-                .iter()
-                .map(|a| value_len(a.as_ref(), row).max(64))
-                .max()
-                .unwrap_or(0);
-            let star = match stars {
-                0 => 0,
-                _ => values
-                    .iter()
-                    .filter_map(|a| int_value(a.as_ref(), row))
-                    .map(i64::saturating_abs)
-                    .max()
-                    .unwrap_or(0),
-            };
-            let bytes = (f.len() as i64)
-                .saturating_add(widths)
-                .saturating_add(stars.saturating_mul(star))
-                .saturating_add(specifiers.saturating_mul(longest));
-            self.refuse_over(bytes)?;
+            }
         }
         Ok(())
     }
-
-    fn refuse_over(&self, bytes: i64) -> Result<()> {
-        if bytes > MAX_VALUE_BYTES {
-            return exec_err!(
-                "{}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value",
-                self.inner.name()
-            );
-        }
-        Ok(())
-    }
-}
-
-/// The specifiers of a `format` string, the sum of their written widths,
-/// and how many take their width from an argument (`*`); None when a
-/// specifier without a position follows one with a position.
-fn format_widths(f: &str) -> Option<(i64, i64, i64)> {
-    let b = f.as_bytes();
-    let number = |mut i: usize| {
-        let mut n: i64 = 0;
-        while i < b.len() && b[i].is_ascii_digit() {
-            n = n.saturating_mul(10).saturating_add(i64::from(b[i] - b'0'));
-            i += 1;
-        }
-        (n, i)
-    };
-    let (mut specifiers, mut widths, mut stars) = (0i64, 0i64, 0i64);
-    let mut positioned = false;
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] != b'%' {
-            i += 1;
-            continue;
-        }
-        i += 1;
-        if b.get(i) == Some(&b'%') {
-            i += 1;
-            continue;
-        }
-        specifiers += 1;
-        // `N$`: a position, not a width.
-        let (_, j) = number(i);
-        if b.get(j) == Some(&b'$') {
-            i = j + 1;
-            positioned = true;
-        } else if positioned {
-            return None;
-        }
-        if b.get(i) == Some(&b'-') {
-            i += 1;
-        }
-        if b.get(i) == Some(&b'*') {
-            stars += 1;
-            let (_, j) = number(i + 1);
-            i = if b.get(j) == Some(&b'$') {
-                j + 1
-            } else {
-                i + 1
-            };
-        } else {
-            let (width, j) = number(i);
-            widths = widths.saturating_add(width);
-            i = j;
-        }
-    }
-    Some((specifiers, widths, stars))
-}
-
-fn str_value(a: &dyn Array, row: usize) -> Option<&str> {
-    if a.is_null(row) {
-        return None;
-    }
-    match a.data_type() {
-        DataType::Utf8 => Some(a.as_string::<i32>().value(row)),
-        DataType::LargeUtf8 => Some(a.as_string::<i64>().value(row)),
-        DataType::Utf8View => Some(a.as_string_view().value(row)),
-        _ => None,
-    }
-}
-
-fn int_value(a: &dyn Array, row: usize) -> Option<i64> {
-    if a.is_null(row) || !a.data_type().is_integer() {
-        return None;
-    }
-    let a = arrow::compute::cast(&a.slice(row, 1), &DataType::Int64).ok()?;
-    Some(a.as_primitive::<Int64Type>().value(0))
 }
 
 fn scalar_len(s: &ScalarValue) -> i64 {

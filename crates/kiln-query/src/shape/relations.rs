@@ -39,8 +39,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SetExpr, Statement,
-    TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
+    DataType, Expr, FunctionArguments, Ident, ObjectName, ObjectNamePart, Query, SetExpr,
+    Statement, TableAliasColumnDef, TableFactor, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -195,16 +195,14 @@ struct Relations<'a> {
 /// "columns"`, the schema bare and the table quoted) is not one, so the
 /// visit of the relation it puts in place stops there.
 fn information_schema_table(name: &ObjectName) -> Option<String> {
-    let parts: Vec<_> = name.0.iter().filter_map(|p| p.as_ident()).collect();
-    match &parts[..] {
-        [.., schema, table]
-            if schema.value.eq_ignore_ascii_case("information_schema")
-                && !(schema.quote_style.is_none() && table.quote_style.is_some()) =>
-        {
-            Some(table.value.to_ascii_lowercase())
-        }
-        _ => None,
-    }
+    // Every table of every query passes here: no allocation but a match.
+    let mut parts = name.0.iter().rev().map(|p| p.as_ident());
+    let (Some(Some(table)), Some(Some(schema))) = (parts.next(), parts.next()) else {
+        return None;
+    };
+    (schema.value.eq_ignore_ascii_case("information_schema")
+        && !(schema.quote_style.is_none() && table.quote_style.is_some()))
+    .then(|| table.value.to_ascii_lowercase())
 }
 
 /// The query of an empty relation with `columns` (`name` or
@@ -231,8 +229,14 @@ fn regclass_of_names(expr: &Expr) -> Option<Expr> {
     else {
         return None;
     };
-    let ty = data_type.to_string().to_ascii_lowercase();
-    if ty.trim_start_matches("pg_catalog.") != "regclass" {
+    // Every cast of every query passes here: the type's name is rendered
+    // only for the two spellings of regclass.
+    let regclass = match data_type {
+        DataType::Regclass => true,
+        DataType::Custom(name, _) => name.to_string().eq_ignore_ascii_case("pg_catalog.regclass"),
+        _ => false,
+    };
+    if !regclass {
         return None;
     }
     let Expr::Function(f) = inner.as_ref() else {

@@ -139,9 +139,10 @@ impl TransactionHook {
         let status = client.transaction_status();
         let aborted = status == TransactionStatus::Error;
         let ok = |tag: &str| Some(Ok(Response::Execution(Tag::new(tag))));
-        if let Some(what) = modes::writes(stmt)
-            && !aborted
+        // The session's flag first: naming the command renders it.
+        if !aborted
             && read_only(client)
+            && let Some(what) = modes::writes(stmt)
         {
             return Some(Err(refused(&what).to_pg()));
         }

@@ -169,6 +169,11 @@ fn a_regclass_of_two_names_is_a_lookup_in_pg_class() {
         ),
         "{got}"
     );
+    // The schema-qualified spelling of the type too.
+    assert!(
+        rewritten("SELECT format('%I.%I', s, t)::pg_catalog.regclass FROM x")
+            .is_some_and(|r| r.contains("max(kiln_regclass_c.oid)"))
+    );
     // Another pattern, or a literal, is not this rewrite's.
     for other in [
         "SELECT CAST(format('%I', t) AS regclass) FROM x",

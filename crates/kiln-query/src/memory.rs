@@ -17,9 +17,9 @@
 //! fairness. Since DataFusion does not account everything a query holds,
 //! the server pool also refuses to grow while the heap, counted at the
 //! allocator ([`heap`]), holds more than the limit beyond what the server
-//! keeps outside queries (memstores, caches, its state at start), less a
-//! tenth of the limit ([`HEAP_HEADROOM`]) left for the allocator's free
-//! pages.
+//! keeps outside queries (memstores, caches, its state at start). Both
+//! stop a tenth short of the limit ([`HEADROOM`]): that tenth is left for
+//! pages the allocator holds beyond the heap.
 
 pub mod heap;
 
@@ -38,12 +38,12 @@ pub type HeapGauge = Box<dyn Fn() -> Option<usize> + Send + Sync>;
 /// Bytes the server holds outside queries now (memstores, caches).
 pub type Outside = Box<dyn Fn() -> usize + Send + Sync>;
 
-/// The share of `--memory-limit` (one part in this many) the heap gate
-/// leaves for pages the allocator keeps beyond the heap: blocks freed in
-/// pages still in use, pages kept for reuse. Without it, 200 spilling
-/// aggregations under a 1 GiB limit held 13-25% over the limit resident;
-/// with the gate a tenth lower, 9-14% (docs/reliability.md).
-pub const HEAP_HEADROOM: usize = 10;
+/// The share of `--memory-limit` (one part in this many) the pool leaves
+/// for pages the allocator holds beyond the heap: blocks freed in pages
+/// still in use, pages kept for reuse. Without it, 200 spilling
+/// aggregations under a 1 GiB limit held up to a quarter over the limit
+/// resident (docs/reliability.md).
+pub const HEADROOM: usize = 10;
 
 /// How often the server pool re-reads what is held outside queries.
 const OUTSIDE_REFRESH_MS: u64 = 100;
@@ -53,8 +53,8 @@ const OUTSIDE_REFRESH_MS: u64 = 100;
 pub struct ServerPool {
     accounted: GreedyMemoryPool,
     limit: usize,
-    /// What the heap may hold for queries: `limit` less [`HEAP_HEADROOM`].
-    heap_limit: usize,
+    /// What queries may hold: `limit` less [`HEADROOM`].
+    pool_limit: usize,
     heap: HeapGauge,
     /// The gauge when the pool was made, less what `outside` counted then.
     baseline: usize,
@@ -92,9 +92,9 @@ impl ServerPool {
         let held = outside();
         let baseline = heap().map_or(0, |h| h.saturating_sub(held));
         Self {
-            accounted: GreedyMemoryPool::new(limit),
+            accounted: GreedyMemoryPool::new(limit - limit / HEADROOM),
             limit,
-            heap_limit: limit - limit / HEAP_HEADROOM,
+            pool_limit: limit - limit / HEADROOM,
             heap,
             baseline,
             outside,
@@ -164,13 +164,14 @@ impl MemoryPool for ServerPool {
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
         let heap = self.heap_in_queries();
         let refused = match heap {
-            Some(heap) if heap + additional > self.heap_limit => true,
+            Some(heap) if heap + additional > self.pool_limit => true,
             _ => self.accounted.try_grow(reservation, additional).is_err(),
         };
         if refused {
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "out of memory: queries are using the server's {} (--memory-limit: {} \
-                 reserved, {} on the heap); {} could not get {} more",
+                "out of memory: queries are using the {} of the server's {} --memory-limit \
+                 they may ({} reserved, {} on the heap); {} could not get {} more",
+                human(self.pool_limit),
                 human(self.limit),
                 human(self.accounted.reserved()),
                 heap.map_or("unknown".into(), human),
@@ -186,7 +187,7 @@ impl MemoryPool for ServerPool {
     }
 
     fn memory_limit(&self) -> MemoryLimit {
-        MemoryLimit::Finite(self.limit)
+        MemoryLimit::Finite(self.pool_limit)
     }
 }
 

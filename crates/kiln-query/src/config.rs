@@ -53,9 +53,10 @@ pub struct QueryConfig {
 
     /// Memory all running queries together may hold for execution (sorts,
     /// aggregations, joins: what DataFusion accounts), a size such as 8GiB
-    /// or a share of memory such as 50%. Sorts, aggregations and joins
-    /// spill to `--spill-dir` past their share; other queries fail with
-    /// SQLSTATE 53200 (HTTP 503) rather than take more.
+    /// or a share of memory such as 50%. Queries get nine tenths of it; the
+    /// rest is left for pages the allocator keeps. Sorts, aggregations and
+    /// joins spill to `--spill-dir` past their share; other queries fail
+    /// with SQLSTATE 53200 (HTTP 503) rather than take more.
     #[arg(long, env = "KILN_MEMORY_LIMIT", default_value = "50%")]
     pub memory_limit: ByteSize,
 

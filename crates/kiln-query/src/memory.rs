@@ -91,10 +91,11 @@ impl ServerPool {
     pub fn new(limit: usize, heap: HeapGauge, outside: Outside) -> Self {
         let held = outside();
         let baseline = heap().map_or(0, |h| h.saturating_sub(held));
+        let pool_limit = limit - limit / HEADROOM;
         Self {
-            accounted: GreedyMemoryPool::new(limit - limit / HEADROOM),
+            accounted: GreedyMemoryPool::new(pool_limit),
             limit,
-            pool_limit: limit - limit / HEADROOM,
+            pool_limit,
             heap,
             baseline,
             outside,

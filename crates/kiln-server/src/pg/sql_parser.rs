@@ -143,16 +143,13 @@ struct KeepSubqueries {
 /// `information_schema`, or a table named `pg_...`.
 fn reads_catalog(stmt: &Statement) -> bool {
     let catalog = |name: &ObjectName| {
-        let parts: Vec<String> = name
-            .0
-            .iter()
-            .filter_map(|p| p.as_ident())
-            .map(|i| i.value.to_ascii_lowercase())
-            .collect();
-        parts
-            .iter()
-            .any(|p| p == "pg_catalog" || p == "information_schema")
-            || parts.last().is_some_and(|t| t.starts_with("pg_"))
+        let mut parts = name.0.iter().filter_map(|p| p.as_ident()).map(|i| &i.value);
+        parts.clone().any(|p| {
+            p.eq_ignore_ascii_case("pg_catalog") || p.eq_ignore_ascii_case("information_schema")
+        }) || parts
+            .next_back()
+            .and_then(|t| t.get(..3))
+            .is_some_and(|t| t.eq_ignore_ascii_case("pg_"))
     };
     visit_relations(stmt, |name| match catalog(name) {
         true => ControlFlow::Break(()),
@@ -255,6 +252,9 @@ mod tests {
         let parser = SqlParser::default();
         assert!(parser.parse_keeping(sql).unwrap().1);
         assert!(parser.parse_keeping(plain).unwrap().1);
+        // A name whose first characters are not ASCII is no catalog's.
+        let wide = "SELECT (SELECT c.b FROM \"éé\" c WHERE c.a = t.a) AS x FROM t";
+        assert!(parser.parse_keeping(wide).unwrap().1);
         assert!(!parser.parse_keeping(other).unwrap().1);
         let filter = "SELECT a FROM t WHERE a IN (SELECT b FROM u)";
         assert!(!parser.parse_keeping(filter).unwrap().1, "nothing to keep");

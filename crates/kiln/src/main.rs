@@ -22,7 +22,7 @@ unsafe extern "C" {
 }
 
 fn main() -> std::process::ExitCode {
-    // Freed pages go back to the system at once rather than 10 ms later on
+    // Freed pages go back to the system at once rather than a second later on
     // the thread's next allocation: otherwise idle execution threads keep
     // them resident, and resident memory, which the query memory pool
     // watches, stays up to 40% above the heap after a burst of queries.

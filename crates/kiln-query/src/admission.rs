@@ -100,6 +100,11 @@ pub struct Begin {
     /// checked against that user's privileges ([`crate::auth`]). `None`:
     /// authentication is off, or the embedded engine.
     pub user: Option<Arc<str>>,
+    /// Who the session is, as `current_user` and `session_user` answer:
+    /// the logged-in user, or with authentication off the name a
+    /// PostgreSQL client gave at startup. `None`: [`crate::auth::ADMIN`],
+    /// whose privileges every client has while authentication is off.
+    pub session_user: Option<Arc<str>>,
 }
 
 /// Light queries running at once ([`Begin::light`]).
@@ -373,6 +378,7 @@ impl QueryRegistry {
         handle.light = opts.light;
         handle.transaction = opts.transaction;
         handle.user = opts.user;
+        handle.session_user = opts.session_user;
         *handle.settings.get_mut() = opts.settings;
         let info = handle.info.clone();
         self.shard(info.id).lock().insert(info.id, info.clone());
@@ -466,6 +472,7 @@ impl QueryRegistry {
             transaction: None,
             settings: Mutex::new(vec![]),
             user: None,
+            session_user: None,
         }
     }
 
@@ -568,6 +575,8 @@ pub struct QueryHandle {
     transaction: Option<Arc<Transaction>>,
     /// Who sent it ([`Begin::user`]).
     user: Option<Arc<str>>,
+    /// Who its session is ([`Begin::session_user`]).
+    session_user: Option<Arc<str>>,
     /// The session's DataFusion options ([`Begin::settings`]) and those
     /// its own `SET` statements changed (an HTTP request's).
     settings: Mutex<Vec<(String, String)>>,
@@ -606,6 +615,18 @@ impl QueryHandle {
     /// The user whose privileges its statements need ([`Begin::user`]).
     pub fn user(&self) -> Option<&str> {
         self.user.as_deref()
+    }
+
+    /// The registry it was begun in.
+    pub fn registry(&self) -> &QueryRegistry {
+        &self.registry
+    }
+
+    /// Who its session is ([`Begin::session_user`]).
+    pub fn session_user(&self) -> Arc<str> {
+        self.session_user
+            .clone()
+            .unwrap_or_else(|| Arc::from(crate::auth::ADMIN))
     }
 
     /// Records a failure (the first one wins).

@@ -335,18 +335,6 @@ impl Engine {
             .map(|e| e.value.unwrap_or_else(|| "NULL".into()))
     }
 
-    /// Applies the options `query`'s session set to `state`.
-    fn apply_settings(&self, state: &mut SessionState, query: &Query) -> Result<()> {
-        for (name, value) in query.settings() {
-            state
-                .config_mut()
-                .options_mut()
-                .set(&name, &value)
-                .map_err(|e| Error::Sql(format!("SET {name}: {}", e.message())))?;
-        }
-        Ok(())
-    }
-
     /// Whether Kiln runs `stmt` itself (its DDL) rather than DataFusion: a
     /// protocol that plans statements ahead (PostgreSQL's Parse) gives
     /// these an empty plan. Errors on DDL Kiln refuses.
@@ -492,7 +480,7 @@ impl Engine {
             }
             let stream = self
                 .plans
-                .execute(&self.ctx, &self.queries, sql, logical, types, params)
+                .execute(&self.ctx, query, sql, logical, types, params)
                 .await?;
             Ok(Streamed::Rows {
                 schema: stream.schema(),
@@ -553,7 +541,7 @@ impl Engine {
             return Ok(streamed);
         }
         let mut state = self.ctx.state();
-        self.apply_settings(&mut state, query)?;
+        crate::session::apply_query(&mut state, query)?;
         // The names it uses, for a typed error should planning fail: a
         // walk of the statement, cheaper than keeping a copy of it.
         let names = self.names(&stmt);
@@ -669,7 +657,7 @@ impl Engine {
         }
         let schema = plan.schema().inner().clone();
         let mut state = self.query_state();
-        self.apply_settings(&mut state, query)?;
+        crate::session::apply_query(&mut state, query)?;
         if let Some(txn) = txn {
             state.config_mut().set_extension(txn.clone());
         }

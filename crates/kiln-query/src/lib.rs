@@ -28,8 +28,9 @@
 //! - [`transaction`] (an explicit transaction's writes, staged until COMMIT),
 //!   [`files`] (which server files SQL may touch) and [`auth`] (users,
 //!   their privileges and tokens; SCRAM);
-//! - leaves: [`memory`] (the execution memory pool, a share per query,
-//!   the heap counted at the allocator),
+//! - leaves: [`options`] (Kiln's session options, `kiln.*`, and the
+//!   session's user), [`memory`] (the execution memory pool, a share per
+//!   query, the heap counted at the allocator),
 //!   [`executor`] (the runtime heavy queries execute on) and [`error`].
 
 pub mod admission;
@@ -45,6 +46,7 @@ pub mod files;
 pub mod functions;
 pub mod ingest;
 pub mod memory;
+pub mod options;
 pub mod plan_cache;
 pub mod pruning;
 pub mod rules;

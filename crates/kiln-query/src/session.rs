@@ -16,12 +16,13 @@ use kiln_storage::{Db, STORE_URL};
 
 use datafusion::optimizer::{Analyzer, AnalyzerRule, Optimizer, OptimizerRule};
 
-use crate::admission::QueryRegistry;
+use crate::admission::{QueryHandle, QueryRegistry};
 use crate::cache::Caches;
 use crate::config::QueryConfig;
 use crate::cube::rewrite::CubeRewrite;
-use crate::cube::{CubePlanner, Cubes, KilnOptions};
+use crate::cube::{CubePlanner, Cubes};
 use crate::memory::{QueryPool, ServerPool, heap};
+use crate::options::KilnOptions;
 use crate::rules::balance::BalanceChains;
 use crate::scan::KilnTable;
 
@@ -172,6 +173,21 @@ pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionStat
         state.config_mut().options_mut().execution.target_partitions = n;
     }
     state
+}
+
+/// Applies to `state` the options `query`'s session set and who its
+/// session is ([`KilnOptions::session_user`]).
+pub fn apply_query(state: &mut SessionState, query: &QueryHandle) -> crate::error::Result<()> {
+    let options = state.config_mut().options_mut();
+    for (name, value) in query.settings() {
+        options
+            .set(&name, &value)
+            .map_err(|e| crate::error::Error::Sql(format!("SET {name}: {}", e.message())))?;
+    }
+    if let Some(kiln) = options.extensions.get_mut::<KilnOptions>() {
+        kiln.session_user = Some(query.session_user());
+    }
+    Ok(())
 }
 
 /// What the server holds on the heap apart from queries: memstores and

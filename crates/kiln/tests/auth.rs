@@ -208,11 +208,18 @@ fn a_read_only_user_reads_and_nothing_else() {
     admin(&copy_to);
     assert!(out.exists(), "an admin may");
     assert_eq!(ok(reader("SELECT count(*) FROM ev", "")).trim(), "1");
+    assert_eq!(
+        ok(reader("SELECT current_user, session_user", "")).trim(),
+        "reader|reader"
+    );
+    assert_eq!(admin("SELECT current_user").trim(), "admin");
 
     // HTTP, with the same user: reads yes, writes no until granted.
     let auth = basic("reader", "reader-secret");
     let (status, v) = http(&s, Some(&auth), "SELECT count(*) FROM ev");
     assert_eq!((status, v["rows"][0][0].as_i64()), (200, Some(1)), "{v}");
+    let (_, v) = http(&s, Some(&auth), "SELECT current_user");
+    assert_eq!(v["rows"][0][0], "reader", "{v}");
     let row = br#"{"ts":"2026-01-01T00:00:00Z","v":5}"#;
     let write = |auth: &str| {
         s.write(
@@ -272,6 +279,9 @@ fn tokens_expire_and_are_revoked() {
         "{v}"
     );
     assert_eq!(http(&s, Some(&long), "SELECT 1").0, 200);
+    // A token logs in as its user.
+    let (_, v) = http(&s, Some(&long), "SELECT current_user");
+    assert_eq!(v["rows"][0][0], "bot", "{v}");
     let shown = admin("SHOW TOKENS");
     assert!(
         shown.contains("short|bot|") && shown.contains("|t\n"),

@@ -37,9 +37,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
-use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::{DFSchema, Result as DfResult};
-use datafusion::config::ConfigOptions;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
@@ -55,72 +53,6 @@ use crate::cache::ByteLru;
 use crate::error::{Error, Result};
 use plan::CubePlan;
 use scan::{CubeScan, CubeScanExec, PhysicalRange};
-
-/// Session options of cubes: `SET kiln.cubes = off` turns rewriting off.
-#[derive(Debug, Clone)]
-pub struct KilnOptions {
-    pub cubes: bool,
-}
-
-impl Default for KilnOptions {
-    fn default() -> Self {
-        Self { cubes: true }
-    }
-}
-
-impl ConfigExtension for KilnOptions {
-    const PREFIX: &'static str = "kiln";
-}
-
-impl ExtensionOptions for KilnOptions {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-
-    fn cloned(&self) -> Box<dyn ExtensionOptions> {
-        Box::new(self.clone())
-    }
-
-    fn set(&mut self, key: &str, value: &str) -> DfResult<()> {
-        match key {
-            "cubes" => {
-                self.cubes = match value.to_ascii_lowercase().as_str() {
-                    "on" | "true" | "1" => true,
-                    "off" | "false" | "0" => false,
-                    other => {
-                        return Err(datafusion::error::DataFusionError::Configuration(format!(
-                            "kiln.cubes is on or off, not '{other}'"
-                        )));
-                    }
-                };
-                Ok(())
-            }
-            _ => Err(datafusion::error::DataFusionError::Configuration(format!(
-                "unknown setting kiln.{key} (known: kiln.cubes)"
-            ))),
-        }
-    }
-
-    fn entries(&self) -> Vec<ConfigEntry> {
-        vec![ConfigEntry {
-            key: "kiln.cubes".into(),
-            value: Some(if self.cubes { "on" } else { "off" }.into()),
-            description: "whether aggregates are answered from cubes",
-        }]
-    }
-}
-
-/// Whether rewriting is on in these options.
-pub fn enabled(options: &ConfigOptions) -> bool {
-    options
-        .extensions
-        .get::<KilnOptions>()
-        .is_none_or(|o| o.cubes)
-}
 
 thread_local! {
     /// Why no cube answered the aggregates optimized on this thread, while

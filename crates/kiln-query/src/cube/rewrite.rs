@@ -74,7 +74,7 @@ impl OptimizerRule for CubeRewrite {
         let LogicalPlan::Aggregate(agg) = &plan else {
             return Ok(Transformed::no(plan));
         };
-        if !super::enabled(config.options().as_ref()) {
+        if !crate::options::cubes_enabled(config.options().as_ref()) {
             return Ok(Transformed::no(plan));
         }
         // Most aggregates read tables without cubes: nothing more is done

@@ -78,7 +78,7 @@ impl Engine {
             .plans
             .execute(
                 &self.ctx,
-                &self.queries,
+                query,
                 &key,
                 &shape.logical,
                 &shape.types,

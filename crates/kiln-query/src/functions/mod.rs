@@ -14,7 +14,8 @@
 //!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
 //!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`); `number * INTERVAL`
-//!   (`kiln_interval_mul`, `pg_interval.rs`); `format` (`pg_text_format.rs`).
+//!   (`kiln_interval_mul`, `pg_interval.rs`); `format` (`pg_text_format.rs`);
+//!   `session_user`, which `current_user` becomes (`pg_session.rs`).
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
 //! two-phase (partial / final) aggregation over many partitions.
@@ -29,6 +30,7 @@ mod pg_interval;
 mod pg_json;
 mod pg_like;
 mod pg_quote;
+mod pg_session;
 mod pg_text_format;
 pub(crate) mod pg_types;
 mod sized;
@@ -64,6 +66,7 @@ pub fn register(ctx: &SessionContext) {
     // PostgreSQL's `format(fmt, ...)` (Metabase's sync builds type names
     // with it); it bounds its results itself.
     ctx.register_udf(pg_text_format::udf());
+    ctx.register_udf(session_user());
     let state = ctx.state();
     for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);
@@ -102,6 +105,13 @@ pub(crate) fn map_text(
             Ok(ColumnarValue::Array(std::sync::Arc::new(out)))
         }
     }
+}
+
+/// `session_user` (`current_user`): the query's session user. Registered
+/// by [`register`], and again by a protocol that installs a catalog with
+/// one of its own.
+pub fn session_user() -> ScalarUDF {
+    udf(pg_session::SessionUser::default())
 }
 
 pub(crate) fn udaf(imp: impl datafusion::logical_expr::AggregateUDFImpl + 'static) -> AggregateUDF {

@@ -59,7 +59,7 @@ pub(crate) use literals::{Shape, lift};
 pub(crate) use params::cast_param;
 use params::{ParamSlots, parameterize};
 
-use crate::admission::QueryRegistry;
+use crate::admission::{QueryHandle, QueryRegistry};
 use crate::config::PlanCacheMode;
 use crate::executor::deferred;
 use crate::scan::{KeptPlan, KilnTable};
@@ -209,12 +209,13 @@ impl PlanCache {
     pub async fn execute(
         &self,
         ctx: &SessionContext,
-        queries: &QueryRegistry,
+        query: &QueryHandle,
         sql: &str,
         logical: &LogicalPlan,
         types: &[DataType],
         params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
+        let queries = query.registry();
         let started = Instant::now();
         let statement = self.statement(sql, logical);
         let choice = statement.as_ref().map(|s| s.choice.load(Ordering::Relaxed));
@@ -252,7 +253,7 @@ impl PlanCache {
                 }
             }
         }
-        let stream = custom(ctx, queries, logical, params).await?;
+        let stream = custom(ctx, query, logical, params).await?;
         let trial = matches!(kind, Kind::Custom { timed: true });
         Ok(timed(stream, trial.then_some(false)))
     }
@@ -336,16 +337,20 @@ impl PlanCache {
     }
 }
 
-/// Plans `logical` with `params` and starts it.
+/// Plans `logical` with `params` as `query`'s session (its user) and
+/// starts it.
 async fn custom(
     ctx: &SessionContext,
-    queries: &QueryRegistry,
+    query: &QueryHandle,
     logical: &LogicalPlan,
     params: &[ScalarValue],
 ) -> Result<SendableRecordBatchStream> {
+    let queries = query.registry();
     let values = ParamValues::List(params.iter().map(|v| v.clone().into()).collect());
     let bound = logical.clone().replace_params_with_values(&values)?;
-    let state = crate::session::query_state(ctx, queries);
+    let mut state = crate::session::query_state(ctx, queries);
+    crate::session::apply_query(&mut state, query)
+        .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
     let optimized = state.optimize(&bound)?;
     let physical = state
         .query_planner()

@@ -84,9 +84,10 @@ pub fn may_rewrite(sql: &str) -> bool {
 
 /// Whether some select-list term may repeat: two equal comma-separated
 /// pieces of a `SELECT`'s text before its first `FROM` (`select null,
-/// null from`), found without a parse. Other statements (a long
-/// multi-row `INSERT ... VALUES` repeats pieces too) are not parsed twice
-/// for it.
+/// null from`), found without a parse; `current_user` is the same term as
+/// `session_user`, which the PostgreSQL parser makes of it. Other
+/// statements (a long multi-row `INSERT ... VALUES` repeats pieces too)
+/// are not parsed twice for it.
 fn repeats_a_term(lower: &str) -> bool {
     let Some(rest) = lower.trim_start().strip_prefix("select") else {
         return false;
@@ -94,7 +95,10 @@ fn repeats_a_term(lower: &str) -> bool {
     let list = rest.split(" from ").next().unwrap_or(rest);
     let mut seen = HashSet::new();
     list.split(',')
-        .map(|p| cast_operand(p.trim()))
+        .map(|p| match cast_operand(p.trim()) {
+            "current_user" => "session_user",
+            p => p,
+        })
         .any(|p| !p.is_empty() && !seen.insert(p))
 }
 

@@ -101,6 +101,15 @@ fn a_cast_beside_its_column_is_labelled_apart() {
 }
 
 #[test]
+fn current_user_beside_session_user_may_repeat() {
+    use super::postgres::may_rewrite;
+    // The PostgreSQL parser makes the first the second.
+    assert!(may_rewrite("SELECT current_user, session_user"));
+    assert!(may_rewrite("SELECT CURRENT_USER, session_user, 1"));
+    assert!(!may_rewrite("SELECT current_user, 1"));
+}
+
+#[test]
 fn a_syntax_error_names_its_position_in_characters() {
     let error = |sql: &str| {
         let e = Parser::parse_sql(&GenericDialect {}, sql).unwrap_err();

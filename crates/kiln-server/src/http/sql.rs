@@ -136,6 +136,7 @@ async fn run_sql(
         transaction: None,
         settings: settings.clone(),
         user: identity.0.clone(),
+        session_user: identity.0.clone(),
     };
     if let Some(own) = engine.own_statement(&text) {
         let own = own.inspect_err(|e| engine.record_failed(Origin::HTTP, &text, e))?;

@@ -25,6 +25,12 @@ pub(super) fn user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
         .map(|u| u.0.clone())
 }
 
+/// Who `client`'s session is (`current_user`): the logged-in user, or
+/// with authentication off the name it gave at startup.
+pub(super) fn session_user<C: ClientInfo + ?Sized>(client: &C) -> Option<Arc<str>> {
+    user(client).or_else(|| client.metadata().get("user").map(|u| Arc::from(u.as_str())))
+}
+
 /// Runs an account statement ([`kiln_query::auth`]) of `client`: `text`
 /// (recorded with its passwords hidden) parsed as `stmt`.
 pub(super) async fn run_own<C: ClientInfo + Send + Sync>(

@@ -71,7 +71,7 @@ use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
 use crate::metrics::{Metrics, PG};
-use account::{run_own, user};
+use account::{run_own, session_user, user};
 use hook::Hook;
 use startup::Startup;
 
@@ -252,6 +252,7 @@ async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
                 transaction: transaction::current(client),
                 settings: settings::datafusion_settings(client),
                 user: user(client),
+                session_user: session_user(client),
             },
         )
         .await

@@ -187,13 +187,16 @@ fn session_value(client: &dyn ClientInfo, name: &str, default: &str) -> String {
     }
 }
 
-/// `version()` and `current_setting(name [, missing_ok])`, registered over
-/// DataFusion's own `version()`.
+/// `version()`, `current_setting(name [, missing_ok])` and Kiln's
+/// `session_user`, registered over DataFusion's `version()` and
+/// pg_catalog's `session_user`.
 pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(Constant::version()));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
     ctx.register_udf(ScalarUDF::from(Constant::no_serial_sequence()));
+    // pg_catalog's own answers 'postgres' whoever is connected.
+    ctx.register_udf(kiln_query::functions::session_user());
     for none in Constant::no_catalog_entry() {
         ctx.register_udf(ScalarUDF::from(none));
     }

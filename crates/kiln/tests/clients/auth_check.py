@@ -54,6 +54,16 @@ def main(port, admin_password):
 
     reader = connect(port, "py_reader", "reader pw")
     assert reader.execute("SELECT count(*) FROM py_events").fetchone()[0] == 1
+    # current_user is each session's own, prepared and run past the
+    # plan cache's trials on both sessions alike.
+    for _ in range(12):
+        for conn, name in [(reader, "py_reader"), (admin, "admin")]:
+            row = conn.execute("SELECT current_user, session_user", prepare=True).fetchone()
+            assert row == (name, name), (name, row)
+            row = conn.execute(
+                "SELECT count(*) FROM py_events WHERE current_user = %s", [name], prepare=True
+            ).fetchone()
+            assert row == (1,), (name, row)
     assert sqlstate(reader, "INSERT INTO py_events VALUES (now(), 2)") == "42501"
     assert sqlstate(reader, "CREATE TABLE py_x (ts TIMESTAMP NOT NULL)") == "42501"
     assert sqlstate(reader, "DROP TABLE py_events") == "42501"

@@ -1,6 +1,8 @@
 """Session isolation: one connection's SET of a DataFusion option is seen
 by that connection only (the other still shows the default), over the
-simple (psycopg's execute without prepare) and the extended protocol.
+simple (psycopg's execute without prepare) and the extended protocol;
+with authentication off, current_user is the name each connection gave,
+and no SET changes it.
 
 Usage: python3 session_check.py PG_PORT HTTP_PORT
 """
@@ -16,11 +18,23 @@ def show(conn, prepare):
 
 
 def main(port: int) -> None:
-    def connect():
+    def connect(user="postgres"):
         return psycopg.connect(
-            host="127.0.0.1", port=port, user="postgres", dbname="postgres",
+            host="127.0.0.1", port=port, user=user, dbname="postgres",
             autocommit=True, connect_timeout=10,
         )
+
+    alice, bob = connect("alice"), connect("bob")
+    for prepare in (False, True, True, True, True, True, True):
+        assert alice.execute("SELECT current_user", prepare=prepare).fetchone() == ("alice",)
+        assert bob.execute("SELECT current_user", prepare=prepare).fetchone() == ("bob",)
+    for setting in ("kiln.session_user", "kiln.user"):
+        try:
+            bob.execute(f"SET {setting} = 'alice'")
+            raise AssertionError(f"SET {setting} accepted")
+        except psycopg.Error as e:
+            assert e.sqlstate in ("42601", "42704"), e.sqlstate
+    assert bob.execute("SELECT session_user").fetchone() == ("bob",)
 
     a, b = connect(), connect()
     default = show(b, False)

@@ -9,20 +9,26 @@
 //! the extended protocol sent rows after a NoData, which crashed psycopg.
 //! Here the query is one registered query at the engine's door; its rows
 //! are computed as FETCH asks for them (the cursor holds the stream, so a
-//! cursor read slowly holds a few batches, not the result). The cursor's
-//! portal carries a plan with the query's columns, and so does a FETCH at
-//! Parse, so both describe the rows they return. Cursors scan forward only
-//! (PostgreSQL's default without SCROLL); they live until CLOSE or the end
-//! of the connection (as WITH HOLD).
+//! cursor read slowly holds a few batches, not the result), and encoded
+//! by each FETCH in the format it asks for: binary where the extended
+//! protocol's Bind asks for it (psycopg's binary cursors), or where the
+//! cursor was declared `BINARY` and FETCH comes as a simple query. The
+//! cursor's portal carries a plan with the query's columns, and so does a
+//! FETCH at Parse, so both describe the rows they return. Cursors scan
+//! forward only (PostgreSQL's default without SCROLL); they live until
+//! CLOSE or the end of the connection (as WITH HOLD).
 
 use datafusion::common::ScalarValue;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::common::DFSchema;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
     CloseCursor, Declare, DeclareType, FetchDirection, Statement, Value,
@@ -34,16 +40,63 @@ use datafusion_postgres::pgwire::api::results::{Response, Tag};
 use datafusion_postgres::pgwire::api::stmt::StoredStatement;
 use datafusion_postgres::pgwire::api::store::PortalStore;
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
+use futures::StreamExt;
+use kiln_query::shape::labels::Labels;
 use kiln_query::{Engine, Streamed};
 use parking_lot::Mutex;
 
 use super::hook::Answer;
 use crate::error::ApiError;
 
-/// The columns of the connection's open cursors, by name (for FETCH's
-/// Parse, which sees no portal), in its session extensions.
+/// The connection's open cursors, by name, in its session extensions.
 #[derive(Default)]
-struct Cursors(Mutex<HashMap<String, SchemaRef>>);
+struct Cursors(Mutex<HashMap<String, Arc<Cursor>>>);
+
+/// One open cursor: its columns (for FETCH's Parse, which sees no
+/// portal) and its rows not yet fetched.
+struct Cursor {
+    schema: SchemaRef,
+    labels: Option<Labels>,
+    /// Declared `BINARY`: a FETCH sent as a simple query gets binary rows.
+    binary: bool,
+    rows: tokio::sync::Mutex<Rows>,
+}
+
+/// The rows of a cursor not yet fetched: the rest of a batch a FETCH
+/// stopped inside, then the query's stream.
+struct Rows {
+    pending: Option<RecordBatch>,
+    stream: SendableRecordBatchStream,
+}
+
+impl Rows {
+    /// The next `max_rows` rows (0: all that remain) as batches.
+    async fn take(&mut self, max_rows: usize) -> PgWireResult<Vec<RecordBatch>> {
+        let mut out = vec![];
+        let mut n = 0;
+        while max_rows == 0 || n < max_rows {
+            let batch = match self.pending.take() {
+                Some(b) => b,
+                None => match self.stream.next().await {
+                    Some(Ok(b)) => b,
+                    Some(Err(e)) => return Err(ApiError::from(e).to_pg()),
+                    None => break,
+                },
+            };
+            let rows = batch.num_rows();
+            let want = match max_rows {
+                0 => rows,
+                max => (max - n).min(rows),
+            };
+            if want < rows {
+                self.pending = Some(batch.slice(want, rows - want));
+            }
+            n += want;
+            out.push(batch.slice(0, want));
+        }
+        Ok(out)
+    }
+}
 
 pub(crate) struct CursorHook {
     pub(crate) engine: Arc<Engine>,
@@ -88,14 +141,6 @@ impl CursorHook {
                 return Err(error("42601", "a cursor's query must return rows".into()));
             };
             let labels = kiln_query::shape::labels::labels(&stmt);
-            let mut rows = super::execute::encode(
-                &schema,
-                stream,
-                &Format::UnifiedText,
-                labels.as_ref(),
-                &*client,
-            )?;
-            rows.set_command_tag("FETCH");
             let columns = DFSchema::try_from(schema.clone())
                 .map_err(|e| PgWireError::ApiError(Box::new(e)))?;
             let statement = StoredStatement::new(
@@ -103,56 +148,26 @@ impl CursorHook {
                 (text, Some((stmt, super::no_rows(columns)))),
                 vec![],
             );
+            // For Describe of the cursor's portal.
             let portal = Portal::new_cursor(name.value.clone(), Arc::new(statement));
-            portal.start(rows).await;
             client.portal_store().put_portal(Arc::new(portal));
+            let cursor = Cursor {
+                schema,
+                labels,
+                binary: declare.binary == Some(true),
+                rows: tokio::sync::Mutex::new(Rows {
+                    pending: None,
+                    stream,
+                }),
+            };
             client
                 .session_extensions()
                 .get_or_insert_with(Cursors::default)
                 .0
                 .lock()
-                .insert(name.value.clone(), schema);
+                .insert(name.value.clone(), Arc::new(cursor));
         }
         Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
-    }
-
-    async fn fetch(
-        &self,
-        name: &str,
-        direction: &FetchDirection,
-        client: &mut dyn HookClient,
-    ) -> PgWireResult<Response> {
-        let count = |v: &Value| match v {
-            Value::Number(n, _) => n
-                .parse::<usize>()
-                .map_err(|_| error("22023", format!("bad FETCH count {n}"))),
-            other => Err(error("22023", format!("bad FETCH count {other}"))),
-        };
-        // 0: every remaining row.
-        let max_rows = match direction {
-            FetchDirection::Next | FetchDirection::Forward { limit: None } => 1,
-            FetchDirection::Forward { limit: Some(v) } | FetchDirection::Count { limit: v } => {
-                match count(v)? {
-                    0 => return Err(ApiError::unsupported("FETCH 0 is not supported").to_pg()),
-                    n => n,
-                }
-            }
-            FetchDirection::ForwardAll | FetchDirection::All => 0,
-            _ => {
-                return Err(ApiError::unsupported("cursors scan forward only (no SCROLL)").to_pg());
-            }
-        };
-        let Some(portal) = client
-            .portal_store()
-            .get_portal(name)
-            .and_then(|e| e.value().cloned())
-        else {
-            return Err(error("34000", format!("cursor \"{name}\" does not exist")));
-        };
-        let fetched = portal.fetch(max_rows).await?;
-        let mut rows = fetched.response;
-        rows.set_command_tag("FETCH");
-        Ok(Response::Query(rows))
     }
 
     fn close(cursor: &CloseCursor, client: &mut dyn HookClient) -> PgWireResult<Response> {
@@ -179,6 +194,63 @@ impl CursorHook {
     }
 }
 
+/// `FETCH direction FROM name`: the cursor's next rows in `format` (the
+/// extended protocol's Bind), or with none (a simple query) in text, or
+/// binary for a cursor declared `BINARY`.
+pub(super) async fn fetch(
+    name: &str,
+    direction: &FetchDirection,
+    format: Option<&Format>,
+    client: &mut dyn HookClient,
+) -> PgWireResult<Response> {
+    let count = |v: &Value| match v {
+        Value::Number(n, _) => n
+            .parse::<usize>()
+            .map_err(|_| error("22023", format!("bad FETCH count {n}"))),
+        other => Err(error("22023", format!("bad FETCH count {other}"))),
+    };
+    // 0: every remaining row.
+    let max_rows = match direction {
+        FetchDirection::Next | FetchDirection::Forward { limit: None } => 1,
+        FetchDirection::Forward { limit: Some(v) } | FetchDirection::Count { limit: v } => {
+            match count(v)? {
+                0 => return Err(ApiError::unsupported("FETCH 0 is not supported").to_pg()),
+                n => n,
+            }
+        }
+        FetchDirection::ForwardAll | FetchDirection::All => 0,
+        _ => {
+            return Err(ApiError::unsupported("cursors scan forward only (no SCROLL)").to_pg());
+        }
+    };
+    let cursor = client
+        .session_extensions()
+        .get::<Cursors>()
+        .and_then(|c| c.0.lock().get(name).cloned());
+    let Some(cursor) = cursor else {
+        return Err(error("34000", format!("cursor \"{name}\" does not exist")));
+    };
+    let batches = cursor.rows.lock().await.take(max_rows).await?;
+    let format = match (format, cursor.binary) {
+        (Some(f), _) => f.clone(),
+        (None, true) => Format::UnifiedBinary,
+        (None, false) => Format::UnifiedText,
+    };
+    let stream = RecordBatchStreamAdapter::new(
+        cursor.schema.clone(),
+        futures::stream::iter(batches.into_iter().map(Ok)),
+    );
+    let mut rows = super::execute::encode(
+        &cursor.schema,
+        Box::pin(stream),
+        &format,
+        cursor.labels.as_ref(),
+        &*client,
+    )?;
+    rows.set_command_tag("FETCH");
+    Ok(Response::Query(rows))
+}
+
 #[async_trait]
 impl Answer for CursorHook {
     async fn respond(
@@ -191,7 +263,7 @@ impl Answer for CursorHook {
             Statement::Declare { stmts } => self.declare(stmts, params, client).await,
             Statement::Fetch {
                 name, direction, ..
-            } => self.fetch(&name.value, direction, client).await,
+            } => fetch(&name.value, direction, None, client).await,
             Statement::Close { cursor } => Self::close(cursor, client),
             _ => return None,
         })
@@ -209,7 +281,7 @@ impl Answer for CursorHook {
                 let schema = client
                     .session_extensions()
                     .get::<Cursors>()
-                    .and_then(|c| c.0.lock().get(&name.value).cloned());
+                    .and_then(|c| c.0.lock().get(&name.value).map(|c| c.schema.clone()));
                 match schema.map(DFSchema::try_from) {
                     Some(Ok(s)) => s,
                     Some(Err(e)) => return Some(Err(PgWireError::ApiError(Box::new(e)))),

@@ -514,6 +514,16 @@ impl ExtendedQueryHandler for PgExtended {
         };
         // The hooks answer the connection's own statements (SET, SHOW,
         // transactions, cursors), never a query: a prepared SELECT skips them.
+        if let Statement::Fetch {
+            name, direction, ..
+        } = stmt
+        {
+            // In the format the Bind asked for, whatever the DECLARE said.
+            let format = Some(&portal.result_column_format);
+            return cursor::fetch(&name.value, direction, format, client)
+                .await
+                .map_err(pg_error);
+        }
         if !matches!(stmt, Statement::Query(_)) {
             // A cursor's query binds the values as the client sent them.
             let params = match stmt {

@@ -1,11 +1,14 @@
 """Server-side cursors: psycopg 3 named cursors (DECLARE, Describe of the
-cursor's portal, FETCH FORWARD n over the extended protocol, CLOSE),
+cursor's portal, FETCH FORWARD n over the extended protocol, CLOSE), in
+text and binary (psycopg's binary=True: each FETCH's Bind asks for binary
+rows; DECLARE ... BINARY over the simple protocol),
 SQL-level DECLARE/FETCH/CLOSE over the simple protocol, and SQLAlchemy's
 stream_results (pandas' chunked reads), with results checked. The
 cursor's query goes through the engine's door (system.queries lists it).
 
 Usage: python3 cursors_check.py PORT   (prints "ok" on success)
 """
+import datetime
 import sys
 
 import psycopg
@@ -30,6 +33,28 @@ def main(port):
             rest = list(cur)
             assert len(rest) == 9997 and rest[-1] == (10000, "n10000"), rest[-1]
         c.commit()
+        # Binary rows, each type decoded as psycopg decodes it: the same
+        # values as text rows.
+        sql = ("SELECT id, id * 2.5 AS d, name, ts + id * INTERVAL '1 hour' AS t, "
+               "id % 2 = 0 AS even, CAST(NULL AS BIGINT) AS none FROM cur "
+               "WHERE id <= 2500 ORDER BY id")
+        fetched = {}
+        for binary in (False, True):
+            with c.cursor(name=f"typed_{binary}", binary=binary) as cur:
+                cur.execute(sql)
+                fetched[binary] = cur.fetchmany(7) + cur.fetchmany(1000) + cur.fetchall()
+        c.commit()
+        assert len(fetched[True]) == 2500, len(fetched[True])
+        assert fetched[True] == fetched[False], (fetched[True][:2], fetched[False][:2])
+        assert fetched[True][0] == (1, 2.5, "n1", datetime.datetime(2026, 3, 1, 1), False, None), fetched[True][0]
+
+    # DECLARE ... BINARY over the simple protocol: binary rows.
+    conn.execute("BEGIN")
+    conn.execute("DECLARE b1 BINARY CURSOR FOR SELECT CAST(id AS INT) AS i FROM cur WHERE id = 258")
+    res = conn.pgconn.exec_(b"FETCH 1 FROM b1")
+    assert res.fformat(0) == 1 and res.get_value(0, 0) == (258).to_bytes(4, "big"), res.get_value(0, 0)
+    conn.execute("CLOSE b1")
+    conn.execute("COMMIT")
 
     # SQL cursors over the simple protocol.
     conn.execute("DECLARE c1 CURSOR FOR SELECT id FROM cur WHERE id <= 5 ORDER BY id")

@@ -81,6 +81,7 @@ pub fn build_session(
     let pool = Arc::new(ServerPool::new(
         query_config.memory_limit.as_usize(),
         Box::new(heap::allocated),
+        Box::new(heap::resident),
         held_outside_queries(db.clone(), caches.clone(), cubes.clone()),
     ));
     let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone());

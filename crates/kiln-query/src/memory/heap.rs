@@ -39,6 +39,22 @@ pub fn allocated() -> Option<usize> {
         .then(|| TOTAL.load(Ordering::Relaxed).max(0) as usize)
 }
 
+/// Bytes of this process resident in memory now (`/proc/self/statm`),
+/// where the system says; `None` elsewhere. A few microseconds: callers
+/// keep the figure for a while ([`super::ServerPool`] for 10 ms).
+pub fn resident() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+        let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: a plain query of a system constant.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        Some(pages * usize::try_from(page).ok()?)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
 /// Turns transparent huge pages off for this process, unless
 /// `MIMALLOC_ALLOW_THP` asks for them; the binary calls it first thing.
 ///

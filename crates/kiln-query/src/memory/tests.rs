@@ -45,6 +45,7 @@ fn the_server_pool_refuses_growth_while_the_heap_holds_its_limit_for_queries() {
     let server = Arc::new(ServerPool::new(
         1_000,
         Box::new(move || Some(h.load(Ordering::Relaxed))),
+        Box::new(|| None),
         Box::new(move || o.load(Ordering::Relaxed)),
     ));
     // 4,000 of the heap was the server's own when the pool was made.
@@ -70,6 +71,44 @@ fn the_server_pool_refuses_growth_while_the_heap_holds_its_limit_for_queries() {
     std::thread::sleep(std::time::Duration::from_millis(OUTSIDE_REFRESH_MS + 10));
     assert_eq!(server.heap_in_queries(), Some(0));
     r.try_grow(500).unwrap();
+}
+
+#[test]
+fn the_server_pool_refuses_growth_while_resident_memory_holds_the_whole_limit() {
+    use std::sync::atomic::AtomicUsize;
+    let resident = Arc::new(AtomicUsize::new(9_000));
+    let outside = Arc::new(AtomicUsize::new(1_000));
+    let (rs, o) = (resident.clone(), outside.clone());
+    let server = Arc::new(ServerPool::new(
+        1_000,
+        Box::new(|| Some(0)),
+        Box::new(move || Some(rs.load(Ordering::Relaxed))),
+        Box::new(move || o.load(Ordering::Relaxed)),
+    ));
+    // 8,000 was resident apart from the server's state at start.
+    assert_eq!(server.resident_in_queries(), Some(0));
+    let pool: Arc<dyn MemoryPool> = server.clone();
+    let r = reservation(&pool, "distinct");
+    r.try_grow(100).unwrap();
+    // The allocator keeps 850 of freed pages resident: the heap is empty,
+    // nothing is reserved beyond 100, and still the pool refuses past the
+    // limit once it has read the figure again.
+    resident.store(9_850, Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_millis(RESIDENT_REFRESH_MS + 5));
+    assert_eq!(server.resident_in_queries(), Some(850));
+    let e = r.try_grow(200).unwrap_err().to_string();
+    assert!(e.contains("resident"), "{e}");
+    assert_eq!(server.reserved(), 100);
+    r.try_grow(150).unwrap();
+    // The pages go back to the system: the pool grows again.
+    resident.store(9_100, Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_millis(RESIDENT_REFRESH_MS + 5));
+    r.try_grow(500).unwrap();
+    // A memstore growing is the server's, not the queries'.
+    outside.store(1_500, Ordering::Relaxed);
+    resident.store(9_700, Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_millis(OUTSIDE_REFRESH_MS + 5));
+    assert_eq!(server.resident_in_queries(), Some(200));
 }
 
 #[test]

@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use datafusion::common::DFSchema;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::EmptyRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -70,11 +71,11 @@ struct Rows {
 }
 
 impl Rows {
-    /// The next `max_rows` rows (0: all that remain) as batches.
+    /// The next `max_rows` rows (at least one) as batches.
     async fn take(&mut self, max_rows: usize) -> PgWireResult<Vec<RecordBatch>> {
         let mut out = vec![];
         let mut n = 0;
-        while max_rows == 0 || n < max_rows {
+        while n < max_rows {
             let batch = match self.pending.take() {
                 Some(b) => b,
                 None => match self.stream.next().await {
@@ -84,10 +85,7 @@ impl Rows {
                 },
             };
             let rows = batch.num_rows();
-            let want = match max_rows {
-                0 => rows,
-                max => (max - n).min(rows),
-            };
+            let want = (max_rows - n).min(rows);
             if want < rows {
                 self.pending = Some(batch.slice(want, rows - want));
             }
@@ -95,6 +93,18 @@ impl Rows {
             out.push(batch.slice(0, want));
         }
         Ok(out)
+    }
+
+    /// Every row that remains, as they are computed: the cursor is left
+    /// at its end.
+    fn rest(&mut self, schema: &SchemaRef) -> SendableRecordBatchStream {
+        let empty = Box::pin(EmptyRecordBatchStream::new(schema.clone()));
+        let stream = std::mem::replace(&mut self.stream, empty);
+        let pending = futures::stream::iter(self.pending.take().map(Ok));
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema.clone(),
+            pending.chain(stream),
+        ))
     }
 }
 
@@ -230,19 +240,24 @@ pub(super) async fn fetch(
     let Some(cursor) = cursor else {
         return Err(error("34000", format!("cursor \"{name}\" does not exist")));
     };
-    let batches = cursor.rows.lock().await.take(max_rows).await?;
+    let mut rows = cursor.rows.lock().await;
+    let stream: SendableRecordBatchStream = match max_rows {
+        // FETCH ALL streams: the rows are not gathered first.
+        0 => rows.rest(&cursor.schema),
+        n => Box::pin(RecordBatchStreamAdapter::new(
+            cursor.schema.clone(),
+            futures::stream::iter(rows.take(n).await?.into_iter().map(Ok)),
+        )),
+    };
+    drop(rows);
     let format = match (format, cursor.binary) {
         (Some(f), _) => f.clone(),
         (None, true) => Format::UnifiedBinary,
         (None, false) => Format::UnifiedText,
     };
-    let stream = RecordBatchStreamAdapter::new(
-        cursor.schema.clone(),
-        futures::stream::iter(batches.into_iter().map(Ok)),
-    );
     let mut rows = super::execute::encode(
         &cursor.schema,
-        Box::pin(stream),
+        stream,
         &format,
         cursor.labels.as_ref(),
         &*client,

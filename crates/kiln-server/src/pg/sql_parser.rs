@@ -1,4 +1,4 @@
-//! datafusion-postgres's SQL parser, minus two things it does that are
+//! datafusion-postgres's SQL parser, minus three things it does that are
 //! wrong now that Kiln plans what they stood in for, plus the place of a
 //! syntax error (it parses tokens stripped of their lines and columns, so
 //! a failed parse is repeated on the text, on the error path only).
@@ -25,6 +25,11 @@
 //!   A statement the parser replaces wholesale (its list of client
 //!   queries) stays as it makes it.
 //!
+//! - Its rules rename `current_user` to `session_user` (one function
+//!   answers both), so its column was labelled `session_user`: the first
+//!   unnamed `current_user` of a select list is named `current_user`
+//!   first, as PostgreSQL labels it.
+//!
 //! Its other rewrite rules still apply; every other statement goes through
 //! the parser unchanged. Upstream, the list entry should be deleted and the
 //! rule should leave subqueries DataFusion can plan alone.
@@ -32,7 +37,8 @@
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, ObjectName, Query, SelectItem, SetExpr, Statement, VisitMut, VisitorMut, visit_relations,
+    Expr, FunctionArguments, Ident, ObjectName, Query, SelectItem, SetExpr, Statement, VisitMut,
+    VisitorMut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -40,6 +46,10 @@ use datafusion_postgres::datafusion_pg_catalog::sql::PostgresCompatibilityParser
 
 /// The text whose replacement is stale (module docs).
 const SEARCH_PATH: &str = "current_setting('search_path')";
+
+/// What the parser's rules rename `session_user`; its column keeps the
+/// label PostgreSQL gives it (module docs).
+const CURRENT_USER: &str = "current_user";
 
 #[derive(Debug, Default)]
 pub struct SqlParser(PostgresCompatibilityParser);
@@ -73,10 +83,11 @@ fn may_have_scalar_subquery(sql: &str) -> bool {
 }
 
 impl SqlParser {
-    /// Whether [`SqlParser::parse_keeping`] may keep a subquery from the
-    /// rules (module docs): a cheap look at the text, before any parse.
+    /// Whether [`SqlParser::parse_keeping`] may change the statements
+    /// before the rules (keep a subquery from them, label `current_user`;
+    /// module docs): a cheap look at the text, before any parse.
     pub fn may_keep_subqueries(sql: &str) -> bool {
-        may_have_scalar_subquery(sql)
+        may_have_scalar_subquery(sql) || contains_ignore_case(sql, CURRENT_USER)
     }
 
     /// `sql`'s statements, rewritten by datafusion-postgres's rules.
@@ -93,7 +104,7 @@ impl SqlParser {
 
     fn parse_rewritten(&self, sql: &str) -> Result<(Vec<Statement>, bool), ParserError> {
         let reads_search_path = contains_ignore_case(sql, SEARCH_PATH);
-        if !reads_search_path && !may_have_scalar_subquery(sql) {
+        if !reads_search_path && !Self::may_keep_subqueries(sql) {
             return Ok((self.0.parse(sql)?, false));
         }
         let mut raw = Parser::parse_sql(&PostgreSqlDialect {}, sql)?;
@@ -132,8 +143,10 @@ fn located(sql: &str, error: ParserError) -> ParserError {
     }
 }
 
-/// Parenthesises the subqueries of select lists once more (module docs).
+/// Parenthesises the subqueries of select lists once more and labels
+/// `current_user` (module docs).
 struct KeepSubqueries {
+    /// Whether it changed anything.
     kept: bool,
     /// Every subquery, not only the forms DataFusion plans in catalogs.
     all: bool,
@@ -196,6 +209,20 @@ impl VisitorMut for KeepSubqueries {
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
         if let SetExpr::Select(select) = query.body.as_mut() {
+            // The first unnamed `current_user` is labelled as PostgreSQL
+            // labels it (a second would repeat the name).
+            if let Some(item) = select.projection.iter_mut().find(|i| {
+                matches!(i, SelectItem::UnnamedExpr(Expr::Function(f))
+                    if matches!(f.args, FunctionArguments::None)
+                        && f.name.to_string().eq_ignore_ascii_case(CURRENT_USER))
+            }) && let SelectItem::UnnamedExpr(e) = item
+            {
+                *item = SelectItem::ExprWithAlias {
+                    expr: e.clone(),
+                    alias: Ident::with_quote('"', CURRENT_USER),
+                };
+                self.kept = true;
+            }
             for item in &mut select.projection {
                 if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item
                     && matches!(e, Expr::Subquery(q) if self.all || keepable(q))
@@ -220,6 +247,23 @@ mod tests {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ")
+    }
+
+    #[test]
+    fn current_user_keeps_its_label() {
+        assert_eq!(
+            parsed("SELECT current_user"),
+            "SELECT session_user AS \"current_user\""
+        );
+        // Named already, or a second one: as the rules make it.
+        assert_eq!(
+            parsed("SELECT CURRENT_USER AS u, current_user"),
+            "SELECT session_user AS u, session_user AS \"current_user\""
+        );
+        assert_eq!(
+            parsed("SELECT current_user, current_user"),
+            "SELECT session_user AS \"current_user\", session_user"
+        );
     }
 
     #[test]

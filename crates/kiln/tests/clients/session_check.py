@@ -26,7 +26,9 @@ def main(port: int) -> None:
 
     alice, bob = connect("alice"), connect("bob")
     for prepare in (False, True, True, True, True, True, True):
-        assert alice.execute("SELECT current_user", prepare=prepare).fetchone() == ("alice",)
+        cur = alice.execute("SELECT current_user", prepare=prepare)
+        assert cur.fetchone() == ("alice",), prepare
+        assert cur.description[0].name == "current_user", cur.description
         assert bob.execute("SELECT current_user", prepare=prepare).fetchone() == ("bob",)
     for setting in ("kiln.session_user", "kiln.user"):
         try:

@@ -25,6 +25,9 @@
 //! process's resident memory, less what it held at start and what the
 //! server keeps outside queries, has reached the whole limit: what the
 //! limit is meant to bound, read from the system every few milliseconds.
+//! That gate leaves half the pool to reservations whatever is resident:
+//! under a small limit, connections and threads alone can hold more than
+//! the limit, and queries must still run.
 
 pub mod heap;
 
@@ -228,7 +231,12 @@ impl MemoryPool for ServerPool {
         let resident = self.resident_in_queries();
         let refused = match (heap, resident) {
             (Some(heap), _) if heap + additional > self.pool_limit => true,
-            (_, Some(resident)) if resident + additional > self.limit => true,
+            (_, Some(resident))
+                if resident + additional > self.limit
+                    && self.accounted.reserved() + additional > self.pool_limit / 2 =>
+            {
+                true
+            }
             _ => self.accounted.try_grow(reservation, additional).is_err(),
         };
         if refused {

@@ -89,21 +89,22 @@ fn the_server_pool_refuses_growth_while_resident_memory_holds_the_whole_limit() 
     assert_eq!(server.resident_in_queries(), Some(0));
     let pool: Arc<dyn MemoryPool> = server.clone();
     let r = reservation(&pool, "distinct");
-    r.try_grow(100).unwrap();
-    // The allocator keeps 850 of freed pages resident: the heap is empty,
-    // nothing is reserved beyond 100, and still the pool refuses past the
-    // limit once it has read the figure again.
-    resident.store(9_850, Ordering::Relaxed);
+    // The allocator keeps 900 of freed pages resident (the heap is
+    // empty): half the pool is still granted, whatever is resident.
+    resident.store(9_900, Ordering::Relaxed);
     std::thread::sleep(std::time::Duration::from_millis(RESIDENT_REFRESH_MS + 5));
-    assert_eq!(server.resident_in_queries(), Some(850));
+    assert_eq!(server.resident_in_queries(), Some(900));
+    r.try_grow(400).unwrap();
+    // Past half, the pool refuses growth beyond the limit resident.
     let e = r.try_grow(200).unwrap_err().to_string();
     assert!(e.contains("resident"), "{e}");
-    assert_eq!(server.reserved(), 100);
-    r.try_grow(150).unwrap();
+    assert_eq!(server.reserved(), 400);
+    r.try_grow(100).unwrap();
     // The pages go back to the system: the pool grows again.
     resident.store(9_100, Ordering::Relaxed);
     std::thread::sleep(std::time::Duration::from_millis(RESIDENT_REFRESH_MS + 5));
-    r.try_grow(500).unwrap();
+    r.try_grow(300).unwrap();
+    assert_eq!(server.reserved(), 800);
     // A memstore growing is the server's, not the queries'.
     outside.store(1_500, Ordering::Relaxed);
     resident.store(9_700, Ordering::Relaxed);

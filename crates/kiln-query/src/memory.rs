@@ -23,11 +23,13 @@
 //! by the heap, though: under 200 heavy `count(DISTINCT)`s they held 280
 //! to 540 MiB beyond it. So the pool also refuses to grow while the
 //! process's resident memory, less what it held at start and what the
-//! server keeps outside queries, has reached the whole limit: what the
-//! limit is meant to bound, read from the system every few milliseconds.
-//! That gate leaves half the pool to reservations whatever is resident:
-//! under a small limit, connections and threads alone can hold more than
-//! the limit, and queries must still run.
+//! server keeps outside queries, has reached the pool's nine tenths of
+//! the limit: what the limit is meant to bound, read from the system
+//! every few milliseconds; the last tenth is left for allocations that
+//! pass no gate (batches built before they are reserved, a buffer copied
+//! as it grows). That gate leaves half the pool to reservations whatever
+//! is resident: under a small limit, connections and threads alone can
+//! hold more than the limit, and queries must still run.
 
 pub mod heap;
 
@@ -232,7 +234,7 @@ impl MemoryPool for ServerPool {
         let refused = match (heap, resident) {
             (Some(heap), _) if heap + additional > self.pool_limit => true,
             (_, Some(resident))
-                if resident + additional > self.limit
+                if resident + additional > self.pool_limit
                     && self.accounted.reserved() + additional > self.pool_limit / 2 =>
             {
                 true

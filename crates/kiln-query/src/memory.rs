@@ -21,15 +21,13 @@
 //! stop a tenth short of the limit ([`HEADROOM`]): that tenth is left for
 //! pages the allocator holds beyond the heap. Those pages are not bounded
 //! by the heap, though: under 200 heavy `count(DISTINCT)`s they held 280
-//! to 540 MiB beyond it. So the pool also refuses to grow while the
-//! process's resident memory, less what it held at start and what the
-//! server keeps outside queries, has reached the pool's nine tenths of
-//! the limit: what the limit is meant to bound, read from the system
-//! every few milliseconds; the last tenth is left for allocations that
-//! pass no gate (batches built before they are reserved, a buffer copied
-//! as it grows). That gate leaves half the pool to reservations whatever
-//! is resident: under a small limit, connections and threads alone can
-//! hold more than the limit, and queries must still run.
+//! to 540 MiB beyond it. So what admission waits on ([`ServerPool::in_use`])
+//! also counts the process's resident memory, less what it held at start
+//! and what the server keeps outside queries, read from the system every
+//! few milliseconds: while it is high, heavy queries wait to start (and a
+//! query past its slot time keeps its slot) instead of adding to it. It
+//! refuses no reservation: a query that has started is refused only by
+//! what it and the others hold, so a sort still spills where it can.
 
 pub mod heap;
 
@@ -42,8 +40,9 @@ use datafusion::execution::memory_pool::{
     GreedyMemoryPool, MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
 };
 
-/// Bytes live on the heap, if known ([`heap::allocated`]).
-pub type HeapGauge = Box<dyn Fn() -> Option<usize> + Send + Sync>;
+/// Bytes of something, if known: live on the heap ([`heap::allocated`]),
+/// resident ([`heap::resident`]).
+pub type Gauge = Box<dyn Fn() -> Option<usize> + Send + Sync>;
 
 /// Bytes the server holds outside queries now (memstores, caches).
 pub type Outside = Box<dyn Fn() -> usize + Send + Sync>;
@@ -105,7 +104,7 @@ pub struct ServerPool {
     limit: usize,
     /// What queries may hold: `limit` less [`HEADROOM`].
     pool_limit: usize,
-    heap: HeapGauge,
+    heap: Gauge,
     /// The gauge when the pool was made, less what `outside` counted then.
     baseline: usize,
     outside: Refreshed,
@@ -142,7 +141,7 @@ impl ServerPool {
     /// A pool of `limit` bytes that also watches the heap through `heap`
     /// and resident memory through `resident`, leaving out what `outside`
     /// says the server holds apart from queries.
-    pub fn new(limit: usize, heap: HeapGauge, resident: HeapGauge, outside: Outside) -> Self {
+    pub fn new(limit: usize, heap: Gauge, resident: Gauge, outside: Outside) -> Self {
         let held = outside();
         let baseline = heap().map_or(0, |h| h.saturating_sub(held));
         let resident_now = resident();
@@ -198,12 +197,14 @@ impl ServerPool {
         Some(resident.saturating_sub(outside))
     }
 
-    /// Query memory in use: the larger of what is reserved and what the
-    /// heap holds for queries. Admission waits on this.
+    /// Query memory in use: the largest of what is reserved, what the
+    /// heap holds for queries and what is resident for them. Admission
+    /// waits on this.
     pub fn in_use(&self) -> usize {
         self.accounted
             .reserved()
             .max(self.heap_in_queries().unwrap_or(0))
+            .max(self.resident_in_queries().unwrap_or(0))
     }
 }
 
@@ -230,27 +231,18 @@ impl MemoryPool for ServerPool {
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
         let heap = self.heap_in_queries();
-        let resident = self.resident_in_queries();
-        let refused = match (heap, resident) {
-            (Some(heap), _) if heap + additional > self.pool_limit => true,
-            (_, Some(resident))
-                if resident + additional > self.pool_limit
-                    && self.accounted.reserved() + additional > self.pool_limit / 2 =>
-            {
-                true
-            }
+        let refused = match heap {
+            Some(heap) if heap + additional > self.pool_limit => true,
             _ => self.accounted.try_grow(reservation, additional).is_err(),
         };
         if refused {
-            let figure = |n: Option<usize>| n.map_or("unknown".into(), human);
             return Err(DataFusionError::ResourcesExhausted(format!(
                 "out of memory: queries are using the {} of the server's {} --memory-limit \
-                 they may ({} reserved, {} on the heap, {} resident); {} could not get {} more",
+                 they may ({} reserved, {} on the heap); {} could not get {} more",
                 human(self.pool_limit),
                 human(self.limit),
                 human(self.accounted.reserved()),
-                figure(heap),
-                figure(resident),
+                heap.map_or("unknown".into(), human),
                 reservation.consumer().name(),
                 human(additional)
             )));

@@ -178,14 +178,24 @@ pub fn query_state(ctx: &SessionContext, queries: &QueryRegistry) -> SessionStat
 
 /// Applies to `state` the options `query`'s session set and who its
 /// session is ([`KilnOptions::session_user`]).
+///
+/// Options are copied only when there is something to set: the user only
+/// for a statement that can read it (every function that does has `user`
+/// in its name).
 pub fn apply_query(state: &mut SessionState, query: &QueryHandle) -> crate::error::Result<()> {
+    let settings = query.settings();
+    let text = query.info().text.as_bytes();
+    let reads_user = text.windows(4).any(|w| w.eq_ignore_ascii_case(b"user"));
+    if settings.is_empty() && !reads_user {
+        return Ok(());
+    }
     let options = state.config_mut().options_mut();
-    for (name, value) in query.settings() {
+    for (name, value) in settings {
         options
             .set(&name, &value)
             .map_err(|e| crate::error::Error::Sql(format!("SET {name}: {}", e.message())))?;
     }
-    if let Some(kiln) = options.extensions.get_mut::<KilnOptions>() {
+    if reads_user && let Some(kiln) = options.extensions.get_mut::<KilnOptions>() {
         kiln.session_user = Some(query.session_user());
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! The process's heap, counted at the allocator.
+//! The process's heap, counted at the allocator, and its resident memory,
+//! as the system counts it ([`resident`]).
 //!
 //! Why: DataFusion's pool holds what operators reserve, not everything a
 //! query allocates (batches an aggregation emits, generated input, encoded

@@ -21,13 +21,13 @@
 //! stop a tenth short of the limit ([`HEADROOM`]): that tenth is left for
 //! pages the allocator holds beyond the heap. Those pages are not bounded
 //! by the heap, though: under 200 heavy `count(DISTINCT)`s they held 280
-//! to 540 MiB beyond it. So what admission waits on ([`ServerPool::in_use`])
-//! also counts the process's resident memory, less what it held at start
-//! and what the server keeps outside queries, read from the system every
-//! few milliseconds: while it is high, heavy queries wait to start (and a
-//! query past its slot time keeps its slot) instead of adding to it. It
-//! refuses no reservation: a query that has started is refused only by
-//! what it and the others hold, so a sort still spills where it can.
+//! to 540 MiB beyond it. So once queries have reserved half the pool, it
+//! also refuses growth that would take the process's resident memory,
+//! less what it held at start and what the server keeps outside queries,
+//! past the limit: the figure the limit is meant to bound, read from the
+//! system every few milliseconds. Below half, reservations are granted
+//! whatever is resident: under a small limit, connections and threads
+//! alone can hold more than the limit, and queries must still run.
 
 pub mod heap;
 
@@ -197,14 +197,12 @@ impl ServerPool {
         Some(resident.saturating_sub(outside))
     }
 
-    /// Query memory in use: the largest of what is reserved, what the
-    /// heap holds for queries and what is resident for them. Admission
-    /// waits on this.
+    /// Query memory in use: the larger of what is reserved and what the
+    /// heap holds for queries. Admission waits on this.
     pub fn in_use(&self) -> usize {
         self.accounted
             .reserved()
             .max(self.heap_in_queries().unwrap_or(0))
-            .max(self.resident_in_queries().unwrap_or(0))
     }
 }
 
@@ -231,18 +229,27 @@ impl MemoryPool for ServerPool {
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
         let heap = self.heap_in_queries();
-        let refused = match heap {
-            Some(heap) if heap + additional > self.pool_limit => true,
+        let resident = self.resident_in_queries();
+        let refused = match (heap, resident) {
+            (Some(heap), _) if heap + additional > self.pool_limit => true,
+            (_, Some(resident))
+                if resident + additional > self.limit
+                    && self.accounted.reserved() + additional > self.pool_limit / 2 =>
+            {
+                true
+            }
             _ => self.accounted.try_grow(reservation, additional).is_err(),
         };
         if refused {
+            let figure = |n: Option<usize>| n.map_or("unknown".into(), human);
             return Err(DataFusionError::ResourcesExhausted(format!(
                 "out of memory: queries are using the {} of the server's {} --memory-limit \
-                 they may ({} reserved, {} on the heap); {} could not get {} more",
+                 they may ({} reserved, {} on the heap, {} resident); {} could not get {} more",
                 human(self.pool_limit),
                 human(self.limit),
                 human(self.accounted.reserved()),
-                heap.map_or("unknown".into(), human),
+                figure(heap),
+                figure(resident),
                 reservation.consumer().name(),
                 human(additional)
             )));

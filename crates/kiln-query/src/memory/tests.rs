@@ -74,7 +74,7 @@ fn the_server_pool_refuses_growth_while_the_heap_holds_its_limit_for_queries() {
 }
 
 #[test]
-fn resident_memory_for_queries_counts_as_in_use_and_refuses_nothing() {
+fn the_server_pool_refuses_growth_while_resident_memory_holds_the_whole_limit() {
     use std::sync::atomic::AtomicUsize;
     let resident = Arc::new(AtomicUsize::new(9_000));
     let outside = Arc::new(AtomicUsize::new(1_000));
@@ -89,23 +89,27 @@ fn resident_memory_for_queries_counts_as_in_use_and_refuses_nothing() {
     assert_eq!(server.resident_in_queries(), Some(0));
     let pool: Arc<dyn MemoryPool> = server.clone();
     let r = reservation(&pool, "distinct");
-    r.try_grow(100).unwrap();
-    assert_eq!(server.in_use(), 100);
-    // The allocator keeps 850 of freed pages resident: that is what
-    // admission sees once the pool has read the figure again...
-    resident.store(9_850, Ordering::Relaxed);
+    // The allocator keeps 900 of freed pages resident (the heap is
+    // empty): half the pool is still granted, whatever is resident.
+    resident.store(9_900, Ordering::Relaxed);
     std::thread::sleep(std::time::Duration::from_millis(RESIDENT_REFRESH_MS + 5));
-    assert_eq!(server.resident_in_queries(), Some(850));
-    assert_eq!(server.in_use(), 850);
-    // ...while a running query still grows up to the pool.
-    r.try_grow(700).unwrap();
-    assert!(r.try_grow(200).is_err());
+    assert_eq!(server.resident_in_queries(), Some(900));
+    r.try_grow(400).unwrap();
+    // Past half, the pool refuses growth beyond the limit resident.
+    let e = r.try_grow(200).unwrap_err().to_string();
+    assert!(e.contains("resident"), "{e}");
+    assert_eq!(server.reserved(), 400);
+    r.try_grow(100).unwrap();
+    // The pages go back to the system: the pool grows again.
+    resident.store(9_100, Ordering::Relaxed);
+    std::thread::sleep(std::time::Duration::from_millis(RESIDENT_REFRESH_MS + 5));
+    r.try_grow(300).unwrap();
+    assert_eq!(server.reserved(), 800);
     // A memstore growing is the server's, not the queries'.
     outside.store(1_500, Ordering::Relaxed);
     resident.store(9_700, Ordering::Relaxed);
     std::thread::sleep(std::time::Duration::from_millis(OUTSIDE_REFRESH_MS + 5));
     assert_eq!(server.resident_in_queries(), Some(200));
-    assert_eq!(server.in_use(), 800);
 }
 
 #[test]

@@ -229,18 +229,22 @@ impl MemoryPool for ServerPool {
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
         let heap = self.heap_in_queries();
-        let resident = self.resident_in_queries();
-        let refused = match (heap, resident) {
-            (Some(heap), _) if heap + additional > self.pool_limit => true,
-            (_, Some(resident))
-                if resident + additional > self.limit
-                    && self.accounted.reserved() + additional > self.pool_limit / 2 =>
+        // Resident memory is looked at (and read from the system) only
+        // once half the pool is reserved.
+        let past_half = self.accounted.reserved() + additional > self.pool_limit / 2;
+        let refused = match heap {
+            Some(heap) if heap + additional > self.pool_limit => true,
+            _ if past_half
+                && self
+                    .resident_in_queries()
+                    .is_some_and(|r| r + additional > self.limit) =>
             {
                 true
             }
             _ => self.accounted.try_grow(reservation, additional).is_err(),
         };
         if refused {
+            let resident = self.resident_in_queries();
             let figure = |n: Option<usize>| n.map_or("unknown".into(), human);
             return Err(DataFusionError::ResourcesExhausted(format!(
                 "out of memory: queries are using the {} of the server's {} --memory-limit \

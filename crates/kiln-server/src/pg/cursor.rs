@@ -28,7 +28,6 @@ use async_trait::async_trait;
 use datafusion::common::DFSchema;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::EmptyRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -45,6 +44,7 @@ use futures::StreamExt;
 use kiln_query::shape::labels::Labels;
 use kiln_query::{Engine, Streamed};
 use parking_lot::Mutex;
+use tokio::sync::OwnedMutexGuard;
 
 use super::hook::Answer;
 use crate::error::ApiError;
@@ -60,7 +60,7 @@ struct Cursor {
     labels: Option<Labels>,
     /// Declared `BINARY`: a FETCH sent as a simple query gets binary rows.
     binary: bool,
-    rows: tokio::sync::Mutex<Rows>,
+    rows: Arc<tokio::sync::Mutex<Rows>>,
 }
 
 /// The rows of a cursor not yet fetched: the rest of a batch a FETCH
@@ -71,40 +71,32 @@ struct Rows {
 }
 
 impl Rows {
-    /// The next `max_rows` rows (at least one) as batches.
-    async fn take(&mut self, max_rows: usize) -> PgWireResult<Vec<RecordBatch>> {
-        let mut out = vec![];
-        let mut n = 0;
-        while n < max_rows {
-            let batch = match self.pending.take() {
+    /// The next `max_rows` rows (every one that remains for `usize::MAX`),
+    /// as they are computed: nothing is gathered, however many a FETCH
+    /// asks for. The stream holds the cursor until it is dropped.
+    fn next(
+        rows: OwnedMutexGuard<Rows>,
+        schema: SchemaRef,
+        max_rows: usize,
+    ) -> SendableRecordBatchStream {
+        let batches = futures::stream::unfold((rows, max_rows), |(mut rows, left)| async move {
+            if left == 0 {
+                return None;
+            }
+            let batch = match rows.pending.take() {
                 Some(b) => b,
-                None => match self.stream.next().await {
-                    Some(Ok(b)) => b,
-                    Some(Err(e)) => return Err(ApiError::from(e).to_pg()),
-                    None => break,
+                None => match rows.stream.next().await? {
+                    Ok(b) => b,
+                    Err(e) => return Some((Err(e), (rows, 0))),
                 },
             };
-            let rows = batch.num_rows();
-            let want = (max_rows - n).min(rows);
-            if want < rows {
-                self.pending = Some(batch.slice(want, rows - want));
+            let n = batch.num_rows().min(left);
+            if n < batch.num_rows() {
+                rows.pending = Some(batch.slice(n, batch.num_rows() - n));
             }
-            n += want;
-            out.push(batch.slice(0, want));
-        }
-        Ok(out)
-    }
-
-    /// Every row that remains, as they are computed: the cursor is left
-    /// at its end.
-    fn rest(&mut self, schema: &SchemaRef) -> SendableRecordBatchStream {
-        let empty = Box::pin(EmptyRecordBatchStream::new(schema.clone()));
-        let stream = std::mem::replace(&mut self.stream, empty);
-        let pending = futures::stream::iter(self.pending.take().map(Ok));
-        Box::pin(RecordBatchStreamAdapter::new(
-            schema.clone(),
-            pending.chain(stream),
-        ))
+            Some((Ok(batch.slice(0, n)), (rows, left - n)))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(schema, batches))
     }
 }
 
@@ -165,10 +157,10 @@ impl CursorHook {
                 schema,
                 labels,
                 binary: declare.binary == Some(true),
-                rows: tokio::sync::Mutex::new(Rows {
+                rows: Arc::new(tokio::sync::Mutex::new(Rows {
                     pending: None,
                     stream,
-                }),
+                })),
             };
             client
                 .session_extensions()
@@ -219,7 +211,6 @@ pub(super) async fn fetch(
             .map_err(|_| error("22023", format!("bad FETCH count {n}"))),
         other => Err(error("22023", format!("bad FETCH count {other}"))),
     };
-    // 0: every remaining row.
     let max_rows = match direction {
         FetchDirection::Next | FetchDirection::Forward { limit: None } => 1,
         FetchDirection::Forward { limit: Some(v) } | FetchDirection::Count { limit: v } => {
@@ -228,7 +219,7 @@ pub(super) async fn fetch(
                 n => n,
             }
         }
-        FetchDirection::ForwardAll | FetchDirection::All => 0,
+        FetchDirection::ForwardAll | FetchDirection::All => usize::MAX,
         _ => {
             return Err(ApiError::unsupported("cursors scan forward only (no SCROLL)").to_pg());
         }
@@ -240,16 +231,15 @@ pub(super) async fn fetch(
     let Some(cursor) = cursor else {
         return Err(error("34000", format!("cursor \"{name}\" does not exist")));
     };
-    let mut rows = cursor.rows.lock().await;
-    let stream: SendableRecordBatchStream = match max_rows {
-        // FETCH ALL streams: the rows are not gathered first.
-        0 => rows.rest(&cursor.schema),
-        n => Box::pin(RecordBatchStreamAdapter::new(
-            cursor.schema.clone(),
-            futures::stream::iter(rows.take(n).await?.into_iter().map(Ok)),
-        )),
+    // Rows stream as they are sent: an earlier FETCH of this cursor whose
+    // rows the client has not all taken (a suspended portal) holds it.
+    let Ok(rows) = cursor.rows.clone().try_lock_owned() else {
+        return Err(error(
+            "55006",
+            format!("cursor \"{name}\" is still being read by an earlier FETCH"),
+        ));
     };
-    drop(rows);
+    let stream = Rows::next(rows, cursor.schema.clone(), max_rows);
     let format = match (format, cursor.binary) {
         (Some(f), _) => f.clone(),
         (None, true) => Format::UnifiedBinary,

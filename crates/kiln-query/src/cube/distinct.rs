@@ -4,9 +4,11 @@
 //! users of millions in an hour or a region), where that takes 1-3 bytes a
 //! value; a roaring bitmap, measured on the abtest dashboard, took about 16
 //! (a container per value) and merged thousands of them into one 10x
-//! slower than sorting. Merging is concatenating; a group is sorted and
-//! deduplicated once, when its count or state is read. DataFusion's own
-//! state (the list of distinct values) is kept for other types.
+//! slower than sorting. Merging is concatenating; a group is deduplicated
+//! once, when its count or state is read: a count of many values is taken
+//! from a hash set (2-3x faster than sorting tens of thousands), a state
+//! sorts only the values the hash set kept. DataFusion's own state (the
+//! list of distinct values) is kept for other types.
 //!
 //! Signed values are mapped to `u64` with the sign bit flipped, which keeps
 //! them distinct and in order.
@@ -18,7 +20,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, UInt64Type};
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{HashSet, Result, ScalarValue, exec_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{
@@ -160,6 +162,10 @@ fn states(states: &ArrayRef, mut f: impl FnMut(usize, &[u8]) -> Result<()>) -> R
     Ok(())
 }
 
+/// From this many values on, a group's distinct values are found with a
+/// hash set (its seed random per process) rather than by sorting them all.
+const HASHED_FROM: usize = 512;
+
 /// One group's values: sorted and distinct once read, appended to between.
 #[derive(Debug, Default)]
 struct Values {
@@ -168,13 +174,32 @@ struct Values {
 }
 
 impl Values {
+    /// The distinct values, sorted (what a state keeps).
     fn get(&mut self) -> &[u64] {
         if !self.sorted {
+            if self.values.len() >= HASHED_FROM {
+                self.values = self.distinct().into_iter().collect();
+            }
             self.values.sort_unstable();
             self.values.dedup();
             self.sorted = true;
         }
         &self.values
+    }
+
+    /// How many distinct values (what a count answers): many are counted
+    /// without sorting.
+    fn count(&mut self) -> usize {
+        match self.sorted || self.values.len() < HASHED_FROM {
+            true => self.get().len(),
+            false => self.distinct().len(),
+        }
+    }
+
+    fn distinct(&self) -> HashSet<u64> {
+        let mut set = HashSet::with_capacity(self.values.len() / 2);
+        set.extend(self.values.iter().copied());
+        set
     }
 
     fn push(&mut self, v: u64) {
@@ -205,7 +230,7 @@ impl Accumulator for One {
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64(Some(self.0.get().len() as i64)))
+        Ok(ScalarValue::Int64(Some(self.0.count() as i64)))
     }
 
     fn size(&self) -> usize {
@@ -224,11 +249,8 @@ impl Groups {
     }
 
     fn take(&mut self, emit_to: EmitTo) -> Vec<Values> {
-        let mut groups = emit_to.take_needed(&mut self.0);
+        let groups = emit_to.take_needed(&mut self.0);
         self.1 = self.0.iter().map(|v| v.values.len()).sum();
-        groups.iter_mut().for_each(|g| {
-            g.get();
-        });
         groups
     }
 }
@@ -272,17 +294,17 @@ impl GroupsAccumulator for Groups {
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        let groups = self.take(emit_to);
+        let mut groups = self.take(emit_to);
         Ok(Arc::new(Int64Array::from_iter_values(
-            groups.iter().map(|g| g.values.len() as i64),
+            groups.iter_mut().map(|g| g.count() as i64),
         )))
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let groups = self.take(emit_to);
+        let mut groups = self.take(emit_to);
         let mut out = BinaryBuilder::new();
-        for g in &groups {
-            out.append_value(encode(&g.values));
+        for g in &mut groups {
+            out.append_value(encode(g.get()));
         }
         Ok(vec![Arc::new(out.finish())])
     }

@@ -34,8 +34,9 @@ use std::sync::{Arc, OnceLock, Weak};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::compute::{
+    SortColumn, concat_batches, lexsort_to_indices, take_record_batch,
+};
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::execution::{SessionState, TaskContext};
@@ -211,7 +212,11 @@ impl Cubes {
     }
 
     /// A part's rows, decoded once and kept; in `schema`.
-    async fn part_rows(&self, db: &Db, part: &Part, schema: &SchemaRef) -> DfResult<RecordBatch> {
+    /// A part's rows, sorted by the cube's dimensions in their order (a
+    /// query's equality on leading dimensions then reads a slice,
+    /// [`scan`]).
+    async fn part_rows(&self, db: &Db, part: &Part, cube: &CubePlan) -> DfResult<RecordBatch> {
+        let schema = &cube.schema;
         if let Some(b) = self.parts.get(&part.meta.path) {
             return Ok(b);
         }
@@ -226,6 +231,13 @@ impl Cubes {
         let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
         let batch = concat_batches(schema, &batches)?;
         let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
+        let keys: Vec<SortColumn> = (0..cube.def.dimensions.len())
+            .map(|i| SortColumn {
+                values: batch.column(i).clone(),
+                options: None,
+            })
+            .collect();
+        let batch = take_record_batch(&batch, &lexsort_to_indices(&keys, None)?)?;
         let size = batch.get_array_memory_size();
         self.parts
             .insert(part.meta.path.clone(), batch.clone(), size, |_| false);
@@ -281,8 +293,17 @@ impl ExtensionPlanner for CubePlanner {
             }
             None => None,
         };
+        let keys = scan
+            .keys
+            .iter()
+            .map(|(d, v)| {
+                let d = scan.cube.schema.index_of(d)?;
+                Ok((d, session.create_physical_expr(v.clone(), &df_schema)?))
+            })
+            .collect::<DfResult<_>>()?;
         Ok(Some(Arc::new(CubeScanExec {
             cubes: self.cubes.clone(),
+            keys,
             properties: CubeScanExec::properties_of(&scan.cube),
             cube: scan.cube.clone(),
             table: scan.table.clone(),

@@ -213,6 +213,23 @@ impl Source {
     }
 }
 
+/// `dimension = value` (either side), the value without columns and not
+/// volatile (one value for every row): a key of [`CubeScan`].
+fn key(e: &Expr) -> Option<(String, Expr)> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = e
+    else {
+        return None;
+    };
+    let ((Expr::Column(c), v) | (v, Expr::Column(c))) = (left.as_ref(), right.as_ref()) else {
+        return None;
+    };
+    (v.column_refs().is_empty() && !v.is_volatile()).then(|| (c.name.clone(), v.clone()))
+}
+
 fn has_subquery(e: &Expr) -> bool {
     e.exists(|e| {
         Ok(matches!(
@@ -373,9 +390,11 @@ fn answer(
         );
     }
     let mut filters = vec![];
+    let mut keys = vec![];
     let mut range: Option<TimeRange> = None;
     for f in &source.filters {
         if let Some(d) = dims.derive(f) {
+            keys.extend(key(&d));
             filters.push(d);
             continue;
         }
@@ -414,6 +433,7 @@ fn answer(
         cube.clone(),
         source.table.clone(),
         source.filters.clone(),
+        keys,
         range,
     )
     .map_err(|e| e.to_string())?;

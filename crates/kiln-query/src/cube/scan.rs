@@ -19,9 +19,9 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::{AsArray, RecordBatch, make_comparator};
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
-use datafusion::arrow::compute::{and, filter_record_batch};
+use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
 use datafusion::arrow::datatypes::{Schema, TimestampNanosecondType};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, DFSchemaRef, Result, ScalarValue, internal_err};
@@ -69,6 +69,12 @@ pub struct CubeScan {
     /// Conjuncts over the table's (unqualified) columns that every raw row
     /// read must pass: the query's own filters.
     pub filters: Vec<Expr>,
+    /// Equalities on dimensions (`dimension = value`, the value without
+    /// columns: a constant or a parameter), which narrow each part to a
+    /// slice of its sorted rows when they cover its leading dimensions.
+    /// The same conjuncts are filtered above the scan: this only saves
+    /// reading rows.
+    pub keys: Vec<(String, Expr)>,
     pub range: Option<TimeRange>,
 }
 
@@ -77,6 +83,7 @@ impl CubeScan {
         cube: Arc<CubePlan>,
         table: KilnTable,
         filters: Vec<Expr>,
+        keys: Vec<(String, Expr)>,
         range: Option<TimeRange>,
     ) -> Result<Self> {
         let schema = Arc::new(DFSchema::try_from_qualified_schema(
@@ -88,6 +95,7 @@ impl CubeScan {
             table,
             schema,
             filters,
+            keys,
             range,
         })
     }
@@ -97,6 +105,7 @@ impl PartialEq for CubeScan {
     fn eq(&self, other: &Self) -> bool {
         self.cube.def.id == other.cube.def.id
             && self.filters == other.filters
+            && self.keys == other.keys
             && self.range == other.range
     }
 }
@@ -107,6 +116,7 @@ impl Hash for CubeScan {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.cube.def.id.hash(state);
         self.filters.hash(state);
+        self.keys.hash(state);
         self.range.hash(state);
     }
 }
@@ -135,6 +145,7 @@ impl UserDefinedLogicalNodeCore for CubeScan {
 
     fn expressions(&self) -> Vec<Expr> {
         let mut out = self.filters.clone();
+        out.extend(self.keys.iter().map(|(_, v)| v.clone()));
         if let Some(r) = &self.range {
             out.extend(r.lower.iter().cloned());
             out.extend(r.upper.iter().cloned());
@@ -152,13 +163,22 @@ impl UserDefinedLogicalNodeCore for CubeScan {
         if let Some(r) = &self.range {
             write!(f, ", buckets={:?} of {}", r.unit, r.dimension)?;
         }
+        if !self.keys.is_empty() {
+            let keys: Vec<&str> = self.keys.iter().map(|(d, _)| d.as_str()).collect();
+            write!(f, ", keys=[{}]", keys.join(", "))?;
+        }
         Ok(())
     }
 
     fn with_exprs_and_inputs(&self, mut exprs: Vec<Expr>, _: Vec<LogicalPlan>) -> Result<Self> {
         let mut out = self.clone();
-        let rest = exprs.split_off(self.filters.len());
+        let mut rest = exprs.split_off(self.filters.len());
         out.filters = exprs;
+        let range = rest.split_off(self.keys.len());
+        for ((_, v), new) in out.keys.iter_mut().zip(rest) {
+            *v = new;
+        }
+        let rest = range;
         if let Some(r) = &mut out.range {
             let mut rest = rest;
             let upper = rest.split_off(r.lower.len());
@@ -193,6 +213,8 @@ pub struct CubeScanExec {
     /// The raw rows' filter, over the table's view schema.
     pub(super) filter: Option<Arc<dyn PhysicalExpr>>,
     pub(super) range: Option<Arc<PhysicalRange>>,
+    /// [`CubeScan::keys`]: dimension indexes and values.
+    pub(super) keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
     pub(super) properties: Arc<PlanProperties>,
 }
 
@@ -213,8 +235,10 @@ impl CubeScanExec {
         table: KilnTable,
         filter: Option<Arc<dyn PhysicalExpr>>,
         range: Option<Arc<PhysicalRange>>,
+        keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let keys = key_values(&keys)?;
         let snapshot = table.table().snapshot();
         // The range [a, b) and its whole buckets [lo, hi), open ends beyond
         // any timestamp (i128); no whole bucket when a bound or its bucket
@@ -257,7 +281,8 @@ impl CubeScanExec {
             if lo >= hi || max < lo || min >= hi {
                 continue;
             }
-            let batch = cubes.part_rows(table.db(), &part, &cube.schema).await?;
+            let batch = cubes.part_rows(table.db(), &part, &cube).await?;
+            let batch = with_keys(&batch, &keys)?;
             batches.push(match &range {
                 Some(r) if min < lo || max >= hi => in_buckets(&batch, r.dimension, lo, hi)?,
                 _ => batch,
@@ -347,6 +372,60 @@ fn bound(exprs: &[Arc<dyn PhysicalExpr>], lower: bool) -> Result<Bound> {
         });
     }
     Ok(out)
+}
+
+/// The keys' values, in dimension order (a key whose value is not a
+/// single non-NULL value is left out: it narrows nothing).
+fn key_values(keys: &[(usize, Arc<dyn PhysicalExpr>)]) -> Result<Vec<(usize, ScalarValue)>> {
+    let empty = RecordBatch::new_empty(Arc::new(Schema::empty()));
+    let mut out = vec![];
+    for (d, e) in keys {
+        if let ColumnarValue::Scalar(v) = e.evaluate(&empty)?
+            && !v.is_null()
+        {
+            out.push((*d, v));
+        }
+    }
+    out.sort_by_key(|(d, _)| *d);
+    Ok(out)
+}
+
+/// The slice of `batch` (sorted by its dimensions, [`super::Cubes`]) whose
+/// leading dimensions equal the keys, as far as keys cover them. A value
+/// that the dimension's type cannot hold exactly stops the narrowing.
+fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<RecordBatch> {
+    let (mut lo, mut hi) = (0, batch.num_rows());
+    for (d, (i, v)) in keys.iter().enumerate() {
+        if *i != d {
+            break;
+        }
+        let col = batch.column(d);
+        let exact = v
+            .cast_to(col.data_type())
+            .ok()
+            .filter(|c| !c.is_null() && c.cast_to(&v.data_type()).is_ok_and(|back| &back == v));
+        let Some(value) = exact else {
+            break;
+        };
+        let value = value.to_array()?;
+        let cmp = make_comparator(col.as_ref(), value.as_ref(), SortOptions::default())?;
+        let first = |after: &dyn Fn(Ordering) -> bool| {
+            let (mut a, mut b) = (lo, hi);
+            while a < b {
+                let m = a + (b - a) / 2;
+                match after(cmp(m, 0)) {
+                    true => b = m,
+                    false => a = m + 1,
+                }
+            }
+            a
+        };
+        (lo, hi) = (
+            first(&|o| o != Ordering::Less),
+            first(&|o| o == Ordering::Greater),
+        );
+    }
+    Ok(batch.slice(lo, hi - lo))
 }
 
 /// Rows of `batch` whose time dimension is in `[lo, hi)` (open ends are
@@ -476,6 +555,7 @@ impl ExecutionPlan for CubeScanExec {
             self.table.clone(),
             self.filter.clone(),
             self.range.clone(),
+            self.keys.clone(),
             context,
         );
         let stream = futures::stream::once(rows).try_flatten();

@@ -108,3 +108,58 @@ fn distinct_values_round_trip_and_refuse_corrupt_states() {
     assert!(decode(&[0x80], &mut out).is_err(), "a cut varint");
     assert!(decode(&[0xff; 11], &mut out).is_err(), "a varint too long");
 }
+
+#[test]
+fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
+    use super::distinct::{DistinctValues, decode, encode};
+    use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::logical_expr::function::AccumulatorArgs;
+    use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
+    use std::sync::Arc;
+    // Group 0 gets few values, group 1 many (hashed), each from several
+    // states overlapping in part, as parts of a cube merge.
+    let states: Vec<(usize, Vec<u64>)> = (0..40u64)
+        .map(|i| (1, (i * 50..i * 50 + 120).map(|v| v * 7919).collect()))
+        .chain([(0, vec![3, 5, 9]), (0, vec![5, 9, 11])])
+        .collect();
+    let mut expect = [vec![], vec![]];
+    for (g, v) in &states {
+        expect[*g].extend(v.iter().copied());
+    }
+    for e in &mut expect {
+        e.sort_unstable();
+        e.dedup();
+    }
+    assert!(expect[1].len() > 1000);
+    let bytes: BinaryArray = states.iter().map(|(_, v)| Some(encode(v))).collect();
+    let groups: Vec<usize> = states.iter().map(|(g, _)| *g).collect();
+    let schema = Schema::empty();
+    let field = Arc::new(Field::new("c", DataType::Int64, false));
+    let args = || AccumulatorArgs {
+        return_field: field.clone(),
+        schema: &schema,
+        ignore_nulls: false,
+        order_bys: &[],
+        is_reversed: false,
+        name: "c",
+        is_distinct: false,
+        exprs: &[],
+        expr_fields: &[],
+    };
+    let udaf = DistinctValues::default();
+    let input: Vec<ArrayRef> = vec![Arc::new(bytes)];
+    let mut acc = udaf.create_groups_accumulator(args()).unwrap();
+    acc.merge_batch(&input, &groups, 2).unwrap();
+    let counts = acc.evaluate(EmitTo::All).unwrap();
+    let counts = counts.as_primitive::<Int64Type>();
+    assert_eq!(counts.values().to_vec(), vec![4, expect[1].len() as i64]);
+    let mut acc = udaf.create_groups_accumulator(args()).unwrap();
+    acc.merge_batch(&input, &groups, 2).unwrap();
+    let state = acc.state(EmitTo::All).unwrap();
+    for (g, e) in expect.iter().enumerate() {
+        let mut back = vec![];
+        decode(state[0].as_binary::<i32>().value(g), &mut back).unwrap();
+        assert_eq!(&back, e, "group {g}: sorted and distinct");
+    }
+}

@@ -115,6 +115,11 @@ fn keys(values: &ArrayRef, mut f: impl FnMut(usize, u64)) -> Result<()> {
 
 /// Appends the values coded in `bytes` (varint deltas of sorted values).
 pub(super) fn decode(bytes: &[u8], out: &mut Vec<u64>) -> Result<()> {
+    decode_with(bytes, |v| out.push(v))
+}
+
+/// Calls `f` with each value coded in `bytes`.
+fn decode_with(bytes: &[u8], mut f: impl FnMut(u64)) -> Result<()> {
     let (mut prev, mut shift, mut delta) = (0u64, 0u32, 0u64);
     for &b in bytes {
         if shift > 63 {
@@ -123,7 +128,7 @@ pub(super) fn decode(bytes: &[u8], out: &mut Vec<u64>) -> Result<()> {
         delta |= u64::from(b & 0x7f) << shift;
         if b & 0x80 == 0 {
             prev = prev.wrapping_add(delta);
-            out.push(prev);
+            f(prev);
             (shift, delta) = (0, 0);
         } else {
             shift += 7;
@@ -166,20 +171,29 @@ fn states(states: &ArrayRef, mut f: impl FnMut(usize, &[u8]) -> Result<()>) -> R
 /// hash set (its seed random per process) rather than by sorting them all.
 const HASHED_FROM: usize = 512;
 
-/// One group's values: sorted and distinct once read, appended to between.
+/// One group's values: few are appended to a list, sorted and
+/// deduplicated once read; from [`HASHED_FROM`] on they go to a hash set,
+/// which keeps each once as it comes (no list grows with repeats).
 #[derive(Debug, Default)]
 struct Values {
+    /// Sorted and distinct when `sorted`; empty once `set` is.
     values: Vec<u64>,
     sorted: bool,
+    set: Option<HashSet<u64>>,
 }
+
+/// Bytes [`Values`] may take per value appended: a list's growth slack, or
+/// a hash set's slots and control bytes at its load factor.
+const BYTES_PER_VALUE: usize = 16;
 
 impl Values {
     /// The distinct values, sorted (what a state keeps).
     fn get(&mut self) -> &[u64] {
+        if let Some(set) = self.set.take() {
+            self.values = set.into_iter().collect();
+            self.sorted = false;
+        }
         if !self.sorted {
-            if self.values.len() >= HASHED_FROM {
-                self.values = self.distinct().into_iter().collect();
-            }
             self.values.sort_unstable();
             self.values.dedup();
             self.sorted = true;
@@ -187,29 +201,55 @@ impl Values {
         &self.values
     }
 
-    /// How many distinct values (what a count answers): many are counted
-    /// without sorting.
+    /// How many distinct values (what a count answers): a hash set's are
+    /// counted without sorting.
     fn count(&mut self) -> usize {
-        match self.sorted || self.values.len() < HASHED_FROM {
-            true => self.get().len(),
-            false => self.distinct().len(),
+        match &self.set {
+            Some(set) => set.len(),
+            None => self.get().len(),
         }
     }
 
-    fn distinct(&self) -> HashSet<u64> {
-        let mut set = HashSet::with_capacity(self.values.len() / 2);
-        set.extend(self.values.iter().copied());
-        set
+    /// How many values are held (repeats too, until hashed).
+    fn held(&self) -> usize {
+        self.values.len() + self.set.as_ref().map_or(0, |s| s.len())
+    }
+
+    /// Moves a long list into a hash set.
+    fn hash_if_long(&mut self) {
+        if self.set.is_none() && self.values.len() >= HASHED_FROM {
+            let mut set = HashSet::with_capacity(self.values.len());
+            set.extend(self.values.drain(..));
+            self.values = vec![];
+            self.set = Some(set);
+        }
     }
 
     fn push(&mut self, v: u64) {
-        self.values.push(v);
-        self.sorted = false;
+        match &mut self.set {
+            Some(set) => {
+                set.insert(v);
+            }
+            None => {
+                self.values.push(v);
+                self.sorted = false;
+                self.hash_if_long();
+            }
+        }
     }
 
     fn merge(&mut self, state: &[u8]) -> Result<()> {
-        self.sorted = false;
-        decode(state, &mut self.values)
+        match &mut self.set {
+            Some(set) => decode_with(state, |v| {
+                set.insert(v);
+            }),
+            None => {
+                self.sorted = false;
+                decode(state, &mut self.values)?;
+                self.hash_if_long();
+                Ok(())
+            }
+        }
     }
 }
 
@@ -234,7 +274,12 @@ impl Accumulator for One {
     }
 
     fn size(&self) -> usize {
-        std::mem::size_of::<Self>() + self.0.values.capacity() * 8
+        let set = self
+            .0
+            .set
+            .as_ref()
+            .map_or(0, |s| s.capacity() * BYTES_PER_VALUE);
+        std::mem::size_of::<Self>() + self.0.values.capacity() * 8 + set
     }
 }
 
@@ -250,7 +295,7 @@ impl Groups {
 
     fn take(&mut self, emit_to: EmitTo) -> Vec<Values> {
         let groups = emit_to.take_needed(&mut self.0);
-        self.1 = self.0.iter().map(|v| v.values.len()).sum();
+        self.1 = self.0.iter().map(Values::held).sum();
         groups
     }
 }
@@ -326,7 +371,7 @@ impl GroupsAccumulator for Groups {
     }
 
     fn size(&self) -> usize {
-        // 8 bytes a value held (merged states count their coded bytes).
-        self.1 * 8 + self.0.capacity() * std::mem::size_of::<Values>()
+        // Per value held (merged states count their coded bytes).
+        self.1 * BYTES_PER_VALUE + self.0.capacity() * std::mem::size_of::<Values>()
     }
 }

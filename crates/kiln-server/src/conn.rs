@@ -12,6 +12,16 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::metrics::{ConnectionGuard, HTTP, Metrics};
 
+/// Sends each write at once (`TCP_NODELAY`): a response's last bytes (the
+/// final chunk of a streamed body) are a small write of their own, which
+/// Nagle's algorithm would hold until the client acknowledges the rest,
+/// up to its delayed-ACK timer (40 ms on Linux).
+pub fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!("TCP_NODELAY: {e}");
+    }
+}
+
 /// A listener whose connections are counted while open.
 pub struct Counted<L> {
     pub inner: L,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use clap::Args;
 use kiln_query::{Engine, QueryConfig};
 use kiln_storage::{ByteSize, Db, StorageConfig};
@@ -179,7 +180,7 @@ async fn serve_db(
         }
         None => {
             let listener = conn::Counted {
-                inner: http_listener,
+                inner: http_listener.tap_io(conn::no_delay),
                 metrics: http_metrics,
             };
             tokio::spawn(

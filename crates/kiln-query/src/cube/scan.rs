@@ -19,7 +19,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch, make_comparator};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, make_comparator};
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
 use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
 use datafusion::arrow::datatypes::{Schema, TimestampNanosecondType};
@@ -282,9 +282,12 @@ impl CubeScanExec {
                 continue;
             }
             let batch = cubes.part_rows(table.db(), &part, &cube).await?;
-            let batch = with_keys(&batch, &keys)?;
+            let (batch, next) = with_keys(&batch, &keys)?;
             batches.push(match &range {
-                Some(r) if min < lo || max >= hi => in_buckets(&batch, r.dimension, lo, hi)?,
+                Some(r) if min < lo || max >= hi => match r.dimension == next {
+                    true => sorted_buckets(&batch, next, lo, hi)?,
+                    false => in_buckets(&batch, r.dimension, lo, hi)?,
+                },
                 _ => batch,
             });
         }
@@ -391,10 +394,12 @@ fn key_values(keys: &[(usize, Arc<dyn PhysicalExpr>)]) -> Result<Vec<(usize, Sca
 }
 
 /// The slice of `batch` (sorted by its dimensions, [`super::Cubes`]) whose
-/// leading dimensions equal the keys, as far as keys cover them. A value
-/// that the dimension's type cannot hold exactly stops the narrowing.
-fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<RecordBatch> {
+/// leading dimensions equal the keys, as far as keys cover them, and the
+/// first dimension not narrowed (the slice is sorted by it). A value that
+/// the dimension's type cannot hold exactly stops the narrowing.
+fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<(RecordBatch, usize)> {
     let (mut lo, mut hi) = (0, batch.num_rows());
+    let mut next = 0;
     for (d, (i, v)) in keys.iter().enumerate() {
         if *i != d {
             break;
@@ -424,8 +429,29 @@ fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<Recor
             first(&|o| o != Ordering::Less),
             first(&|o| o == Ordering::Greater),
         );
+        next = d + 1;
     }
-    Ok(batch.slice(lo, hi - lo))
+    Ok((batch.slice(lo, hi - lo), next))
+}
+
+/// [`in_buckets`] of a batch sorted by its time dimension: a slice.
+fn sorted_buckets(
+    batch: &RecordBatch,
+    dimension: usize,
+    lo: i128,
+    hi: i128,
+) -> Result<RecordBatch> {
+    let col = batch.column(dimension);
+    let Some(ts) = col.as_primitive_opt::<TimestampNanosecondType>() else {
+        return internal_err!("cube time dimension is not a nanosecond timestamp");
+    };
+    if ts.null_count() > 0 {
+        return in_buckets(batch, dimension, lo, hi);
+    }
+    let values = ts.values();
+    let start = values.partition_point(|v| i128::from(*v) < lo);
+    let end = values.partition_point(|v| i128::from(*v) < hi);
+    Ok(batch.slice(start, end.max(start) - start))
 }
 
 /// Rows of `batch` whose time dimension is in `[lo, hi)` (open ends are

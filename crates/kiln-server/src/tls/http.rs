@@ -105,7 +105,7 @@ async fn accept_loop(
         let Ok(permit) = handshakes.clone().acquire_owned().await else {
             return;
         };
-        let (tcp, addr) = match listener.accept().await {
+        let (mut tcp, addr) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!("http accept: {e}");
@@ -113,6 +113,7 @@ async fn accept_loop(
                 continue;
             }
         };
+        crate::conn::no_delay(&mut tcp);
         let acceptor = acceptor.clone();
         let metrics = metrics.clone();
         let ready = ready.clone();

@@ -88,3 +88,6 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for CountedIo<I> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -211,10 +211,9 @@ impl Cubes {
         self.parts.usage()
     }
 
-    /// A part's rows, decoded once and kept; in `schema`.
-    /// A part's rows, sorted by the cube's dimensions in their order (a
-    /// query's equality on leading dimensions then reads a slice,
-    /// [`scan`]).
+    /// A part's rows in the cube's schema, decoded once and kept, sorted by
+    /// the cube's dimensions in their order (a query's equalities on the
+    /// leading dimensions then read a slice, [`scan`]).
     async fn part_rows(&self, db: &Db, part: &Part, cube: &CubePlan) -> DfResult<RecordBatch> {
         let schema = &cube.schema;
         if let Some(b) = self.parts.get(&part.meta.path) {

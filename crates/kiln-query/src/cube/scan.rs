@@ -174,13 +174,12 @@ impl UserDefinedLogicalNodeCore for CubeScan {
         let mut out = self.clone();
         let mut rest = exprs.split_off(self.filters.len());
         out.filters = exprs;
-        let range = rest.split_off(self.keys.len());
+        let bounds = rest.split_off(self.keys.len());
         for ((_, v), new) in out.keys.iter_mut().zip(rest) {
             *v = new;
         }
-        let rest = range;
         if let Some(r) = &mut out.range {
-            let mut rest = rest;
+            let mut rest = bounds;
             let upper = rest.split_off(r.lower.len());
             r.lower = rest;
             r.upper = upper;
@@ -413,7 +412,9 @@ fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<(Reco
             break;
         };
         let value = value.to_array()?;
-        let cmp = make_comparator(col.as_ref(), value.as_ref(), SortOptions::default())?;
+        let Ok(cmp) = make_comparator(col.as_ref(), value.as_ref(), SortOptions::default()) else {
+            break;
+        };
         let first = |after: &dyn Fn(Ordering) -> bool| {
             let (mut a, mut b) = (lo, hi);
             while a < b {

@@ -19,7 +19,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch, make_comparator};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, make_comparator};
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
 use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
 use datafusion::arrow::datatypes::{Schema, TimestampNanosecondType};
@@ -237,7 +237,7 @@ impl CubeScanExec {
         keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let keys = key_values(&keys)?;
+        let keys = key_values(&keys, &cube.schema)?;
         let snapshot = table.table().snapshot();
         // The range [a, b) and its whole buckets [lo, hi), open ends beyond
         // any timestamp (i128); no whole bucket when a bound or its bucket
@@ -376,16 +376,25 @@ fn bound(exprs: &[Arc<dyn PhysicalExpr>], lower: bool) -> Result<Bound> {
     Ok(out)
 }
 
-/// The keys' values, in dimension order (a key whose value is not a
-/// single non-NULL value is left out: it narrows nothing).
-fn key_values(keys: &[(usize, Arc<dyn PhysicalExpr>)]) -> Result<Vec<(usize, ScalarValue)>> {
+/// The keys' values, in dimension order, each as a one-row array of its
+/// dimension's type in `schema`, computed once per execution. A key whose
+/// value is not a single non-NULL value, or one the dimension's type cannot
+/// hold exactly, is left out: it narrows nothing.
+fn key_values(
+    keys: &[(usize, Arc<dyn PhysicalExpr>)],
+    schema: &Schema,
+) -> Result<Vec<(usize, ArrayRef)>> {
     let empty = RecordBatch::new_empty(Arc::new(Schema::empty()));
     let mut out = vec![];
     for (d, e) in keys {
-        if let ColumnarValue::Scalar(v) = e.evaluate(&empty)?
-            && !v.is_null()
-        {
-            out.push((*d, v));
+        let ColumnarValue::Scalar(v) = e.evaluate(&empty)? else {
+            continue;
+        };
+        let exact = v.cast_to(schema.field(*d).data_type()).ok().filter(|c| {
+            !v.is_null() && !c.is_null() && c.cast_to(&v.data_type()).is_ok_and(|back| back == v)
+        });
+        if let Some(value) = exact {
+            out.push((*d, value.to_array()?));
         }
     }
     out.sort_by_key(|(d, _)| *d);
@@ -394,9 +403,8 @@ fn key_values(keys: &[(usize, Arc<dyn PhysicalExpr>)]) -> Result<Vec<(usize, Sca
 
 /// The slice of `batch` (sorted by its dimensions, [`super::Cubes`]) whose
 /// leading dimensions equal the keys, as far as keys cover them, and the
-/// first dimension not narrowed (the slice is sorted by it). A value that
-/// the dimension's type cannot hold exactly stops the narrowing.
-fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<(RecordBatch, usize)> {
+/// first dimension not narrowed (the slice is sorted by it).
+fn with_keys(batch: &RecordBatch, keys: &[(usize, ArrayRef)]) -> Result<(RecordBatch, usize)> {
     let (mut lo, mut hi) = (0, batch.num_rows());
     let mut next = 0;
     for (d, (i, v)) in keys.iter().enumerate() {
@@ -404,15 +412,7 @@ fn with_keys(batch: &RecordBatch, keys: &[(usize, ScalarValue)]) -> Result<(Reco
             break;
         }
         let col = batch.column(d);
-        let exact = v
-            .cast_to(col.data_type())
-            .ok()
-            .filter(|c| !c.is_null() && c.cast_to(&v.data_type()).is_ok_and(|back| &back == v));
-        let Some(value) = exact else {
-            break;
-        };
-        let value = value.to_array()?;
-        let Ok(cmp) = make_comparator(col.as_ref(), value.as_ref(), SortOptions::default()) else {
+        let Ok(cmp) = make_comparator(col.as_ref(), v.as_ref(), SortOptions::default()) else {
             break;
         };
         let first = |after: &dyn Fn(Ordering) -> bool| {

@@ -472,12 +472,6 @@ impl Engine {
     ) -> Result<Streamed> {
         self.guarded(query, async {
             self.authorize_plan(query, logical)?;
-            if !query.settings().is_empty() {
-                // Kept plans are the server settings'; a session's own
-                // options plan afresh.
-                let plan = bind_params(logical.clone(), params)?;
-                return self.start_plan(plan, query).await;
-            }
             let stream = self
                 .plans
                 .execute(&self.ctx, query, sql, logical, types, params)

@@ -2,10 +2,12 @@
 //! config, runtime (object store, Parquet metadata cache) and the catalog
 //! of Kiln tables. Nothing here is rebuilt or re-read per query.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, SchemaProvider};
+use datafusion::common::config::ConfigOptions;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -190,15 +192,43 @@ pub fn apply_query(state: &mut SessionState, query: &QueryHandle) -> crate::erro
         return Ok(());
     }
     let options = state.config_mut().options_mut();
-    for (name, value) in settings {
-        options
-            .set(&name, &value)
-            .map_err(|e| crate::error::Error::Sql(format!("SET {name}: {}", e.message())))?;
-    }
+    apply_settings(options, &settings)?;
     if reads_user && let Some(kiln) = options.extensions.get_mut::<KilnOptions>() {
         kiln.session_user = Some(query.session_user());
     }
     Ok(())
+}
+
+/// Sets a session's options (its `SET`s, [`QueryHandle::settings`]) on
+/// `options`.
+pub fn apply_settings(
+    options: &mut ConfigOptions,
+    settings: &[(String, String)],
+) -> crate::error::Result<()> {
+    for (name, value) in settings {
+        options
+            .set(name, value)
+            .map_err(|e| crate::error::Error::Sql(format!("SET {name}: {}", e.message())))?;
+    }
+    Ok(())
+}
+
+/// `text` told apart by a session's options, as a key of kept plans: a
+/// plan is optimized with the options (`kiln.cubes = off` plans without
+/// cubes), so sessions with other options keep other plans. The server's
+/// options add nothing.
+pub fn settings_key<'a>(text: &'a str, settings: &[(String, String)]) -> Cow<'a, str> {
+    if settings.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut sorted: Vec<_> = settings.iter().collect();
+    sorted.sort();
+    let mut key = text.to_string();
+    for (name, value) in sorted {
+        // Apart from the text: NUL ends a PostgreSQL string.
+        key.push_str(&format!("\0{name}={value}"));
+    }
+    Cow::Owned(key)
 }
 
 /// What the server holds on the heap apart from queries: memstores and

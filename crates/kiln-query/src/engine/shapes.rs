@@ -9,15 +9,16 @@ use datafusion::sql::sqlparser::ast::Statement;
 use super::{Engine, Query, Streamed};
 use crate::error::Result;
 use crate::plan_cache::{Kept, Shape, cast_param};
+use crate::session::{apply_settings, settings_key};
 
 impl Engine {
     /// Runs a query through the kept plan of its shape
     /// ([`crate::plan_cache::literals`]): its text with `params` (HTTP's
     /// `params`), or else with the literals of its filters lifted into
     /// placeholders. None where it is to be planned as written: a
-    /// statement other than a query, a session's own settings or a
-    /// transaction, nothing to bind, or a shape that cannot be kept or
-    /// bound.
+    /// statement other than a query or in a transaction, nothing to bind,
+    /// or a shape that cannot be kept or bound. Shapes are kept by text
+    /// and the session's options, and planned with those.
     pub(super) async fn run_shape(
         &self,
         stmt: &DfStatement,
@@ -28,7 +29,6 @@ impl Engine {
             return Ok(None);
         };
         if !matches!(**s, Statement::Query(_))
-            || !query.settings().is_empty()
             || query.transaction().is_some()
             || !self.plans.lifts_literals()
         {
@@ -44,14 +44,16 @@ impl Engine {
             return Ok(None);
         }
         // Apart from prepared statements' texts: NUL ends a PostgreSQL string.
-        let key = format!("\0{shaped}");
+        let text = format!("\0{shaped}");
+        let settings = query.settings();
+        let key = settings_key(&text, &settings).into_owned();
         let shape = match self.plans.shape(&key) {
             Kept::New | Kept::AsWritten => return Ok(None),
             Kept::Shape(shape) => shape,
             Kept::Seen => {
-                let planned = self
-                    .ctx
-                    .state()
+                let mut state = self.ctx.state();
+                apply_settings(state.config_mut().options_mut(), &settings)?;
+                let planned = state
                     .statement_to_plan(DfStatement::Statement(Box::new(shaped)))
                     .await;
                 let shape = planned.ok().and_then(|plan| Shape::new(plan, n));
@@ -79,7 +81,7 @@ impl Engine {
             .execute(
                 &self.ctx,
                 query,
-                &key,
+                &text,
                 &shape.logical,
                 &shape.types,
                 &values,

@@ -20,8 +20,10 @@
 //!
 //! A generic plan's parameters live in its instance, so an instance serves
 //! one execution at a time; each statement keeps a small pool of them, and
-//! each is made again when the session's settings, the query's share of
-//! the cores, or a table it reads (dropped and created again) change.
+//! each is made again when the server's settings, the query's share of
+//! the cores, or a table it reads (dropped and created again) change. A
+//! session with options of its own (`SET kiln.cubes = off`) keeps plans of
+//! its own: they are kept by text and options.
 //! Nothing here is durable: the cache is rebuilt by use after a restart.
 //!
 //! Queries sent with their values written in reach the same cache by their
@@ -63,7 +65,7 @@ use crate::admission::{QueryHandle, QueryRegistry};
 use crate::config::PlanCacheMode;
 use crate::executor::deferred;
 use crate::scan::{KeptPlan, KilnTable};
-use crate::session::partitions_for;
+use crate::session::{apply_settings, partitions_for, settings_key};
 
 /// Executions of each kind of plan before the faster is chosen.
 pub const TRIALS: u64 = 5;
@@ -204,8 +206,9 @@ impl PlanCache {
     }
 
     /// Runs `sql`, whose plan (with placeholders `$1..$n` of `types`) is
-    /// `logical`, with `params`: with a kept generic plan when that has
-    /// proved faster, otherwise planned now with the values.
+    /// `logical`, with `params`: with a kept generic plan (kept by `sql`
+    /// and the session's options) when that has proved faster, otherwise
+    /// planned now with the values.
     pub async fn execute(
         &self,
         ctx: &SessionContext,
@@ -217,7 +220,8 @@ impl PlanCache {
     ) -> Result<SendableRecordBatchStream> {
         let queries = query.registry();
         let started = Instant::now();
-        let statement = self.statement(sql, logical);
+        let settings = query.settings();
+        let statement = self.statement(&settings_key(sql, &settings), logical);
         let choice = statement.as_ref().map(|s| s.choice.load(Ordering::Relaxed));
         let kind = match (&statement, choice, self.mode) {
             (None, ..) | (_, Some(CUSTOM), _) | (.., PlanCacheMode::ForceCustom) => {
@@ -240,7 +244,10 @@ impl PlanCache {
             with_finish(stream, done)
         };
         if let (Kind::Generic, Some(s)) = (&kind, &statement) {
-            match self.generic(ctx, queries, s, logical, types).await {
+            match self
+                .generic(ctx, queries, &settings, s, logical, types)
+                .await
+            {
                 Ok(instance) => {
                     let trial = self.mode == PlanCacheMode::Auto
                         && s.choice.load(Ordering::Relaxed) == UNDECIDED;
@@ -285,11 +292,13 @@ impl PlanCache {
         Some(statement.value().clone())
     }
 
-    /// An idle generic instance still valid now, or a new one.
+    /// An idle generic instance still valid now, or a new one, planned
+    /// with the session's options `own` (the statement's key has them).
     async fn generic(
         &self,
         ctx: &SessionContext,
         queries: &QueryRegistry,
+        own: &[(String, String)],
         statement: &Statement,
         logical: &LogicalPlan,
         types: &[DataType],
@@ -318,6 +327,8 @@ impl PlanCache {
             }
         }
         let mut state = ctx.state();
+        apply_settings(state.config_mut().options_mut(), own)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
         state.config_mut().options_mut().execution.target_partitions = partitions;
         state.config_mut().set_extension(Arc::new(KeptPlan));
         let optimized = state.optimize(logical)?;

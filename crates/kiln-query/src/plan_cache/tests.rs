@@ -143,6 +143,60 @@ async fn a_generic_plan_is_made_again_for_a_new_table_or_setting() {
 }
 
 #[tokio::test]
+async fn a_session_with_its_own_options_keeps_plans_of_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    engine
+        .execute("CREATE CUBE by_id ON kv DIMENSIONS (id) MEASURES (count(*) AS n)")
+        .await
+        .unwrap();
+    engine.db().flush_all().await.unwrap();
+    engine.db().build_cube_parts().await.unwrap();
+    const COUNT: &str = "SELECT count(*) FROM kv WHERE id = $1";
+    let off = [("kiln.cubes".to_string(), "off".to_string())];
+    let off_key = crate::session::settings_key(COUNT, &off).into_owned();
+    for settings in [&[][..], &off[..]] {
+        for _ in 0..3 {
+            let logical = engine
+                .session()
+                .state()
+                .create_logical_plan(COUNT)
+                .await
+                .unwrap();
+            let query = engine.begin(Origin::EMBEDDED, COUNT).await.unwrap();
+            for (name, value) in settings {
+                query.set(name, Some(value.clone()));
+            }
+            if let Some(s) = engine.plans().statements.get(COUNT) {
+                s.choice.store(GENERIC, Ordering::Relaxed);
+            }
+            if let Some(s) = engine.plans().statements.get(&off_key) {
+                s.choice.store(GENERIC, Ordering::Relaxed);
+            }
+            let streamed = engine
+                .run_prepared(&query, COUNT, &logical, &[DataType::Int64], &[2.into()])
+                .await
+                .unwrap();
+            let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
+                panic!("rows expected")
+            };
+            assert_eq!(cells(&batches), ["1"]);
+        }
+    }
+    // Each kept its generic plan: with the cube, and without it.
+    let plan = |key: &str| {
+        let s = statement(&engine, key);
+        let idle = s.idle.lock();
+        assert_eq!(idle.len(), 1, "{key}");
+        datafusion::physical_plan::displayable(idle[0].plan.as_ref())
+            .indent(false)
+            .to_string()
+    };
+    assert!(plan(COUNT).contains("CubeScan"), "{}", plan(COUNT));
+    assert!(!plan(&off_key).contains("CubeScan"), "{}", plan(&off_key));
+}
+
+#[tokio::test]
 async fn the_faster_kind_is_chosen_after_the_trials() {
     let tmp = tempfile::tempdir().unwrap();
     let engine = engine(tmp.path()).await;

@@ -11,6 +11,13 @@
 //! and a state sorts only the distinct values. DataFusion's own state (the
 //! list of distinct values) is kept for other types.
 //!
+//! A scan returns a part's states as ordinals ([`super::ordinals`]), which a
+//! group keeps in a list and, from a share of the dictionary on
+//! ([`bits_from`]), in a bitset: setting a bit is cheaper than a hash-set
+//! insert. Ids merged as ids (another partition's states, ids past a full
+//! dictionary) are looked up among the group's ordinals when it is counted,
+//! so a value is counted once whichever way it came.
+//!
 //! Signed values are mapped to `u64` with the sign bit flipped, which keeps
 //! them distinct and in order.
 
@@ -28,22 +35,43 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
 
+use super::ordinals::{self, Ordinals};
+
 /// Whether a distinct count over `t` keeps sorted values.
 pub fn kept_as_values(t: &DataType) -> bool {
     t.is_integer()
 }
 
 /// `count(DISTINCT x)` of integers, with a sorted-values state.
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug)]
 pub struct DistinctValues {
     signature: Signature,
+    /// The measure's ordinals, which states in the scan's form use.
+    ordinals: Arc<Ordinals>,
 }
 
-impl Default for DistinctValues {
-    fn default() -> Self {
+impl DistinctValues {
+    /// A cube measure's distinct count, merging states in the scan's form
+    /// with `ordinals` ([`super::ordinals`]).
+    pub fn new(ordinals: Arc<Ordinals>) -> Self {
         Self {
             signature: Signature::any(1, Volatility::Immutable),
+            ordinals,
         }
+    }
+}
+
+impl PartialEq for DistinctValues {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.ordinals, &other.ordinals)
+    }
+}
+
+impl Eq for DistinctValues {}
+
+impl std::hash::Hash for DistinctValues {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.ordinals).hash(state)
     }
 }
 
@@ -75,7 +103,7 @@ impl AggregateUDFImpl for DistinctValues {
     }
 
     fn accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(One(Values::default())))
+        Ok(Box::new(One(Values::default(), self.ordinals.clone())))
     }
 
     fn groups_accumulator_supported(&self, _: AccumulatorArgs) -> bool {
@@ -83,7 +111,7 @@ impl AggregateUDFImpl for DistinctValues {
     }
 
     fn create_groups_accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(Groups(vec![], 0)))
+        Ok(Box::new(Groups(vec![], 0, self.ordinals.clone())))
     }
 
     fn default_value(&self, _: &DataType) -> Result<ScalarValue> {
@@ -157,15 +185,130 @@ pub(super) fn encode(values: &[u64]) -> Vec<u8> {
     out
 }
 
-/// Each non-NULL state of a state column, decoded onto the row's group.
-fn states(states: &ArrayRef, mut f: impl FnMut(usize, &[u8]) -> Result<()>) -> Result<()> {
-    let a = states.as_binary::<i32>();
-    for (row, b) in a.iter().enumerate() {
+/// How a state column's states are coded.
+#[derive(Clone, Copy)]
+enum Form {
+    /// Ids (a part's, a partial aggregation's): [`decode`].
+    Ids,
+    /// Ordinals and ids (a scan's): [`ordinals::decode`].
+    Ordinals {
+        /// A group's ordinals go to a bitset from this many on.
+        bits_from: usize,
+    },
+}
+
+/// Each non-NULL state of a state column, with its row and form.
+fn states(
+    states: &ArrayRef,
+    ordinals: &Ordinals,
+    mut f: impl FnMut(usize, &[u8], Form) -> Result<()>,
+) -> Result<()> {
+    if states.data_type() == &DataType::LargeBinary {
+        let form = Form::Ordinals {
+            bits_from: bits_from(ordinals.given()),
+        };
+        for (row, b) in states.as_binary::<i64>().iter().enumerate() {
+            if let Some(b) = b {
+                f(row, b, form)?;
+            }
+        }
+        return Ok(());
+    }
+    for (row, b) in states.as_binary::<i32>().iter().enumerate() {
         if let Some(b) = b {
-            f(row, b)?;
+            f(row, b, Form::Ids)?;
         }
     }
     Ok(())
+}
+
+/// A group's ordinals go to a bitset (one bit per ordinal given, `given`)
+/// from this many on: where the bitset takes no more than the hash set
+/// of as many ids would ([`BYTES_PER_VALUE`] each).
+fn bits_from(given: usize) -> usize {
+    (given / (8 * BYTES_PER_VALUE)).max(HASHED_FROM)
+}
+
+/// One group's ordinals: a list until [`bits_from`], then a bitset.
+#[derive(Debug, Default)]
+struct OrdinalSet {
+    list: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+impl OrdinalSet {
+    fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.bits.is_empty()
+    }
+
+    fn insert(&mut self, o: u32, bits_from: usize) {
+        if !self.bits.is_empty() {
+            return self.set(o);
+        }
+        self.list.push(o);
+        if self.list.len() >= bits_from {
+            // Sized for every ordinal given so far (`bits_from` is a share of them).
+            self.bits = vec![0; (bits_from * 8 * BYTES_PER_VALUE).div_ceil(64)];
+            for o in std::mem::take(&mut self.list) {
+                self.set(o);
+            }
+        }
+    }
+
+    fn set(&mut self, o: u32) {
+        let word = (o >> 6) as usize;
+        if word >= self.bits.len() {
+            self.bits.resize(word + 1, 0);
+        }
+        self.bits[word] |= 1 << (o & 63);
+    }
+
+    /// The distinct ordinals (the list sorted and deduplicated).
+    fn distinct(&mut self) -> Vec<u32> {
+        if self.bits.is_empty() {
+            self.sorted();
+            return std::mem::take(&mut self.list);
+        }
+        let mut out = vec![];
+        for (w, &word) in self.bits.iter().enumerate() {
+            let mut word = word;
+            while word != 0 {
+                out.push((w as u32) << 6 | word.trailing_zeros());
+                word &= word - 1;
+            }
+        }
+        out
+    }
+
+    fn count(&mut self) -> usize {
+        match self.bits.is_empty() {
+            true => self.sorted().len(),
+            false => self.bits.iter().map(|w| w.count_ones() as usize).sum(),
+        }
+    }
+
+    /// The list, sorted and deduplicated.
+    fn sorted(&mut self) -> &[u32] {
+        if !self.list.is_sorted_by(|a, b| a < b) {
+            self.list.sort_unstable();
+            self.list.dedup();
+        }
+        &self.list
+    }
+
+    fn contains(&mut self, o: u32) -> bool {
+        match self.bits.is_empty() {
+            true => self.sorted().binary_search(&o).is_ok(),
+            false => self
+                .bits
+                .get((o >> 6) as usize)
+                .is_some_and(|w| w & (1 << (o & 63)) != 0),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.list.capacity() * 4 + self.bits.capacity() * 8
+    }
 }
 
 /// From this many values on, a group's distinct values are found with a
@@ -181,6 +324,9 @@ struct Values {
     values: Vec<u64>,
     sorted: bool,
     set: Option<HashSet<u64>>,
+    /// Ordinals merged from a scan's states; the values above are then
+    /// ids merged otherwise, some of which may have an ordinal too.
+    ordinals: OrdinalSet,
 }
 
 /// Bytes [`Values`] may take per value appended: a list's growth slack, or
@@ -202,18 +348,52 @@ impl Values {
         &self.values
     }
 
+    /// The distinct values, sorted, ordinals made ids again.
+    fn ids(&mut self, ordinals: &Ordinals) -> &[u64] {
+        if !self.ordinals.is_empty() {
+            let held = self.ordinals.distinct();
+            self.ordinals = OrdinalSet::default();
+            ordinals.ids(held, |id| self.push(id));
+        }
+        self.get()
+    }
+
     /// How many distinct values (what a count answers): a hash set's are
-    /// counted without sorting.
-    fn count(&mut self) -> usize {
-        match &self.set {
+    /// counted without sorting; ids are looked up among the ordinals.
+    fn count(&mut self, ordinals: &Ordinals) -> usize {
+        let ids = match &self.set {
             Some(set) => set.len(),
             None => self.get().len(),
+        };
+        if self.ordinals.is_empty() {
+            return ids;
         }
+        if ids == 0 {
+            return self.ordinals.count();
+        }
+        // Ids merged as ids count unless their ordinal is held.
+        let mut more = 0;
+        let held = &mut self.ordinals;
+        let ids: Box<dyn Iterator<Item = u64>> = match &self.set {
+            Some(set) => Box::new(set.iter().copied()),
+            None => Box::new(self.values.iter().copied()),
+        };
+        ordinals.lookup(ids, |_, o| {
+            if o.is_none_or(|o| !held.contains(o)) {
+                more += 1;
+            }
+        });
+        held.count() + more
     }
 
     /// How many values are held (repeats too, until hashed).
     fn held(&self) -> usize {
         self.values.len() + self.set.as_ref().map_or(0, |s| s.len())
+    }
+
+    /// What the group holds, in values' worth of bytes ([`BYTES_PER_VALUE`]).
+    fn held_units(&self) -> usize {
+        self.held() + self.ordinals.bytes().div_ceil(BYTES_PER_VALUE)
     }
 
     /// Moves a long list into a hash set.
@@ -239,7 +419,14 @@ impl Values {
         }
     }
 
-    fn merge(&mut self, state: &[u8]) -> Result<()> {
+    fn merge(&mut self, state: &[u8], form: Form) -> Result<()> {
+        if let Form::Ordinals { bits_from } = form {
+            let mut ids = vec![];
+            let held = &mut self.ordinals;
+            ordinals::decode(state, |o| held.insert(o, bits_from), |id| ids.push(id))?;
+            ids.into_iter().for_each(|id| self.push(id));
+            return Ok(());
+        }
         match &mut self.set {
             Some(set) => decode_with(state, |v| {
                 set.insert(v);
@@ -255,7 +442,7 @@ impl Values {
 }
 
 #[derive(Debug)]
-struct One(Values);
+struct One(Values, Arc<Ordinals>);
 
 impl Accumulator for One {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
@@ -263,15 +450,15 @@ impl Accumulator for One {
     }
 
     fn merge_batch(&mut self, s: &[ArrayRef]) -> Result<()> {
-        states(&s[0], |_, b| self.0.merge(b))
+        states(&s[0], &self.1, |_, b, form| self.0.merge(b, form))
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Binary(Some(encode(self.0.get())))])
+        Ok(vec![ScalarValue::Binary(Some(encode(self.0.ids(&self.1))))])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64(Some(self.0.count() as i64)))
+        Ok(ScalarValue::Int64(Some(self.0.count(&self.1) as i64)))
     }
 
     fn size(&self) -> usize {
@@ -280,12 +467,13 @@ impl Accumulator for One {
             .set
             .as_ref()
             .map_or(0, |s| s.capacity() * BYTES_PER_VALUE);
-        std::mem::size_of::<Self>() + self.0.values.capacity() * 8 + set
+        std::mem::size_of::<Self>() + self.0.values.capacity() * 8 + set + self.0.ordinals.bytes()
     }
 }
 
-/// Each group's values, and how many values all hold, for `size`.
-struct Groups(Vec<Values>, usize);
+/// Each group's values, how many values all hold (for `size`), and the
+/// measure's ordinals.
+struct Groups(Vec<Values>, usize, Arc<Ordinals>);
 
 impl Groups {
     fn grow(&mut self, total: usize) {
@@ -296,7 +484,7 @@ impl Groups {
 
     fn take(&mut self, emit_to: EmitTo) -> Vec<Values> {
         let groups = emit_to.take_needed(&mut self.0);
-        self.1 = self.0.iter().map(Values::held).sum();
+        self.1 = self.0.iter().map(Values::held_units).sum();
         groups
     }
 }
@@ -331,9 +519,14 @@ impl GroupsAccumulator for Groups {
     ) -> Result<()> {
         self.grow(total_num_groups);
         let mut added = 0;
-        states(&values[0], |row, b| {
-            added += b.len();
-            self.0[group_indices[row]].merge(b)
+        let groups = &mut self.0;
+        states(&values[0], &self.2, |row, b, form| {
+            // A coded id takes a byte or more, an ordinal four.
+            added += match form {
+                Form::Ids => b.len(),
+                Form::Ordinals { .. } => b.len() / 4,
+            };
+            groups[group_indices[row]].merge(b, form)
         })?;
         self.1 += added;
         Ok(())
@@ -342,7 +535,7 @@ impl GroupsAccumulator for Groups {
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
         let mut groups = self.take(emit_to);
         Ok(Arc::new(Int64Array::from_iter_values(
-            groups.iter_mut().map(|g| g.count() as i64),
+            groups.iter_mut().map(|g| g.count(&self.2) as i64),
         )))
     }
 
@@ -350,7 +543,7 @@ impl GroupsAccumulator for Groups {
         let mut groups = self.take(emit_to);
         let mut out = BinaryBuilder::new();
         for g in &mut groups {
-            out.append_value(encode(g.get()));
+            out.append_value(encode(g.ids(&self.2)));
         }
         Ok(vec![Arc::new(out.finish())])
     }

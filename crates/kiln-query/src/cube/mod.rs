@@ -13,11 +13,13 @@
 //! Submodules, in layer order: [`rewrite`] (the optimizer rule) over
 //! [`scan`] (the plan node and its execution) over [`plan`] (a definition
 //! planned and checked) over [`merge`] (merging states), [`distinct`]
-//! (sorted-values states of integer distinct counts), [`statement`]
+//! (sorted-values states of integer distinct counts) over [`ordinals`]
+//! (their values' ordinals in memory), [`statement`]
 //! (the statements' syntax) and [`unit`] (time buckets).
 
 pub mod distinct;
 pub mod merge;
+pub mod ordinals;
 pub mod plan;
 pub mod rewrite;
 pub mod scan;
@@ -206,14 +208,16 @@ impl Cubes {
             .map_or(0, |p| p.answered.load(Ordering::Relaxed))
     }
 
-    /// Bytes of decoded parts held.
+    /// Bytes of decoded parts and ordinals held.
     pub fn held_bytes(&self) -> usize {
-        self.parts.usage()
+        let ordinals: usize = self.plans.load().values().map(|p| p.ordinal_bytes()).sum();
+        self.parts.usage() + ordinals
     }
 
-    /// A part's rows in the cube's schema, decoded once and kept, sorted by
-    /// the cube's dimensions in their order (a query's equalities on the
-    /// leading dimensions then read a slice, [`scan`]).
+    /// A part's rows in the cube's scan schema, decoded once and kept,
+    /// sorted by the cube's dimensions in their order (a query's
+    /// equalities on the leading dimensions then read a slice, [`scan`]),
+    /// distinct counts' ids given ordinals ([`ordinals`]).
     async fn part_rows(&self, db: &Db, part: &Part, cube: &CubePlan) -> DfResult<RecordBatch> {
         let schema = &cube.schema;
         if let Some(b) = self.parts.get(&part.meta.path) {
@@ -237,6 +241,7 @@ impl Cubes {
             })
             .collect();
         let batch = take_record_batch(&batch, &lexsort_to_indices(&keys, None)?)?;
+        let batch = cube.for_scan(batch)?;
         let size = batch.get_array_memory_size();
         self.parts
             .insert(part.meta.path.clone(), batch.clone(), size, |_| false);
@@ -280,7 +285,7 @@ impl ExtensionPlanner for CubePlanner {
                 let physical = |e: &datafusion::prelude::Expr| {
                     session.create_physical_expr(e.clone(), &df_schema)
                 };
-                let dimension = scan.cube.schema.index_of(&r.dimension)?;
+                let dimension = scan.cube.scan_schema.index_of(&r.dimension)?;
                 let column = datafusion::prelude::col(r.column.as_str());
                 Some(Arc::new(PhysicalRange {
                     dimension,
@@ -296,7 +301,7 @@ impl ExtensionPlanner for CubePlanner {
             .keys
             .iter()
             .map(|(d, v)| {
-                let d = scan.cube.schema.index_of(d)?;
+                let d = scan.cube.scan_schema.index_of(d)?;
                 Ok((d, session.create_physical_expr(v.clone(), &df_schema)?))
             })
             .collect::<DfResult<_>>()?;

@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema};
 use datafusion::error::Result as DfResult;
@@ -28,6 +29,7 @@ use kiln_storage::{CubeDef, Table};
 
 use super::distinct::{DistinctValues, kept_as_values};
 use super::merge::MergeStates;
+use super::ordinals::Ordinals;
 use crate::error::{Error, Result};
 
 /// Aggregates a cube may keep: each merges exactly from partial states.
@@ -64,6 +66,11 @@ pub struct CubePlan {
     input: SchemaRef,
     /// What a part holds: dimension columns, then each measure's states.
     pub schema: SchemaRef,
+    /// What a scan returns: [`Self::schema`] with integer distinct counts'
+    /// states given ordinals ([`super::ordinals`]).
+    pub scan_schema: SchemaRef,
+    /// Those states' columns and their measures' ordinals.
+    ordinals: Vec<(usize, Arc<Ordinals>)>,
     /// Queries answered from this cube (`system.cubes`).
     pub answered: AtomicU64,
 }
@@ -181,6 +188,7 @@ impl CubePlan {
         }
         let group_by = PhysicalGroupBy::new_single(groups);
         let mut aggregates = vec![];
+        let mut ordinals = vec![];
         for (m, f) in def.measures.iter().zip(&funcs) {
             let args = f
                 .params
@@ -196,10 +204,11 @@ impl CubePlan {
                 && args.len() == 1
                 && kept_as_values(&args[0].data_type(&input)?);
             let (func, distinct) = match values {
-                true => (
-                    Arc::new(AggregateUDF::from(DistinctValues::default())),
-                    false,
-                ),
+                true => {
+                    let o = Arc::new(Ordinals::default());
+                    ordinals.push((aggregates.len(), o.clone()));
+                    (Arc::new(AggregateUDF::from(DistinctValues::new(o))), false)
+                }
                 false => (f.func.clone(), f.params.distinct),
             };
             let agg = AggregateExprBuilder::new(func, args)
@@ -235,6 +244,21 @@ impl CubePlan {
                 merge: Arc::new(merge),
             });
         }
+        // A measure's states follow the dimensions and earlier measures'.
+        let mut at = def.dimensions.len();
+        let mut starts = vec![];
+        for agg in &aggregates {
+            starts.push(at);
+            at += agg.state_fields()?.len();
+        }
+        let ordinals: Vec<(usize, Arc<Ordinals>)> =
+            ordinals.into_iter().map(|(m, o)| (starts[m], o)).collect();
+        let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+        for (i, _) in &ordinals {
+            let f = fields[*i].as_ref().clone();
+            fields[*i] = Arc::new(f.with_data_type(DataType::LargeBinary));
+        }
+        let scan_schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
         Ok(Self {
             def,
             dimensions,
@@ -243,8 +267,28 @@ impl CubePlan {
             aggregates,
             input,
             schema,
+            scan_schema,
+            ordinals,
             answered: AtomicU64::new(0),
         })
+    }
+
+    /// `batch` (rows of [`Self::schema`]) as a scan returns it
+    /// ([`Self::scan_schema`]): distinct counts' states given ordinals.
+    pub fn for_scan(&self, batch: RecordBatch) -> DfResult<RecordBatch> {
+        if self.ordinals.is_empty() {
+            return Ok(batch);
+        }
+        let mut columns = batch.columns().to_vec();
+        for (i, o) in &self.ordinals {
+            columns[*i] = o.encode(&columns[*i])?;
+        }
+        Ok(RecordBatch::try_new(self.scan_schema.clone(), columns)?)
+    }
+
+    /// Bytes the measures' ordinals hold.
+    pub fn ordinal_bytes(&self) -> usize {
+        self.ordinals.iter().map(|(_, o)| o.bytes()).sum()
     }
 
     /// The cube's states over `rows` (an input of the table's view schema):

@@ -88,7 +88,7 @@ impl CubeScan {
     ) -> Result<Self> {
         let schema = Arc::new(DFSchema::try_from_qualified_schema(
             cube.def.name.as_str(),
-            &cube.schema,
+            &cube.scan_schema,
         )?);
         Ok(Self {
             cube,
@@ -220,7 +220,7 @@ pub struct CubeScanExec {
 impl CubeScanExec {
     pub(super) fn properties_of(cube: &CubePlan) -> Arc<PlanProperties> {
         Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(cube.schema.clone()),
+            EquivalenceProperties::new(cube.scan_schema.clone()),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -237,7 +237,7 @@ impl CubeScanExec {
         keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
         ctx: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let keys = key_values(&keys, &cube.schema)?;
+        let keys = key_values(&keys, &cube.scan_schema)?;
         let snapshot = table.table().snapshot();
         // The range [a, b) and its whole buckets [lo, hi), open ends beyond
         // any timestamp (i128); no whole bucket when a bound or its bucket
@@ -313,7 +313,7 @@ impl CubeScanExec {
             let edge = pinned(&snapshot, on_edges, false);
             streams.push(Self::raw(&cube, &table, edge, filter, &ctx)?);
         }
-        let schema = cube.schema.clone();
+        let schema = cube.scan_schema.clone();
         let parts = futures::stream::iter(batches.into_iter().map(Ok));
         let all = parts.chain(futures::stream::iter(streams).flatten());
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
@@ -321,7 +321,7 @@ impl CubeScanExec {
 
     /// The cube's states over a pinned snapshot's rows that pass `filter`.
     fn raw(
-        cube: &CubePlan,
+        cube: &Arc<CubePlan>,
         table: &KilnTable,
         snapshot: TableSnapshot,
         filter: Option<Arc<dyn PhysicalExpr>>,
@@ -332,9 +332,14 @@ impl CubeScanExec {
             1 => rows,
             _ => Arc::new(CoalescePartitionsExec::new(rows)),
         };
-        cube.aggregate(rows)
+        let states = cube
+            .aggregate(rows)
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
-            .execute(0, ctx.clone())
+            .execute(0, ctx.clone())?;
+        let schema = cube.scan_schema.clone();
+        let cube = cube.clone();
+        let scanned = states.map(move |b| cube.for_scan(b?));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, scanned)))
     }
 }
 
@@ -587,7 +592,7 @@ impl ExecutionPlan for CubeScanExec {
         );
         let stream = futures::stream::once(rows).try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.cube.schema.clone(),
+            self.cube.scan_schema.clone(),
             stream,
         )))
     }

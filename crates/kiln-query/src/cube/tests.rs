@@ -112,7 +112,8 @@ fn distinct_values_round_trip_and_refuse_corrupt_states() {
 #[test]
 fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
     use super::distinct::{DistinctValues, decode, encode};
-    use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray};
+    use super::ordinals::Ordinals;
+    use datafusion::arrow::array::{Array, ArrayRef, AsArray, BinaryArray};
     use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use datafusion::logical_expr::function::AccumulatorArgs;
     use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
@@ -147,19 +148,75 @@ fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
         exprs: &[],
         expr_fields: &[],
     };
-    let udaf = DistinctValues::default();
-    let input: Vec<ArrayRef> = vec![Arc::new(bytes)];
-    let mut acc = udaf.create_groups_accumulator(args()).unwrap();
-    acc.merge_batch(&input, &groups, 2).unwrap();
-    let counts = acc.evaluate(EmitTo::All).unwrap();
-    let counts = counts.as_primitive::<Int64Type>();
-    assert_eq!(counts.values().to_vec(), vec![4, expect[1].len() as i64]);
-    let mut acc = udaf.create_groups_accumulator(args()).unwrap();
-    acc.merge_batch(&input, &groups, 2).unwrap();
-    let state = acc.state(EmitTo::All).unwrap();
-    for (g, e) in expect.iter().enumerate() {
-        let mut back = vec![];
-        decode(state[0].as_binary::<i32>().value(g), &mut back).unwrap();
-        assert_eq!(&back, e, "group {g}: sorted and distinct");
+    let ids: ArrayRef = Arc::new(bytes);
+    // States as parts keep them (ids), as a scan gives them (ordinals, and
+    // ids past a full dictionary), and both mixed, as a query merging a
+    // scan's states with another partition's gets them.
+    for (form, max) in [
+        ("ids", 0),
+        ("ordinals", usize::MAX),
+        ("full", 700),
+        ("mixed", 3000),
+    ] {
+        let ordinals = Arc::new(Ordinals::with_max(max));
+        let udaf = DistinctValues::new(ordinals.clone());
+        let input: Vec<Vec<ArrayRef>> = match form {
+            "ids" => vec![vec![ids.clone()]],
+            "mixed" => vec![
+                vec![ordinals.encode(&ids.slice(0, 20)).unwrap()],
+                vec![ids.slice(20, ids.len() - 20)],
+            ],
+            _ => vec![vec![ordinals.encode(&ids).unwrap()]],
+        };
+        let merge = |acc: &mut Box<dyn datafusion::logical_expr::GroupsAccumulator>| {
+            let mut at = 0;
+            for i in &input {
+                let n = i[0].len();
+                acc.merge_batch(i, &groups[at..at + n], 2).unwrap();
+                at += n;
+            }
+        };
+        let mut acc = udaf.create_groups_accumulator(args()).unwrap();
+        merge(&mut acc);
+        let counts = acc.evaluate(EmitTo::All).unwrap();
+        let counts = counts.as_primitive::<Int64Type>();
+        assert_eq!(
+            counts.values().to_vec(),
+            vec![4, expect[1].len() as i64],
+            "{form}"
+        );
+        let mut acc = udaf.create_groups_accumulator(args()).unwrap();
+        merge(&mut acc);
+        let state = acc.state(EmitTo::All).unwrap();
+        for (g, e) in expect.iter().enumerate() {
+            let mut back = vec![];
+            decode(state[0].as_binary::<i32>().value(g), &mut back).unwrap();
+            assert_eq!(&back, e, "{form}, group {g}: sorted and distinct");
+        }
+        let given = match form {
+            "ids" => 0,
+            "full" => 700,
+            "ordinals" => expect[0].len() + expect[1].len(),
+            _ => ordinals.given().clamp(1, max - 1),
+        };
+        assert_eq!(ordinals.given(), given, "{form}");
+    }
+}
+
+#[test]
+fn a_scan_state_names_its_corruption() {
+    use super::ordinals::decode;
+    let ok = [
+        1u32.to_le_bytes().as_slice(),
+        &7u32.to_le_bytes(),
+        &9u64.to_le_bytes(),
+    ]
+    .concat();
+    let (mut ords, mut ids) = (vec![], vec![]);
+    decode(&ok, |o| ords.push(o), |i| ids.push(i)).unwrap();
+    assert_eq!((ords, ids), (vec![7], vec![9]));
+    for bad in [&ok[..3], &ok[..6], &ok[..ok.len() - 1]] {
+        let e = decode(bad, |_| {}, |_| {}).unwrap_err().to_string();
+        assert!(e.contains("cube ordinals"), "{e}");
     }
 }

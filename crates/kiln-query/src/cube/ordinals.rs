@@ -27,8 +27,8 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, LargeBinaryBuilder};
 use datafusion::common::{HashMap, Result, exec_err};
 use parking_lot::RwLock;
 
-/// At most this many ids get ordinals in one dictionary (about 27 bytes
-/// each held: the map and the list back).
+/// At most this many ids get ordinals in one dictionary (20-35 bytes each
+/// held: the map, and the list back to ids).
 pub const MAX_ORDINALS: usize = 1 << 22;
 
 /// One cube measure's ids and their ordinals (module docs).

@@ -349,13 +349,13 @@ impl Values {
     }
 
     /// The distinct values, sorted, ordinals made ids again.
-    fn ids(&mut self, ordinals: &Ordinals) -> &[u64] {
+    fn ids(&mut self, ordinals: &Ordinals) -> Result<&[u64]> {
         if !self.ordinals.is_empty() {
             let held = self.ordinals.distinct();
             self.ordinals = OrdinalSet::default();
-            ordinals.ids(held, |id| self.push(id));
+            ordinals.ids(held, |id| self.push(id))?;
         }
-        self.get()
+        Ok(self.get())
     }
 
     /// How many distinct values (what a count answers): a hash set's are
@@ -454,7 +454,9 @@ impl Accumulator for One {
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Binary(Some(encode(self.0.ids(&self.1))))])
+        Ok(vec![ScalarValue::Binary(Some(encode(
+            self.0.ids(&self.1)?,
+        )))])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
@@ -543,7 +545,7 @@ impl GroupsAccumulator for Groups {
         let mut groups = self.take(emit_to);
         let mut out = BinaryBuilder::new();
         for g in &mut groups {
-            out.append_value(encode(g.ids(&self.2)));
+            out.append_value(encode(g.ids(&self.2)?));
         }
         Ok(vec![Arc::new(out.finish())])
     }

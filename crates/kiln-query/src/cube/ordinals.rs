@@ -110,12 +110,20 @@ impl Ordinals {
         }
     }
 
-    /// Calls `f` with the id of each ordinal.
-    pub fn ids(&self, ordinals: impl IntoIterator<Item = u32>, mut f: impl FnMut(u64)) {
+    /// Calls `f` with the id of each ordinal; an error for one never given.
+    pub fn ids(
+        &self,
+        ordinals: impl IntoIterator<Item = u32>,
+        mut f: impl FnMut(u64),
+    ) -> Result<()> {
         let inner = self.inner.read();
         for o in ordinals {
-            f(inner.ids[o as usize]);
+            match inner.ids.get(o as usize) {
+                Some(id) => f(*id),
+                None => return exec_err!("cube ordinals: ordinal {o} was never given"),
+            }
         }
+        Ok(())
     }
 
     /// A column of states coded as ids (`Binary`, [`super::distinct`]) in

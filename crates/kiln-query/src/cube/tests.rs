@@ -219,4 +219,9 @@ fn a_scan_state_names_its_corruption() {
         let e = decode(bad, |_| {}, |_| {}).unwrap_err().to_string();
         assert!(e.contains("cube ordinals"), "{e}");
     }
+    let e = super::ordinals::Ordinals::default()
+        .ids([7], |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ordinal 7 was never given"), "{e}");
 }

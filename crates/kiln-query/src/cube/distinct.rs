@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, Int64Array,
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Int64Array, LargeBinaryArray,
 };
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Int64Type, UInt64Type};
@@ -48,22 +48,49 @@ pub struct DistinctValues {
     signature: Signature,
     /// The measure's ordinals, which states in the scan's form use.
     ordinals: Arc<Ordinals>,
+    /// Whether its own states are in the scan's form (a query's partial
+    /// aggregation) rather than ids (a part's).
+    scanned: bool,
 }
 
 impl DistinctValues {
     /// A cube measure's distinct count, merging states in the scan's form
-    /// with `ordinals` ([`super::ordinals`]).
+    /// with `ordinals` ([`super::ordinals`]); its states are ids.
     pub fn new(ordinals: Arc<Ordinals>) -> Self {
         Self {
             signature: Signature::any(1, Volatility::Immutable),
             ordinals,
+            scanned: false,
+        }
+    }
+
+    /// The same count, whose states are in the scan's form: what a query
+    /// merging a scan's states in several partitions passes on.
+    pub fn scanned(ordinals: Arc<Ordinals>) -> Self {
+        Self {
+            scanned: true,
+            ..Self::new(ordinals)
+        }
+    }
+
+    fn coding(&self) -> Coding {
+        Coding {
+            ordinals: self.ordinals.clone(),
+            scanned: self.scanned,
+        }
+    }
+
+    fn state_type(&self) -> DataType {
+        match self.scanned {
+            true => DataType::LargeBinary,
+            false => DataType::Binary,
         }
     }
 }
 
 impl PartialEq for DistinctValues {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.ordinals, &other.ordinals)
+        Arc::ptr_eq(&self.ordinals, &other.ordinals) && self.scanned == other.scanned
     }
 }
 
@@ -71,7 +98,8 @@ impl Eq for DistinctValues {}
 
 impl std::hash::Hash for DistinctValues {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        Arc::as_ptr(&self.ordinals).hash(state)
+        Arc::as_ptr(&self.ordinals).hash(state);
+        self.scanned.hash(state)
     }
 }
 
@@ -97,13 +125,13 @@ impl AggregateUDFImpl for DistinctValues {
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         Ok(vec![Arc::new(Field::new(
             format_state_name(args.name, "values"),
-            DataType::Binary,
+            self.state_type(),
             true,
         ))])
     }
 
     fn accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(One(Values::default(), self.ordinals.clone())))
+        Ok(Box::new(One(Values::default(), self.coding())))
     }
 
     fn groups_accumulator_supported(&self, _: AccumulatorArgs) -> bool {
@@ -111,7 +139,11 @@ impl AggregateUDFImpl for DistinctValues {
     }
 
     fn create_groups_accumulator(&self, _: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
-        Ok(Box::new(Groups(vec![], 0, self.ordinals.clone())))
+        Ok(Box::new(Groups {
+            groups: vec![],
+            held: 0,
+            coding: self.coding(),
+        }))
     }
 
     fn default_value(&self, _: &DataType) -> Result<ScalarValue> {
@@ -441,8 +473,37 @@ impl Values {
     }
 }
 
+/// How a count's own states are coded (the measure's ordinals, and
+/// whether in the scan's form: [`DistinctValues::scanned`]).
 #[derive(Debug)]
-struct One(Values, Arc<Ordinals>);
+struct Coding {
+    ordinals: Arc<Ordinals>,
+    scanned: bool,
+}
+
+impl Coding {
+    /// `values`' state, taking what it holds.
+    fn state(&self, values: &mut Values) -> Result<Vec<u8>> {
+        if !self.scanned {
+            return Ok(encode(values.ids(&self.ordinals)?));
+        }
+        let held = values.ordinals.distinct();
+        values.ordinals = OrdinalSet::default();
+        let mut out = vec![];
+        ordinals::state(&held, values.get(), &mut out);
+        Ok(out)
+    }
+
+    fn array(&self, states: Vec<Vec<u8>>) -> ArrayRef {
+        match self.scanned {
+            true => Arc::new(LargeBinaryArray::from_iter_values(states)),
+            false => Arc::new(BinaryArray::from_iter_values(states)),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct One(Values, Coding);
 
 impl Accumulator for One {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
@@ -450,17 +511,21 @@ impl Accumulator for One {
     }
 
     fn merge_batch(&mut self, s: &[ArrayRef]) -> Result<()> {
-        states(&s[0], &self.1, |_, b, form| self.0.merge(b, form))
+        states(&s[0], &self.1.ordinals, |_, b, form| self.0.merge(b, form))
     }
 
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![ScalarValue::Binary(Some(encode(
-            self.0.ids(&self.1)?,
-        )))])
+        let state = self.1.state(&mut self.0)?;
+        Ok(vec![match self.1.scanned {
+            true => ScalarValue::LargeBinary(Some(state)),
+            false => ScalarValue::Binary(Some(state)),
+        }])
     }
 
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        Ok(ScalarValue::Int64(Some(self.0.count(&self.1) as i64)))
+        Ok(ScalarValue::Int64(Some(
+            self.0.count(&self.1.ordinals) as i64
+        )))
     }
 
     fn size(&self) -> usize {
@@ -473,20 +538,24 @@ impl Accumulator for One {
     }
 }
 
-/// Each group's values, how many values all hold (for `size`), and the
-/// measure's ordinals.
-struct Groups(Vec<Values>, usize, Arc<Ordinals>);
+/// Each group's values, how many values all hold (for `size`), and how
+/// states are coded.
+struct Groups {
+    groups: Vec<Values>,
+    held: usize,
+    coding: Coding,
+}
 
 impl Groups {
     fn grow(&mut self, total: usize) {
-        if self.0.len() < total {
-            self.0.resize_with(total, Values::default);
+        if self.groups.len() < total {
+            self.groups.resize_with(total, Values::default);
         }
     }
 
     fn take(&mut self, emit_to: EmitTo) -> Vec<Values> {
-        let groups = emit_to.take_needed(&mut self.0);
-        self.1 = self.0.iter().map(Values::held_units).sum();
+        let groups = emit_to.take_needed(&mut self.groups);
+        self.held = self.groups.iter().map(Values::held_units).sum();
         groups
     }
 }
@@ -501,15 +570,15 @@ impl GroupsAccumulator for Groups {
     ) -> Result<()> {
         self.grow(total_num_groups);
         let pass = |row: usize| opt_filter.is_none_or(|f| f.is_valid(row) && f.value(row));
-        let before = self.1;
         let mut added = 0;
+        let groups = &mut self.groups;
         keys(&values[0], |row, k| {
             if pass(row) {
-                self.0[group_indices[row]].push(k);
+                groups[group_indices[row]].push(k);
                 added += 1;
             }
         })?;
-        self.1 = before + added;
+        self.held += added;
         Ok(())
     }
 
@@ -521,8 +590,8 @@ impl GroupsAccumulator for Groups {
     ) -> Result<()> {
         self.grow(total_num_groups);
         let mut added = 0;
-        let groups = &mut self.0;
-        states(&values[0], &self.2, |row, b, form| {
+        let groups = &mut self.groups;
+        states(&values[0], &self.coding.ordinals, |row, b, form| {
             // A coded id takes a byte or more, an ordinal four.
             added += match form {
                 Form::Ids => b.len(),
@@ -530,24 +599,25 @@ impl GroupsAccumulator for Groups {
             };
             groups[group_indices[row]].merge(b, form)
         })?;
-        self.1 += added;
+        self.held += added;
         Ok(())
     }
 
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
         let mut groups = self.take(emit_to);
+        let ordinals = &self.coding.ordinals;
         Ok(Arc::new(Int64Array::from_iter_values(
-            groups.iter_mut().map(|g| g.count(&self.2) as i64),
+            groups.iter_mut().map(|g| g.count(ordinals) as i64),
         )))
     }
 
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
-        let mut groups = self.take(emit_to);
-        let mut out = BinaryBuilder::new();
-        for g in &mut groups {
-            out.append_value(encode(g.ids(&self.2)?));
-        }
-        Ok(vec![Arc::new(out.finish())])
+        let groups = self.take(emit_to);
+        let states = groups
+            .into_iter()
+            .map(|mut g| self.coding.state(&mut g))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(vec![self.coding.array(states)])
     }
 
     fn convert_to_state(
@@ -562,12 +632,19 @@ impl GroupsAccumulator for Groups {
                 rows[row] = Some(k);
             }
         })?;
-        let out: BinaryArray = rows.iter().map(|k| Some(encode(k.as_slice()))).collect();
-        Ok(vec![Arc::new(out)])
+        let states = rows
+            .iter()
+            .map(|k| {
+                let mut values = Values::default();
+                k.iter().for_each(|k| values.push(*k));
+                self.coding.state(&mut values)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(vec![self.coding.array(states)])
     }
 
     fn size(&self) -> usize {
         // Per value held (merged states count their coded bytes).
-        self.1 * BYTES_PER_VALUE + self.0.capacity() * std::mem::size_of::<Values>()
+        self.held * BYTES_PER_VALUE + self.groups.capacity() * std::mem::size_of::<Values>()
     }
 }

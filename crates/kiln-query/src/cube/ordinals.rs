@@ -149,18 +149,28 @@ impl Ordinals {
             }
             let (ids, ordinals) = (&ids[start..end], &assigned[start..end]);
             start = end;
-            let n = ordinals.iter().flatten().count();
+            let given: Vec<u32> = ordinals.iter().flatten().copied().collect();
+            let without: Vec<u64> = (ids.iter().zip(ordinals))
+                .filter(|(_, o)| o.is_none())
+                .map(|(id, _)| *id)
+                .collect();
             bytes.clear();
-            bytes.extend_from_slice(&(n as u32).to_le_bytes());
-            for o in ordinals.iter().flatten() {
-                bytes.extend_from_slice(&o.to_le_bytes());
-            }
-            for (id, _) in ids.iter().zip(ordinals).filter(|(_, o)| o.is_none()) {
-                bytes.extend_from_slice(&id.to_le_bytes());
-            }
+            state(&given, &without, &mut bytes);
             out.append_value(&bytes);
         }
         Ok(Arc::new(out.finish()))
+    }
+}
+
+/// Appends a state in the scan's form holding `ordinals` and `ids`.
+pub fn state(ordinals: &[u32], ids: &[u64], out: &mut Vec<u8>) {
+    out.reserve(4 + ordinals.len() * 4 + ids.len() * 8);
+    out.extend_from_slice(&(ordinals.len() as u32).to_le_bytes());
+    for o in ordinals {
+        out.extend_from_slice(&o.to_le_bytes());
+    }
+    for id in ids {
+        out.extend_from_slice(&id.to_le_bytes());
     }
 }
 

@@ -188,6 +188,9 @@ impl CubePlan {
         }
         let group_by = PhysicalGroupBy::new_single(groups);
         let mut aggregates = vec![];
+        // What queries merge states with (a distinct count's partial
+        // states in the scan's form).
+        let mut merging = vec![];
         let mut ordinals = vec![];
         for (m, f) in def.measures.iter().zip(&funcs) {
             let args = f
@@ -203,21 +206,32 @@ impl CubePlan {
                 && f.params.distinct
                 && args.len() == 1
                 && kept_as_values(&args[0].data_type(&input)?);
-            let (func, distinct) = match values {
+            let build = |func: Arc<AggregateUDF>, distinct: bool| {
+                AggregateExprBuilder::new(func, args.clone())
+                    .schema(input.clone())
+                    .alias(m.name.clone())
+                    .with_distinct(distinct)
+                    .order_by(order.clone())
+                    .build()
+                    .map(Arc::new)
+            };
+            let (agg, merged) = match values {
                 true => {
                     let o = Arc::new(Ordinals::default());
                     ordinals.push((aggregates.len(), o.clone()));
-                    (Arc::new(AggregateUDF::from(DistinctValues::new(o))), false)
+                    let udf = |d: DistinctValues| Arc::new(AggregateUDF::from(d));
+                    (
+                        build(udf(DistinctValues::new(o.clone())), false)?,
+                        build(udf(DistinctValues::scanned(o)), false)?,
+                    )
                 }
-                false => (f.func.clone(), f.params.distinct),
+                false => {
+                    let agg = build(f.func.clone(), f.params.distinct)?;
+                    (agg.clone(), agg)
+                }
             };
-            let agg = AggregateExprBuilder::new(func, args)
-                .schema(input.clone())
-                .alias(m.name.clone())
-                .with_distinct(distinct)
-                .order_by(order)
-                .build()?;
-            aggregates.push(Arc::new(agg));
+            aggregates.push(agg);
+            merging.push(merged);
         }
         let probe = AggregateExec::try_new(
             AggregateMode::Partial,
@@ -231,13 +245,17 @@ impl CubePlan {
         )?;
         let schema = probe.schema();
         let mut measures = vec![];
-        for (i, (f, agg)) in funcs.into_iter().zip(&aggregates).enumerate() {
+        for (i, (f, (agg, merged))) in funcs
+            .into_iter()
+            .zip(aggregates.iter().zip(merging))
+            .enumerate()
+        {
             let states = agg
                 .state_fields()?
                 .iter()
                 .map(|f| f.name().clone())
                 .collect();
-            let merge = AggregateUDF::new_from_impl(MergeStates::new(agg.clone(), def.id, i));
+            let merge = AggregateUDF::new_from_impl(MergeStates::new(merged, def.id, i));
             measures.push(Measure {
                 expr: f,
                 states,

@@ -193,6 +193,21 @@ fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
             decode(state[0].as_binary::<i32>().value(g), &mut back).unwrap();
             assert_eq!(&back, e, "{form}, group {g}: sorted and distinct");
         }
+        // A query's partial states in the scan's form, merged again.
+        let scanned = DistinctValues::scanned(ordinals.clone());
+        let mut acc = scanned.create_groups_accumulator(args()).unwrap();
+        merge(&mut acc);
+        let state = acc.state(EmitTo::All).unwrap();
+        assert_eq!(state[0].data_type(), &DataType::LargeBinary);
+        let mut acc = scanned.create_groups_accumulator(args()).unwrap();
+        acc.merge_batch(&state, &[1, 0], 2).unwrap();
+        let counts = acc.evaluate(EmitTo::All).unwrap();
+        let counts = counts.as_primitive::<Int64Type>();
+        assert_eq!(
+            counts.values().to_vec(),
+            vec![expect[1].len() as i64, 4],
+            "{form}, partial states in the scan's form"
+        );
         let given = match form {
             "ids" => 0,
             "full" => 700,

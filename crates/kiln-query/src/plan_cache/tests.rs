@@ -32,6 +32,16 @@ async fn insert(engine: &Engine, rows: &str) {
 /// Runs `sql` as a prepared statement with one BIGINT parameter; the
 /// values of its single column, in order.
 async fn lookup(engine: &Engine, sql: &str, id: i64) -> Vec<String> {
+    lookup_with(engine, sql, id, &[]).await
+}
+
+/// [`lookup`] in a session that set `settings`.
+async fn lookup_with(
+    engine: &Engine,
+    sql: &str,
+    id: i64,
+    settings: &[(String, String)],
+) -> Vec<String> {
     let logical = engine
         .session()
         .state()
@@ -39,6 +49,9 @@ async fn lookup(engine: &Engine, sql: &str, id: i64) -> Vec<String> {
         .await
         .unwrap();
     let query = engine.begin(Origin::EMBEDDED, sql).await.unwrap();
+    for (name, value) in settings {
+        query.set(name, Some(value.clone()));
+    }
     let streamed = engine
         .run_prepared(
             &query,
@@ -157,30 +170,12 @@ async fn a_session_with_its_own_options_keeps_plans_of_its_own() {
     let off_key = crate::session::settings_key(COUNT, &off).into_owned();
     for settings in [&[][..], &off[..]] {
         for _ in 0..3 {
-            let logical = engine
-                .session()
-                .state()
-                .create_logical_plan(COUNT)
-                .await
-                .unwrap();
-            let query = engine.begin(Origin::EMBEDDED, COUNT).await.unwrap();
-            for (name, value) in settings {
-                query.set(name, Some(value.clone()));
+            for key in [COUNT, off_key.as_str()] {
+                if let Some(s) = engine.plans().statements.get(key) {
+                    s.choice.store(GENERIC, Ordering::Relaxed);
+                }
             }
-            if let Some(s) = engine.plans().statements.get(COUNT) {
-                s.choice.store(GENERIC, Ordering::Relaxed);
-            }
-            if let Some(s) = engine.plans().statements.get(&off_key) {
-                s.choice.store(GENERIC, Ordering::Relaxed);
-            }
-            let streamed = engine
-                .run_prepared(&query, COUNT, &logical, &[DataType::Int64], &[2.into()])
-                .await
-                .unwrap();
-            let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
-                panic!("rows expected")
-            };
-            assert_eq!(cells(&batches), ["1"]);
+            assert_eq!(lookup_with(&engine, COUNT, 2, settings).await, ["1"]);
         }
     }
     // Each kept its generic plan: with the cube, and without it.

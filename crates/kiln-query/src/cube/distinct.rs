@@ -220,9 +220,10 @@ pub(super) fn encode(values: &[u64]) -> Vec<u8> {
 /// How a state column's states are coded.
 #[derive(Clone, Copy)]
 enum Form {
-    /// Ids (a part's, a partial aggregation's): [`decode`].
+    /// Ids (a part's, as its builder aggregates them): [`decode`].
     Ids,
-    /// Ordinals and ids (a scan's): [`ordinals::decode`].
+    /// Ordinals and ids (a scan's, and a query's partial states):
+    /// [`ordinals::decode`].
     Ordinals {
         /// A group's ordinals go to a bitset from this many on.
         bits_from: usize,

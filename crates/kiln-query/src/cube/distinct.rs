@@ -227,6 +227,8 @@ enum Form {
     Ordinals {
         /// A group's ordinals go to a bitset from this many on.
         bits_from: usize,
+        /// Every ordinal is below this ([`Ordinals::given`]).
+        given: usize,
     },
 }
 
@@ -237,8 +239,10 @@ fn states(
     mut f: impl FnMut(usize, &[u8], Form) -> Result<()>,
 ) -> Result<()> {
     if states.data_type() == &DataType::LargeBinary {
+        let given = ordinals.given();
         let form = Form::Ordinals {
-            bits_from: bits_from(ordinals.given()),
+            bits_from: bits_from(given),
+            given,
         };
         for (row, b) in states.as_binary::<i64>().iter().enumerate() {
             if let Some(b) = b {
@@ -453,10 +457,15 @@ impl Values {
     }
 
     fn merge(&mut self, state: &[u8], form: Form) -> Result<()> {
-        if let Form::Ordinals { bits_from } = form {
+        if let Form::Ordinals { bits_from, given } = form {
             let mut ids = vec![];
             let held = &mut self.ordinals;
-            ordinals::decode(state, |o| held.insert(o, bits_from), |id| ids.push(id))?;
+            ordinals::decode(
+                state,
+                given,
+                |o| held.insert(o, bits_from),
+                |id| ids.push(id),
+            )?;
             ids.into_iter().for_each(|id| self.push(id));
             return Ok(());
         }

@@ -22,6 +22,7 @@
 //! ordinals (u32), then the ids without one (u64), all little-endian.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, LargeBinaryBuilder};
 use datafusion::common::{HashMap, Result, exec_err};
@@ -37,6 +38,10 @@ pub struct Ordinals {
     inner: RwLock<Inner>,
     /// At most this many ids get ordinals.
     max: usize,
+    /// Ordinals given and bytes held, set under the write lock, so that a
+    /// query's merge reads them without taking the lock.
+    given: AtomicUsize,
+    bytes: AtomicUsize,
 }
 
 impl Default for Ordinals {
@@ -58,18 +63,20 @@ impl Ordinals {
         Self {
             inner: RwLock::default(),
             max: max.min(u32::MAX as usize),
+            given: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
         }
     }
 
-    /// Ordinals given so far: a bitset of them has this many bits.
+    /// Ordinals given so far: a bitset of them has this many bits, and
+    /// every ordinal in a state already returned is below it.
     pub fn given(&self) -> usize {
-        self.inner.read().ids.len()
+        self.given.load(Ordering::Acquire)
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        let inner = self.inner.read();
-        inner.of.capacity() * 13 + inner.ids.capacity() * 8
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// Each id's ordinal, given to ids without one while there is room
@@ -99,6 +106,9 @@ impl Ordinals {
                 None => None,
             };
         }
+        self.bytes
+            .store(of.capacity() * 13 + by.capacity() * 8, Ordering::Relaxed);
+        self.given.store(by.len(), Ordering::Release);
         out
     }
 
@@ -174,8 +184,15 @@ pub fn state(ordinals: &[u32], ids: &[u64], out: &mut Vec<u8>) {
     }
 }
 
-/// Calls `ordinal` and `id` with what a state in the scan's form holds.
-pub fn decode(state: &[u8], mut ordinal: impl FnMut(u32), mut id: impl FnMut(u64)) -> Result<()> {
+/// Calls `ordinal` and `id` with what a state in the scan's form holds;
+/// an error for an ordinal not below `given` ([`Ordinals::given`]), so a
+/// bad state cannot make a bitset grow past the dictionary.
+pub fn decode(
+    state: &[u8],
+    given: usize,
+    mut ordinal: impl FnMut(u32),
+    mut id: impl FnMut(u64),
+) -> Result<()> {
     let Some((n, rest)) = state.split_first_chunk::<4>() else {
         return exec_err!("cube ordinals: a state of {} bytes", state.len());
     };
@@ -185,7 +202,11 @@ pub fn decode(state: &[u8], mut ordinal: impl FnMut(u32), mut id: impl FnMut(u64
     }
     let (ords, ids) = rest.split_at(n * 4);
     for c in ords.chunks_exact(4) {
-        ordinal(u32::from_le_bytes(c.try_into().expect("4 bytes")));
+        let o = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+        if o as usize >= given {
+            return exec_err!("cube ordinals: ordinal {o} was never given");
+        }
+        ordinal(o);
     }
     for c in ids.chunks_exact(8) {
         id(u64::from_le_bytes(c.try_into().expect("8 bytes")));

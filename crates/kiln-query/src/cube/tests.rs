@@ -228,12 +228,15 @@ fn a_scan_state_names_its_corruption() {
     ]
     .concat();
     let (mut ords, mut ids) = (vec![], vec![]);
-    decode(&ok, |o| ords.push(o), |i| ids.push(i)).unwrap();
+    decode(&ok, 8, |o| ords.push(o), |i| ids.push(i)).unwrap();
     assert_eq!((ords, ids), (vec![7], vec![9]));
     for bad in [&ok[..3], &ok[..6], &ok[..ok.len() - 1]] {
-        let e = decode(bad, |_| {}, |_| {}).unwrap_err().to_string();
+        let e = decode(bad, 8, |_| {}, |_| {}).unwrap_err().to_string();
         assert!(e.contains("cube ordinals"), "{e}");
     }
+    // An ordinal the dictionary never gave (a bitset would grow to it).
+    let e = decode(&ok, 7, |_| {}, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("ordinal 7 was never given"), "{e}");
     let e = super::ordinals::Ordinals::default()
         .ids([7], |_| {})
         .unwrap_err()

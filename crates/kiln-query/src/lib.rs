@@ -64,7 +64,7 @@ pub use config::{PlanCacheMode, QueryConfig};
 pub use engine::{Engine, Names, Origin, Output, OwnStatement, Query, Streamed};
 pub use error::{Error, ErrorKind, Result};
 pub use executor::Executor;
-pub use plan_cache::PlanCache;
+pub use plan_cache::{PlanCache, PlanCounts};
 pub use scan::KilnTable;
 pub use session::{CATALOG, SCHEMA, build_session, query_state};
 pub use transaction::Transaction;

@@ -39,6 +39,9 @@ pub const SEGMENT_CACHE_MISSES: &str = "kiln_segment_cache_misses_total";
 pub const PARTIAL_CACHE_BYTES: &str = "kiln_partial_cache_bytes";
 pub const PARTIAL_CACHE_HITS: &str = "kiln_partial_cache_hits_total";
 pub const PARTIAL_CACHE_MISSES: &str = "kiln_partial_cache_misses_total";
+pub const PLAN_GENERIC_RUNS: &str = "kiln_plan_cache_generic_runs_total";
+pub const PLAN_CUSTOM_RUNS: &str = "kiln_plan_cache_custom_runs_total";
+pub const PLAN_INSTANCES: &str = "kiln_plan_cache_instances_planned_total";
 pub const QUERIES_RUNNING: &str = "kiln_queries_running";
 pub const QUERIES_QUEUED: &str = "kiln_queries_queued";
 pub const QUERY_WAIT: &str = "kiln_query_wait_seconds_total";
@@ -128,6 +131,9 @@ pub struct Metrics {
     partial_bytes: IntGauge,
     partial_hits: IntCounter,
     partial_misses: IntCounter,
+    plan_generic_runs: IntCounter,
+    plan_custom_runs: IntCounter,
+    plan_instances: IntCounter,
     resolved: Resolved,
 }
 
@@ -271,6 +277,18 @@ impl Metrics {
                 PARTIAL_CACHE_MISSES,
                 "Segments whose partial aggregate a query computed (and kept).",
             ),
+            plan_generic_runs: counter(
+                PLAN_GENERIC_RUNS,
+                "Executions that ran a kept generic plan.",
+            ),
+            plan_custom_runs: counter(
+                PLAN_CUSTOM_RUNS,
+                "Executions of kept statements and shapes planned with their values.",
+            ),
+            plan_instances: counter(
+                PLAN_INSTANCES,
+                "Generic plan instances planned (none idle, or settings, share of cores or tables changed).",
+            ),
             registry,
         }
     }
@@ -334,6 +352,10 @@ impl Metrics {
         let (hits, misses) = partials.lookups();
         set(&self.partial_hits, hits);
         set(&self.partial_misses, misses);
+        let plans = engine.plans().counts();
+        set(&self.plan_generic_runs, plans.generic_runs);
+        set(&self.plan_custom_runs, plans.custom_runs);
+        set(&self.plan_instances, plans.instances_planned);
         let m = db.metrics();
         set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));
         set(&self.bytes_written, m.bytes_written.load(Ordering::Relaxed));

@@ -208,6 +208,12 @@ fn dashboard_keeps_partial_aggregates_of_held_segments() {
     assert!(s.metric("kiln_partial_cache_misses_total") >= 1.0);
     assert!(s.metric("kiln_partial_cache_hits_total") >= 1.0);
     assert!(s.metric("kiln_partial_cache_bytes") > 0.0);
+    // Every chart ran an instance of its generic plan (force-generic),
+    // instances given back and run again rather than planned per query.
+    let runs = s.metric("kiln_plan_cache_generic_runs_total");
+    let planned = s.metric("kiln_plan_cache_instances_planned_total");
+    assert_eq!(s.metric("kiln_plan_cache_custom_runs_total"), 0.0);
+    assert!(planned >= 1.0 && runs > 4.0 * planned, "{runs} runs, {planned} planned");
 }
 
 #[test]

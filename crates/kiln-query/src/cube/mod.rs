@@ -43,7 +43,7 @@ use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{LogicalPlan, UserDefinedLogicalNode};
+use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 use datafusion::prelude::SessionConfig;
@@ -271,13 +271,12 @@ impl ExtensionPlanner for CubePlanner {
         };
         let view = view_schema(&scan.table.table().schema);
         let df_schema = DFSchema::try_from(view.as_ref().clone())?;
-        let filter = match scan
-            .filters
-            .iter()
-            .cloned()
-            .reduce(datafusion::prelude::Expr::and)
-        {
+        let filter = match scan.filters.iter().cloned().reduce(Expr::and) {
             Some(f) => Some(session.create_physical_expr(f, &df_schema)?),
+            None => None,
+        };
+        let part_filter = match scan.part_filters.iter().cloned().reduce(Expr::and) {
+            Some(f) => Some(session.create_physical_expr(f, &scan.schema)?),
             None => None,
         };
         let range = match &scan.range {
@@ -312,6 +311,7 @@ impl ExtensionPlanner for CubePlanner {
             cube: scan.cube.clone(),
             table: scan.table.clone(),
             filter,
+            part_filter,
             range,
         })))
     }

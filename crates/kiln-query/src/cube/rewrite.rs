@@ -433,16 +433,14 @@ fn answer(
         cube.clone(),
         source.table.clone(),
         source.filters.clone(),
+        filters,
         keys,
         range,
     )
     .map_err(|e| e.to_string())?;
-    let mut plan = LogicalPlan::Extension(Extension {
+    let plan = LogicalPlan::Extension(Extension {
         node: Arc::new(scan),
     });
-    if let Some(p) = filters.into_iter().reduce(Expr::and) {
-        plan = LogicalPlan::Filter(Filter::try_new(p, Arc::new(plan)).map_err(|e| e.to_string())?);
-    }
     let new = Aggregate::try_new(Arc::new(plan), groups, aggregates).map_err(|e| e.to_string())?;
     let new = LogicalPlan::Aggregate(new);
     // The original's output names and qualifiers, so the plan above is unchanged.

@@ -69,11 +69,15 @@ pub struct CubeScan {
     /// Conjuncts over the table's (unqualified) columns that every raw row
     /// read must pass: the query's own filters.
     pub filters: Vec<Expr>,
+    /// The same conjuncts over the cube's dimensions (this node's schema),
+    /// which every part row returned must pass. Rows computed from raw rows
+    /// pass them already, having passed `filters`; so no filter is needed
+    /// above the scan, and the parts' rows are not copied by one.
+    pub part_filters: Vec<Expr>,
     /// Equalities on dimensions (`dimension = value`, the value without
     /// columns: a constant or a parameter), which narrow each part to a
-    /// slice of its sorted rows when they cover its leading dimensions.
-    /// The same conjuncts are filtered above the scan: this only saves
-    /// reading rows.
+    /// slice of its sorted rows when they cover its leading dimensions
+    /// before `part_filters` are evaluated on it.
     pub keys: Vec<(String, Expr)>,
     pub range: Option<TimeRange>,
 }
@@ -83,6 +87,7 @@ impl CubeScan {
         cube: Arc<CubePlan>,
         table: KilnTable,
         filters: Vec<Expr>,
+        part_filters: Vec<Expr>,
         keys: Vec<(String, Expr)>,
         range: Option<TimeRange>,
     ) -> Result<Self> {
@@ -95,6 +100,7 @@ impl CubeScan {
             table,
             schema,
             filters,
+            part_filters,
             keys,
             range,
         })
@@ -105,6 +111,7 @@ impl PartialEq for CubeScan {
     fn eq(&self, other: &Self) -> bool {
         self.cube.def.id == other.cube.def.id
             && self.filters == other.filters
+            && self.part_filters == other.part_filters
             && self.keys == other.keys
             && self.range == other.range
     }
@@ -116,6 +123,7 @@ impl Hash for CubeScan {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.cube.def.id.hash(state);
         self.filters.hash(state);
+        self.part_filters.hash(state);
         self.keys.hash(state);
         self.range.hash(state);
     }
@@ -145,6 +153,7 @@ impl UserDefinedLogicalNodeCore for CubeScan {
 
     fn expressions(&self) -> Vec<Expr> {
         let mut out = self.filters.clone();
+        out.extend(self.part_filters.iter().cloned());
         out.extend(self.keys.iter().map(|(_, v)| v.clone()));
         if let Some(r) = &self.range {
             out.extend(r.lower.iter().cloned());
@@ -167,6 +176,9 @@ impl UserDefinedLogicalNodeCore for CubeScan {
             let keys: Vec<&str> = self.keys.iter().map(|(d, _)| d.as_str()).collect();
             write!(f, ", keys=[{}]", keys.join(", "))?;
         }
+        if let Some(p) = self.part_filters.iter().cloned().reduce(Expr::and) {
+            write!(f, ", filter={p}")?;
+        }
         Ok(())
     }
 
@@ -174,8 +186,10 @@ impl UserDefinedLogicalNodeCore for CubeScan {
         let mut out = self.clone();
         let mut rest = exprs.split_off(self.filters.len());
         out.filters = exprs;
-        let bounds = rest.split_off(self.keys.len());
-        for ((_, v), new) in out.keys.iter_mut().zip(rest) {
+        let mut keys = rest.split_off(self.part_filters.len());
+        out.part_filters = rest;
+        let bounds = keys.split_off(self.keys.len());
+        for ((_, v), new) in out.keys.iter_mut().zip(keys) {
             *v = new;
         }
         if let Some(r) = &mut out.range {
@@ -204,13 +218,15 @@ pub struct PhysicalRange {
 }
 
 /// Executes a [`CubeScan`] (module docs).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CubeScanExec {
     pub(super) cubes: Arc<Cubes>,
     pub(super) cube: Arc<CubePlan>,
     pub(super) table: KilnTable,
     /// The raw rows' filter, over the table's view schema.
     pub(super) filter: Option<Arc<dyn PhysicalExpr>>,
+    /// [`CubeScan::part_filters`], over the cube's scan schema.
+    pub(super) part_filter: Option<Arc<dyn PhysicalExpr>>,
     pub(super) range: Option<Arc<PhysicalRange>>,
     /// [`CubeScan::keys`]: dimension indexes and values.
     pub(super) keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
@@ -228,15 +244,17 @@ impl CubeScanExec {
     }
 
     /// The stream of the cube's rows for this execution (module docs).
-    async fn rows(
-        cubes: Arc<Cubes>,
-        cube: Arc<CubePlan>,
-        table: KilnTable,
-        filter: Option<Arc<dyn PhysicalExpr>>,
-        range: Option<Arc<PhysicalRange>>,
-        keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
-        ctx: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
+    async fn rows(self, ctx: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let Self {
+            cubes,
+            cube,
+            table,
+            filter,
+            part_filter,
+            range,
+            keys,
+            ..
+        } = self;
         let keys = key_values(&keys, &cube.scan_schema)?;
         let snapshot = table.table().snapshot();
         // The range [a, b) and its whole buckets [lo, hi), open ends beyond
@@ -282,13 +300,23 @@ impl CubeScanExec {
             }
             let batch = cubes.part_rows(table.db(), &part, &cube).await?;
             let (batch, next) = with_keys(&batch, &keys)?;
-            batches.push(match &range {
+            let batch = match &range {
                 Some(r) if min < lo || max >= hi => match r.dimension == next {
                     true => sorted_buckets(&batch, next, lo, hi)?,
                     false => in_buckets(&batch, r.dimension, lo, hi)?,
                 },
                 _ => batch,
-            });
+            };
+            let batch = match &part_filter {
+                Some(p) if batch.num_rows() > 0 => {
+                    let mask = p.evaluate(&batch)?.into_array(batch.num_rows())?;
+                    filter_record_batch(&batch, mask.as_boolean())?
+                }
+                _ => batch,
+            };
+            if batch.num_rows() > 0 {
+                batches.push(batch);
+            }
         }
         cube.answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -536,6 +564,9 @@ impl DisplayAs for CubeScanExec {
             self.cube.def.name,
             self.table.table().name()
         )?;
+        if let Some(p) = &self.part_filter {
+            write!(f, ", filter={p}")?;
+        }
         if let Some(p) = &self.filter {
             write!(f, ", raw_filter={p}")?;
         }
@@ -560,10 +591,12 @@ impl ExecutionPlan for CubeScanExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        match &self.filter {
-            Some(p) => f(p),
-            None => Ok(TreeNodeRecursion::Continue),
+        for p in self.filter.iter().chain(&self.part_filter) {
+            if f(p)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
         }
+        Ok(TreeNodeRecursion::Continue)
     }
 
     fn with_new_children(
@@ -581,15 +614,7 @@ impl ExecutionPlan for CubeScanExec {
         if partition != 0 {
             return internal_err!("CubeScanExec has one partition, not {partition}");
         }
-        let rows = Self::rows(
-            self.cubes.clone(),
-            self.cube.clone(),
-            self.table.clone(),
-            self.filter.clone(),
-            self.range.clone(),
-            self.keys.clone(),
-            context,
-        );
+        let rows = self.clone().rows(context);
         let stream = futures::stream::once(rows).try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.cube.scan_schema.clone(),

@@ -87,6 +87,27 @@ pub struct PlanCache {
     statements: DashMap<String, Arc<Statement>>,
     /// Queries' shapes by their text with placeholders ([`literals`]).
     shapes: DashMap<String, Kept>,
+    counts: Counts,
+}
+
+/// What the cache did since the server started ([`PlanCache::counts`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PlanCounts {
+    /// Executions that ran an instance of a kept generic plan.
+    pub generic_runs: u64,
+    /// Executions planned with their values (trials, statements whose
+    /// plan is not kept or ran faster so).
+    pub custom_runs: u64,
+    /// Generic plan instances planned: a statement's first ones, and new
+    /// ones when none was idle or settings, share of cores or tables changed.
+    pub instances_planned: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    generic_runs: AtomicU64,
+    custom_runs: AtomicU64,
+    instances_planned: AtomicU64,
 }
 
 /// What is known of a query's shape ([`literals`]).
@@ -166,6 +187,17 @@ impl PlanCache {
             mode,
             statements: DashMap::new(),
             shapes: DashMap::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// What the cache did since the server started.
+    pub fn counts(&self) -> PlanCounts {
+        let c = &self.counts;
+        PlanCounts {
+            generic_runs: c.generic_runs.load(Ordering::Relaxed),
+            custom_runs: c.custom_runs.load(Ordering::Relaxed),
+            instances_planned: c.instances_planned.load(Ordering::Relaxed),
         }
     }
 
@@ -252,6 +284,7 @@ impl PlanCache {
                     let trial = self.mode == PlanCacheMode::Auto
                         && s.choice.load(Ordering::Relaxed) == UNDECIDED;
                     let stream = run_generic(s.clone(), instance, params)?;
+                    self.counts.generic_runs.fetch_add(1, Ordering::Relaxed);
                     return Ok(timed(stream, trial.then_some(true)));
                 }
                 Err(e) => {
@@ -261,6 +294,7 @@ impl PlanCache {
             }
         }
         let stream = custom(ctx, query, logical, params).await?;
+        self.counts.custom_runs.fetch_add(1, Ordering::Relaxed);
         let trial = matches!(kind, Kind::Custom { timed: true });
         Ok(timed(stream, trial.then_some(false)))
     }
@@ -326,6 +360,9 @@ impl PlanCache {
                 return Ok(idle.swap_remove(at));
             }
         }
+        self.counts
+            .instances_planned
+            .fetch_add(1, Ordering::Relaxed);
         let mut state = ctx.state();
         apply_settings(state.config_mut().options_mut(), own)
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;

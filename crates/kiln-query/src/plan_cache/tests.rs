@@ -204,6 +204,11 @@ async fn the_faster_kind_is_chosen_after_the_trials() {
     assert_eq!(s.custom.runs.load(Ordering::Relaxed), TRIALS);
     assert_eq!(s.generic.runs.load(Ordering::Relaxed), TRIALS);
     assert_ne!(s.choice.load(Ordering::Relaxed), UNDECIDED);
+    // One at a time, each generic trial found the instance the one before gave back.
+    let counts = engine.plans().counts();
+    assert_eq!(counts.custom_runs, TRIALS);
+    assert_eq!(counts.generic_runs, TRIALS);
+    assert_eq!(counts.instances_planned, 1);
 }
 
 #[tokio::test]

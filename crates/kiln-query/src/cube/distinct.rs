@@ -266,6 +266,15 @@ fn bits_from(given: usize) -> usize {
     (given / (8 * BYTES_PER_VALUE)).max(HASHED_FROM)
 }
 
+/// Lists of ordinals shorter than this are counted by sorting them.
+const SORTED_BELOW: usize = 64;
+
+thread_local! {
+    /// Zeroed between uses; grows to one bit per ordinal counted (at most
+    /// [`ordinals::MAX_ORDINALS`] bits, 512 KiB) and is kept by the thread.
+    static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// One group's ordinals: a list until [`bits_from`], then a bitset.
 #[derive(Debug, Default)]
 struct OrdinalSet {
@@ -289,6 +298,18 @@ impl OrdinalSet {
             for o in std::mem::take(&mut self.list) {
                 self.set(o);
             }
+        }
+    }
+
+    /// Adds a state's ordinals ([`ordinals::split`]): copied onto the list
+    /// at once while it stays below `bits_from`.
+    fn extend(&mut self, ords: &[u8], bits_from: usize) {
+        if self.bits.is_empty() && self.list.len() + ords.len() / 4 < bits_from {
+            self.list.extend(ordinals::values(ords));
+            return;
+        }
+        for o in ordinals::values(ords) {
+            self.insert(o, bits_from);
         }
     }
 
@@ -318,10 +339,30 @@ impl OrdinalSet {
     }
 
     fn count(&mut self) -> usize {
-        match self.bits.is_empty() {
-            true => self.sorted().len(),
-            false => self.bits.iter().map(|w| w.count_ones() as usize).sum(),
+        if !self.bits.is_empty() {
+            return self.bits.iter().map(|w| w.count_ones() as usize).sum();
         }
+        if self.list.len() < SORTED_BELOW || self.list.is_sorted_by(|a, b| a < b) {
+            return self.sorted().len();
+        }
+        // Bits set in the thread's scratch bitset and cleared again: one
+        // pass over the list, where sorting it takes a dozen.
+        SCRATCH.with_borrow_mut(|bits| {
+            let words = self.list.iter().fold(0, |m, &o| m.max(o)) as usize / 64 + 1;
+            if bits.len() < words {
+                bits.resize(words, 0);
+            }
+            let mut n = 0;
+            for &o in &self.list {
+                let (w, b) = ((o >> 6) as usize, 1u64 << (o & 63));
+                n += usize::from(bits[w] & b == 0);
+                bits[w] |= b;
+            }
+            for &o in &self.list {
+                bits[(o >> 6) as usize] = 0;
+            }
+            n
+        })
     }
 
     /// The list, sorted and deduplicated.
@@ -458,15 +499,11 @@ impl Values {
 
     fn merge(&mut self, state: &[u8], form: Form) -> Result<()> {
         if let Form::Ordinals { bits_from, given } = form {
-            let mut ids = vec![];
-            let held = &mut self.ordinals;
-            ordinals::decode(
-                state,
-                given,
-                |o| held.insert(o, bits_from),
-                |id| ids.push(id),
-            )?;
-            ids.into_iter().for_each(|id| self.push(id));
+            let (ords, ids) = ordinals::split(state, given)?;
+            self.ordinals.extend(ords, bits_from);
+            for c in ids.chunks_exact(8) {
+                self.push(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+            }
             return Ok(());
         }
         match &mut self.set {

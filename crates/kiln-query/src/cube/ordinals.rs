@@ -184,15 +184,11 @@ pub fn state(ordinals: &[u32], ids: &[u64], out: &mut Vec<u8>) {
     }
 }
 
-/// Calls `ordinal` and `id` with what a state in the scan's form holds;
-/// an error for an ordinal not below `given` ([`Ordinals::given`]), so a
-/// bad state cannot make a bitset grow past the dictionary.
-pub fn decode(
-    state: &[u8],
-    given: usize,
-    mut ordinal: impl FnMut(u32),
-    mut id: impl FnMut(u64),
-) -> Result<()> {
+/// A state in the scan's form split into its ordinals (little-endian
+/// `u32`s, each checked below `given`, [`Ordinals::given`]) and its ids
+/// (little-endian `u64`s): an error for a cut state or an ordinal never
+/// given, so a bad state cannot make a bitset grow past the dictionary.
+pub fn split(state: &[u8], given: usize) -> Result<(&[u8], &[u8])> {
     let Some((n, rest)) = state.split_first_chunk::<4>() else {
         return exec_err!("cube ordinals: a state of {} bytes", state.len());
     };
@@ -201,13 +197,31 @@ pub fn decode(
         return exec_err!("cube ordinals: corrupt state ({} bytes)", state.len());
     }
     let (ords, ids) = rest.split_at(n * 4);
-    for c in ords.chunks_exact(4) {
-        let o = u32::from_le_bytes(c.try_into().expect("4 bytes"));
-        if o as usize >= given {
-            return exec_err!("cube ordinals: ordinal {o} was never given");
-        }
-        ordinal(o);
+    // One pass for the largest, which the compiler vectorizes.
+    let max = values(ords).fold(0, u32::max);
+    if n > 0 && max as usize >= given {
+        return exec_err!("cube ordinals: ordinal {max} was never given");
     }
+    Ok((ords, ids))
+}
+
+/// The little-endian `u32`s of `bytes` (a multiple of 4 long).
+pub fn values(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+}
+
+/// Calls `ordinal` and `id` with what a state in the scan's form holds
+/// ([`split`]).
+pub fn decode(
+    state: &[u8],
+    given: usize,
+    ordinal: impl FnMut(u32),
+    mut id: impl FnMut(u64),
+) -> Result<()> {
+    let (ords, ids) = split(state, given)?;
+    values(ords).for_each(ordinal);
     for c in ids.chunks_exact(8) {
         id(u64::from_le_bytes(c.try_into().expect("8 bytes")));
     }

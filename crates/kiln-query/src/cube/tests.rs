@@ -243,3 +243,47 @@ fn a_scan_state_names_its_corruption() {
         .to_string();
     assert!(e.contains("ordinal 7 was never given"), "{e}");
 }
+
+#[test]
+fn a_group_below_the_bitset_size_counts_each_ordinal_once() {
+    use super::distinct::{DistinctValues, encode};
+    use super::ordinals::Ordinals;
+    use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use datafusion::logical_expr::function::AccumulatorArgs;
+    use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
+    use std::sync::Arc;
+    let ordinals = Arc::new(Ordinals::with_max(usize::MAX));
+    let udaf = DistinctValues::new(ordinals.clone());
+    let schema = Schema::empty();
+    let field = Arc::new(Field::new("c", DataType::Int64, false));
+    // Lists of 64 to 511 ordinals (counted through the thread's scratch
+    // bitset), with repeats, counted one after another on one thread.
+    let count = |ranges: &[(u64, u64)]| {
+        let states: BinaryArray = ranges
+            .iter()
+            .map(|&(a, b)| Some(encode(&(a..b).map(|v| v * 31).collect::<Vec<_>>())))
+            .collect();
+        let states: ArrayRef = Arc::new(states);
+        let scanned = ordinals.encode(&states).unwrap();
+        let args = AccumulatorArgs {
+            return_field: field.clone(),
+            schema: &schema,
+            ignore_nulls: false,
+            order_bys: &[],
+            is_reversed: false,
+            name: "c",
+            is_distinct: false,
+            exprs: &[],
+            expr_fields: &[],
+        };
+        let mut acc = udaf.create_groups_accumulator(args).unwrap();
+        acc.merge_batch(&[scanned], &vec![0; ranges.len()], 1)
+            .unwrap();
+        let counts = acc.evaluate(EmitTo::All).unwrap();
+        counts.as_primitive::<Int64Type>().value(0)
+    };
+    assert_eq!(count(&[(0, 100), (50, 150), (100, 200)]), 200);
+    assert_eq!(count(&[(0, 80), (0, 80)]), 80);
+    assert_eq!(count(&[(150, 250), (120, 180)]), 130);
+}

@@ -213,7 +213,10 @@ fn dashboard_keeps_partial_aggregates_of_held_segments() {
     let runs = s.metric("kiln_plan_cache_generic_runs_total");
     let planned = s.metric("kiln_plan_cache_instances_planned_total");
     assert_eq!(s.metric("kiln_plan_cache_custom_runs_total"), 0.0);
-    assert!(planned >= 1.0 && runs > 4.0 * planned, "{runs} runs, {planned} planned");
+    assert!(
+        planned >= 1.0 && runs > 4.0 * planned,
+        "{runs} runs, {planned} planned"
+    );
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! returns, in the cube's schema (dimensions, then states):
 //! - the parts of the segments that have one, each decoded once and kept
 //!   ([`super::Cubes`]), limited to the whole time buckets of the query's
-//!   range;
+//!   range and to the rows passing its filters over dimensions (evaluated
+//!   here, on slices of the kept parts: a filter above the scan would copy
+//!   every row's states);
 //! - the same states computed from raw rows for everything else: the
 //!   memstore, segments without a part, and the edges of a range that cuts
 //!   a bucket, read with the query's own filters.

@@ -109,13 +109,31 @@ fn distinct_values_round_trip_and_refuse_corrupt_states() {
     assert!(decode(&[0xff; 11], &mut out).is_err(), "a varint too long");
 }
 
+/// A distinct count's accumulator arguments: an Int64 result, no inputs
+/// (states are merged, not computed).
+fn distinct_args(
+    schema: &datafusion::arrow::datatypes::Schema,
+) -> datafusion::logical_expr::function::AccumulatorArgs<'_> {
+    use datafusion::arrow::datatypes::{DataType, Field};
+    datafusion::logical_expr::function::AccumulatorArgs {
+        return_field: std::sync::Arc::new(Field::new("c", DataType::Int64, false)),
+        schema,
+        ignore_nulls: false,
+        order_bys: &[],
+        is_reversed: false,
+        name: "c",
+        is_distinct: false,
+        exprs: &[],
+        expr_fields: &[],
+    }
+}
+
 #[test]
 fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
     use super::distinct::{DistinctValues, decode, encode};
     use super::ordinals::Ordinals;
     use datafusion::arrow::array::{Array, ArrayRef, AsArray, BinaryArray};
-    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-    use datafusion::logical_expr::function::AccumulatorArgs;
+    use datafusion::arrow::datatypes::{DataType, Int64Type, Schema};
     use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
     use std::sync::Arc;
     // Group 0 gets few values, group 1 many (hashed), each from several
@@ -136,18 +154,7 @@ fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
     let bytes: BinaryArray = states.iter().map(|(_, v)| Some(encode(v))).collect();
     let groups: Vec<usize> = states.iter().map(|(g, _)| *g).collect();
     let schema = Schema::empty();
-    let field = Arc::new(Field::new("c", DataType::Int64, false));
-    let args = || AccumulatorArgs {
-        return_field: field.clone(),
-        schema: &schema,
-        ignore_nulls: false,
-        order_bys: &[],
-        is_reversed: false,
-        name: "c",
-        is_distinct: false,
-        exprs: &[],
-        expr_fields: &[],
-    };
+    let args = || distinct_args(&schema);
     let ids: ArrayRef = Arc::new(bytes);
     // States as parts keep them (ids), as a scan gives them (ordinals, and
     // ids past a full dictionary), and both mixed, as a query merging a
@@ -249,14 +256,12 @@ fn a_group_below_the_bitset_size_counts_each_ordinal_once() {
     use super::distinct::{DistinctValues, encode};
     use super::ordinals::Ordinals;
     use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray};
-    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-    use datafusion::logical_expr::function::AccumulatorArgs;
+    use datafusion::arrow::datatypes::{Int64Type, Schema};
     use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
     use std::sync::Arc;
     let ordinals = Arc::new(Ordinals::with_max(usize::MAX));
     let udaf = DistinctValues::new(ordinals.clone());
     let schema = Schema::empty();
-    let field = Arc::new(Field::new("c", DataType::Int64, false));
     // Lists of 64 to 511 ordinals (counted through the thread's scratch
     // bitset), with repeats, counted one after another on one thread.
     let count = |ranges: &[(u64, u64)]| {
@@ -266,18 +271,9 @@ fn a_group_below_the_bitset_size_counts_each_ordinal_once() {
             .collect();
         let states: ArrayRef = Arc::new(states);
         let scanned = ordinals.encode(&states).unwrap();
-        let args = AccumulatorArgs {
-            return_field: field.clone(),
-            schema: &schema,
-            ignore_nulls: false,
-            order_bys: &[],
-            is_reversed: false,
-            name: "c",
-            is_distinct: false,
-            exprs: &[],
-            expr_fields: &[],
-        };
-        let mut acc = udaf.create_groups_accumulator(args).unwrap();
+        let mut acc = udaf
+            .create_groups_accumulator(distinct_args(&schema))
+            .unwrap();
         acc.merge_batch(&[scanned], &vec![0; ranges.len()], 1)
             .unwrap();
         let counts = acc.evaluate(EmitTo::All).unwrap();

@@ -223,7 +223,7 @@ enum Form {
     /// Ids (a part's, as its builder aggregates them): [`decode`].
     Ids,
     /// Ordinals and ids (a scan's, and a query's partial states):
-    /// [`ordinals::decode`].
+    /// [`ordinals::split`].
     Ordinals {
         /// A group's ordinals go to a bitset from this many on.
         bits_from: usize,

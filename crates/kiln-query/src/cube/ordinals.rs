@@ -150,7 +150,7 @@ impl Ordinals {
         }
         let assigned = self.assign(&ids);
         let mut out = LargeBinaryBuilder::with_capacity(states.len(), ids.len() * 4 + 4);
-        let mut bytes = vec![];
+        let (mut bytes, mut given, mut without) = (vec![], vec![], vec![]);
         let mut start = 0;
         for (row, &end) in ends.iter().enumerate() {
             if states.is_null(row) {
@@ -159,11 +159,14 @@ impl Ordinals {
             }
             let (ids, ordinals) = (&ids[start..end], &assigned[start..end]);
             start = end;
-            let given: Vec<u32> = ordinals.iter().flatten().copied().collect();
-            let without: Vec<u64> = (ids.iter().zip(ordinals))
-                .filter(|(_, o)| o.is_none())
-                .map(|(id, _)| *id)
-                .collect();
+            given.clear();
+            given.extend(ordinals.iter().flatten());
+            without.clear();
+            without.extend(
+                (ids.iter().zip(ordinals))
+                    .filter(|(_, o)| o.is_none())
+                    .map(|(id, _)| id),
+            );
             bytes.clear();
             state(&given, &without, &mut bytes);
             out.append_value(&bytes);
@@ -210,20 +213,4 @@ pub fn values(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
     bytes
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-}
-
-/// Calls `ordinal` and `id` with what a state in the scan's form holds
-/// ([`split`]).
-pub fn decode(
-    state: &[u8],
-    given: usize,
-    ordinal: impl FnMut(u32),
-    mut id: impl FnMut(u64),
-) -> Result<()> {
-    let (ords, ids) = split(state, given)?;
-    values(ords).for_each(ordinal);
-    for c in ids.chunks_exact(8) {
-        id(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-    }
-    Ok(())
 }

@@ -227,22 +227,28 @@ fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
 
 #[test]
 fn a_scan_state_names_its_corruption() {
-    use super::ordinals::decode;
+    use super::ordinals::{split, values};
+    let decode = |state: &[u8], given| {
+        split(state, given).map(|(o, i)| {
+            let ids = i
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()));
+            (values(o).collect::<Vec<_>>(), ids.collect::<Vec<_>>())
+        })
+    };
     let ok = [
         1u32.to_le_bytes().as_slice(),
         &7u32.to_le_bytes(),
         &9u64.to_le_bytes(),
     ]
     .concat();
-    let (mut ords, mut ids) = (vec![], vec![]);
-    decode(&ok, 8, |o| ords.push(o), |i| ids.push(i)).unwrap();
-    assert_eq!((ords, ids), (vec![7], vec![9]));
+    assert_eq!(decode(&ok, 8).unwrap(), (vec![7], vec![9]));
     for bad in [&ok[..3], &ok[..6], &ok[..ok.len() - 1]] {
-        let e = decode(bad, 8, |_| {}, |_| {}).unwrap_err().to_string();
+        let e = decode(bad, 8).unwrap_err().to_string();
         assert!(e.contains("cube ordinals"), "{e}");
     }
     // An ordinal the dictionary never gave (a bitset would grow to it).
-    let e = decode(&ok, 7, |_| {}, |_| {}).unwrap_err().to_string();
+    let e = decode(&ok, 7).unwrap_err().to_string();
     assert!(e.contains("ordinal 7 was never given"), "{e}");
     let e = super::ordinals::Ordinals::default()
         .ids([7], |_| {})

@@ -63,16 +63,20 @@ cargo test --locked --workspace --no-fail-fast -- --test-threads 2
 cargo test --locked -p kiln-storage --features failpoints --test crash_points -- --test-threads 1
 
 # The SQL, write, crash and consistency suites again with segments,
-# manifests and the catalog on S3: one moto server on a free loopback port,
-# one bucket, a prefix per data directory (kiln_storage::testing).
-MOTO_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-python3 -m moto.server -H 127.0.0.1 -p "$MOTO_PORT" >/dev/null 2>&1 &
+# manifests and the catalog on S3: one moto server on a loopback port it
+# picks itself (port 0; its log names the port), one bucket, a prefix per
+# data directory (kiln_storage::testing).
+MOTO_LOG=$(mktemp)
+python3 -m moto.server -H 127.0.0.1 -p 0 >/dev/null 2>"$MOTO_LOG" &
 MOTO_PID=$!
-trap 'kill $MOTO_PID 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  curl -s -o /dev/null "http://127.0.0.1:$MOTO_PORT/" && break
+trap 'kill $MOTO_PID 2>/dev/null || true; rm -f "$MOTO_LOG"' EXIT
+MOTO_PORT=
+for _ in $(seq 300); do
+  MOTO_PORT=$(sed -n 's|.*Running on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$MOTO_LOG" | head -1)
+  [ -n "$MOTO_PORT" ] && break
   sleep 0.2
 done
+[ -n "$MOTO_PORT" ] || { echo "moto did not start:"; cat "$MOTO_LOG"; exit 1; }
 curl -sf -X PUT "http://127.0.0.1:$MOTO_PORT/kiln-test" >/dev/null
 KILN_TEST_S3_ENDPOINT="http://127.0.0.1:$MOTO_PORT" KILN_TEST_S3_BUCKET=kiln-test \
   cargo test --locked -p kiln-query --test slt --test consistency -p kiln --test crash --test load \

@@ -3,9 +3,10 @@
 //! loopback port, one per test that asks for it. It honours conditional
 //! puts (`If-None-Match: *`), which Kiln's commits rely on.
 
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct S3Server {
     child: Child,
@@ -14,26 +15,34 @@ pub struct S3Server {
 }
 
 impl S3Server {
-    /// Starts the server and creates `bucket`.
+    /// Starts the server and creates `bucket`. Moto binds port 0 itself and
+    /// its log names the port it got, so no other process (a `kiln serve`
+    /// of a test running beside this one) can take the port between its
+    /// choice and the bind.
     pub fn start(bucket: &str) -> S3Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("python3")
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
-            .arg(port.to_string())
+        let mut child = Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("python3 -m moto.server (pip install 'moto[server]')");
-        let addr = format!("127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "moto did not start on {addr}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            // Keep draining after the port line so moto never blocks on a
+            // full pipe.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split("Running on http://").nth(1) {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("moto did not report its port within 60 s");
         let server = S3Server {
             child,
             endpoint: format!("http://{addr}"),

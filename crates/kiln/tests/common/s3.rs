@@ -33,10 +33,10 @@ impl S3Server {
             // Keep draining after the port line so moto never blocks on a
             // full pipe.
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("Running on http://").nth(1) {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(addr.trim().to_string());
-                    }
+                if let Some(addr) = line.split("Running on http://").nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.trim().to_string());
                 }
             }
         });

@@ -327,6 +327,8 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     )
     .await;
     assert!(explain.contains("cube=by_day"), "{explain}");
+    // Parts are read merged to the dimensions the query reads.
+    assert!(explain.contains("rollup=[region]"), "{explain}");
     let explain = rows_of(
         &engine,
         "EXPLAIN SELECT action, count(*) FROM ev GROUP BY action",
@@ -340,6 +342,12 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     let explain = rows_of(&engine, &format!("EXPLAIN {sql}")).await;
     assert!(explain.contains("cube=by_region"), "{explain}");
     assert!(explain.contains("keys=[region]"), "{explain}");
+    assert!(explain.contains("rollup=[region, action]"), "{explain}");
+    let raw = sql.replace("FROM ev", "FROM (SELECT * FROM ev LIMIT 1000000000) AS ev");
+    assert_eq!(
+        rows_of(&engine, &format!("{sql} ORDER BY action")).await,
+        rows_of(&engine, &format!("{raw} ORDER BY action")).await,
+    );
     let bad = [
         (
             "CREATE CUBE x ON ev DIMENSIONS (nope) MEASURES (count(*))",

@@ -11,7 +11,8 @@
 //! ([`scan`]), so an answer always includes every acknowledged row.
 //!
 //! Submodules, in layer order: [`rewrite`] (the optimizer rule) over
-//! [`scan`] (the plan node and its execution) over [`plan`] (a definition
+//! [`scan`] (the plan node and its execution) over [`rollup`] (a part
+//! merged to a query's dimensions) over [`plan`] (a definition
 //! planned and checked) over [`merge`] (merging states), [`distinct`]
 //! (sorted-values states of integer distinct counts) over [`ordinals`]
 //! (their values' ordinals in memory), [`statement`]
@@ -22,6 +23,7 @@ pub mod merge;
 pub mod ordinals;
 pub mod plan;
 pub mod rewrite;
+pub mod rollup;
 pub mod scan;
 pub mod statement;
 #[cfg(test)]
@@ -34,11 +36,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
+use dashmap::DashMap;
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::{
-    SortColumn, concat_batches, lexsort_to_indices, take_record_batch,
-};
+use datafusion::arrow::compute::concat_batches;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::execution::{SessionState, TaskContext};
@@ -100,8 +101,11 @@ pub fn why_not(state: &SessionState, plan: &LogicalPlan) -> Option<RecordBatch> 
 pub struct Cubes {
     /// Read lock-free by every query's rule; replaced whole on DDL.
     plans: ArcSwap<HashMap<u64, Arc<CubePlan>>>,
-    /// Decoded parts by path (parts are immutable).
+    /// Decoded parts by path (parts are immutable), and their rollups by
+    /// path and dimensions read (`path#mask`, [`rollup::key`]).
     parts: ByteLru<String, RecordBatch>,
+    /// Keys of `parts` being made, each with the turn its makers wait for.
+    making: DashMap<String, Arc<tokio::sync::Mutex<()>>>,
     /// The session that plans definitions; weak, as the session holds the rule.
     session: OnceLock<Weak<parking_lot::RwLock<SessionState>>>,
 }
@@ -121,6 +125,7 @@ impl Cubes {
         Arc::new(Self {
             plans: Default::default(),
             parts: ByteLru::new(part_bytes, part_bytes / 4, 0),
+            making: DashMap::new(),
             session: OnceLock::new(),
         })
     }
@@ -214,38 +219,72 @@ impl Cubes {
         self.parts.usage() + ordinals
     }
 
+    /// [`Self::part_rows`] merged to the dimensions in `used`
+    /// ([`rollup`]), made once and kept the same way.
+    async fn rolled_up(
+        &self,
+        db: &Db,
+        part: &Part,
+        cube: &CubePlan,
+        used: &[bool],
+        ctx: &Arc<TaskContext>,
+    ) -> DfResult<RecordBatch> {
+        let Some(key) = rollup::key(used) else {
+            return self.part_rows(db, part, cube).await;
+        };
+        self.kept(format!("{}#{key:x}", part.meta.path), async {
+            let rows = self.part_rows(db, part, cube).await?;
+            rollup::rollup(cube, rows, used, ctx.clone()).await
+        })
+        .await
+    }
+
     /// A part's rows in the cube's scan schema, decoded once and kept,
     /// sorted by the cube's dimensions in their order (a query's
     /// equalities on the leading dimensions then read a slice, [`scan`]),
     /// distinct counts' ids given ordinals ([`ordinals`]).
     async fn part_rows(&self, db: &Db, part: &Part, cube: &CubePlan) -> DfResult<RecordBatch> {
-        let schema = &cube.schema;
-        if let Some(b) = self.parts.get(&part.meta.path) {
+        self.kept(part.meta.path.clone(), async {
+            let bytes = db
+                .store()
+                .get(&Path::from(part.meta.path.as_str()))
+                .await
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)?
+                    .with_batch_size(64 * 1024)
+                    .build()?;
+            let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+            let batch = concat_batches(&cube.schema, &batches)?;
+            let batch = RecordBatch::try_new(cube.schema.clone(), batch.columns().to_vec())?;
+            cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)
+        })
+        .await
+    }
+
+    /// The batch kept as `key`, or the one `make` makes, kept. Queries
+    /// asking for the same missing key wait for one of them to make it
+    /// (after a restart, every client's first chart needs the same parts).
+    async fn kept(
+        &self,
+        key: String,
+        make: impl Future<Output = DfResult<RecordBatch>>,
+    ) -> DfResult<RecordBatch> {
+        if let Some(b) = self.parts.get(&key) {
             return Ok(b);
         }
-        let bytes = db
-            .store()
-            .get(&Path::from(part.meta.path.as_str()))
-            .await
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)?
-            .with_batch_size(64 * 1024)
-            .build()?;
-        let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-        let batch = concat_batches(schema, &batches)?;
-        let batch = RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?;
-        let keys: Vec<SortColumn> = (0..cube.def.dimensions.len())
-            .map(|i| SortColumn {
-                values: batch.column(i).clone(),
-                options: None,
-            })
-            .collect();
-        let batch = take_record_batch(&batch, &lexsort_to_indices(&keys, None)?)?;
-        let batch = cube.for_scan(batch)?;
-        let size = batch.get_array_memory_size();
-        self.parts
-            .insert(part.meta.path.clone(), batch.clone(), size, |_| false);
-        Ok(batch)
+        let gate = self.making.entry(key.clone()).or_default().clone();
+        let _turn = gate.lock().await;
+        if let Some(b) = self.parts.get(&key) {
+            return Ok(b);
+        }
+        let made = make.await;
+        if let Ok(b) = &made {
+            let size = b.get_array_memory_size();
+            self.parts.insert(key.clone(), b.clone(), size, |_| false);
+        }
+        self.making.remove(&key);
+        made
     }
 }
 
@@ -313,6 +352,7 @@ impl ExtensionPlanner for CubePlanner {
             filter,
             part_filter,
             range,
+            used: scan.used.as_slice().into(),
         })))
     }
 }

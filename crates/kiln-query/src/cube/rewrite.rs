@@ -429,6 +429,19 @@ fn answer(
     for a in &agg.aggr_expr {
         aggregates.push(measure(a, source, &dims)?);
     }
+    // The dimensions the answer reads: parts are merged to those first.
+    let mut used = vec![false; cube.def.dimensions.len()];
+    let mut read = |name: &str| {
+        if let Some(i) = cube.def.dimensions.iter().position(|d| d.name == name) {
+            used[i] = true;
+        }
+    };
+    for e in groups.iter().chain(&filters).chain(&aggregates) {
+        e.column_refs().iter().for_each(|c| read(&c.name));
+    }
+    if let Some(r) = &range {
+        read(&r.dimension);
+    }
     let scan = CubeScan::new(
         cube.clone(),
         source.table.clone(),
@@ -436,6 +449,7 @@ fn answer(
         filters,
         keys,
         range,
+        used,
     )
     .map_err(|e| e.to_string())?;
     let plan = LogicalPlan::Extension(Extension {

@@ -2,7 +2,8 @@
 //! [`CubeScanExec`], which at execution pins one snapshot of the table and
 //! returns, in the cube's schema (dimensions, then states):
 //! - the parts of the segments that have one, each decoded once and kept
-//!   ([`super::Cubes`]), limited to the whole time buckets of the query's
+//!   ([`super::Cubes`]), merged to the dimensions the query reads
+//!   ([`super::rollup`]), limited to the whole time buckets of the query's
 //!   range and to the rows passing its filters over dimensions (evaluated
 //!   here, on slices of the kept parts: a filter above the scan would copy
 //!   every row's states);
@@ -82,6 +83,10 @@ pub struct CubeScan {
     /// before `part_filters` are evaluated on it.
     pub keys: Vec<(String, Expr)>,
     pub range: Option<TimeRange>,
+    /// Per dimension, whether the plan reads it (groups, filters, the
+    /// range, aggregates' conditions): parts are read merged to those
+    /// ([`super::rollup`]), the others holding placeholders.
+    pub used: Vec<bool>,
 }
 
 impl CubeScan {
@@ -92,6 +97,7 @@ impl CubeScan {
         part_filters: Vec<Expr>,
         keys: Vec<(String, Expr)>,
         range: Option<TimeRange>,
+        used: Vec<bool>,
     ) -> Result<Self> {
         let schema = Arc::new(DFSchema::try_from_qualified_schema(
             cube.def.name.as_str(),
@@ -105,6 +111,7 @@ impl CubeScan {
             part_filters,
             keys,
             range,
+            used,
         })
     }
 }
@@ -116,6 +123,7 @@ impl PartialEq for CubeScan {
             && self.part_filters == other.part_filters
             && self.keys == other.keys
             && self.range == other.range
+            && self.used == other.used
     }
 }
 
@@ -128,6 +136,7 @@ impl Hash for CubeScan {
         self.part_filters.hash(state);
         self.keys.hash(state);
         self.range.hash(state);
+        self.used.hash(state);
     }
 }
 
@@ -181,6 +190,11 @@ impl UserDefinedLogicalNodeCore for CubeScan {
         if let Some(p) = self.part_filters.iter().cloned().reduce(Expr::and) {
             write!(f, ", filter={p}")?;
         }
+        if self.used.contains(&false) {
+            let dims = self.cube.def.dimensions.iter().zip(&self.used);
+            let read: Vec<&str> = dims.filter(|(_, u)| **u).map(|(d, _)| d.name.as_str()).collect();
+            write!(f, ", rollup=[{}]", read.join(", "))?;
+        }
         Ok(())
     }
 
@@ -232,6 +246,8 @@ pub struct CubeScanExec {
     pub(super) range: Option<Arc<PhysicalRange>>,
     /// [`CubeScan::keys`]: dimension indexes and values.
     pub(super) keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+    /// [`CubeScan::used`].
+    pub(super) used: Arc<[bool]>,
     pub(super) properties: Arc<PlanProperties>,
 }
 
@@ -255,6 +271,7 @@ impl CubeScanExec {
             part_filter,
             range,
             keys,
+            used,
             ..
         } = self;
         let keys = key_values(&keys, &cube.scan_schema)?;
@@ -300,7 +317,7 @@ impl CubeScanExec {
             if lo >= hi || max < lo || min >= hi {
                 continue;
             }
-            let batch = cubes.part_rows(table.db(), &part, &cube).await?;
+            let batch = cubes.rolled_up(table.db(), &part, &cube, &used, &ctx).await?;
             let (batch, next) = with_keys(&batch, &keys)?;
             let batch = match &range {
                 Some(r) if min < lo || max >= hi => match r.dimension == next {

@@ -265,13 +265,18 @@ impl PlanCache {
             }
             _ => Kind::Generic,
         };
-        // A trial's time runs from here until its stream is dropped.
-        let timed = |stream: SendableRecordBatchStream, trial: Option<bool>| {
+        // A trial's time runs from `from` until its stream is dropped: a
+        // custom trial's from here (it plans every time), a generic one's
+        // from when it has its instance, as it will once the pool holds
+        // one for each concurrent run. Planning the pool's instances is
+        // paid once; counted in trials, it made statements whose first runs
+        // overlapped (each planning an instance) settle on custom plans.
+        let timed = |stream: SendableRecordBatchStream, trial: Option<bool>, from: Instant| {
             let (Some(statement), Some(generic)) = (statement.clone(), trial) else {
                 return stream;
             };
             let done = Finish(Some(Box::new(move || {
-                record(&statement, generic, started.elapsed().as_nanos() as u64);
+                record(&statement, generic, from.elapsed().as_nanos() as u64);
             })));
             with_finish(stream, done)
         };
@@ -281,11 +286,12 @@ impl PlanCache {
                 .await
             {
                 Ok(instance) => {
+                    let from = Instant::now();
                     let trial = self.mode == PlanCacheMode::Auto
                         && s.choice.load(Ordering::Relaxed) == UNDECIDED;
                     let stream = run_generic(s.clone(), instance, params)?;
                     self.counts.generic_runs.fetch_add(1, Ordering::Relaxed);
-                    return Ok(timed(stream, trial.then_some(true)));
+                    return Ok(timed(stream, trial.then_some(true), from));
                 }
                 Err(e) => {
                     tracing::debug!(sql, error = %e, "no generic plan; planning per execution");
@@ -296,7 +302,7 @@ impl PlanCache {
         let stream = custom(ctx, query, logical, params).await?;
         self.counts.custom_runs.fetch_add(1, Ordering::Relaxed);
         let trial = matches!(kind, Kind::Custom { timed: true });
-        Ok(timed(stream, trial.then_some(false)))
+        Ok(timed(stream, trial.then_some(false), started))
     }
 
     /// The statement's record, made on first use; None if the cache is

@@ -1,0 +1,114 @@
+//! Rollups: a part merged down to the dimensions a query reads.
+//!
+//! A part keeps one row per combination of all of its cube's dimensions. A
+//! query that groups and filters by a few of them merges every row's states
+//! into its groups, and an exact distinct count takes each value once per
+//! row it appears in (a user's day split by action, region and platform).
+//! The same part merged first to the dimensions the query reads answers it
+//! exactly from fewer rows holding fewer repeats; the other dimensions keep
+//! a placeholder the query never reads. A rollup
+//! depends only on the part and that set of dimensions, never on a query's
+//! values, so it is made on first use and kept with the decoded parts
+//! ([`super::Cubes`]): like decoding, it is paid once per part and set.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::{ExecutionPlan, collect};
+
+use super::plan::CubePlan;
+
+/// Which dimensions a query reads, as a key: bit `i` set for dimension `i`
+/// (a cube has at most 64 dimensions). `None` when it reads them all: the
+/// part itself answers.
+pub fn key(used: &[bool]) -> Option<u64> {
+    if used.iter().all(|u| *u) || used.len() > 64 {
+        return None;
+    }
+    Some(
+        used.iter()
+            .enumerate()
+            .filter(|(_, u)| **u)
+            .fold(0, |k, (i, _)| k | 1 << i),
+    )
+}
+
+/// `part` (a decoded part, [`CubePlan::scan_schema`]) with its rows merged
+/// by the dimensions in `used`. The other dimensions hold one placeholder
+/// value (the part's first row's: a column may not take NULL), which the
+/// query does not read. Sorted by the dimensions like the part.
+pub async fn rollup(
+    cube: &CubePlan,
+    part: RecordBatch,
+    used: &[bool],
+    ctx: Arc<TaskContext>,
+) -> Result<RecordBatch> {
+    let schema = cube.scan_schema.clone();
+    let dims = cube.def.dimensions.len();
+    let column = |i: usize| Arc::new(Column::new(schema.field(i).name(), i));
+    let groups: Vec<_> = (0..dims)
+        .filter(|i| used[*i])
+        .map(|i| (column(i) as _, schema.field(i).name().clone()))
+        .collect();
+    let mut aggregates = vec![];
+    let mut at = dims;
+    for m in &cube.measures {
+        let states = (at..at + m.states.len()).map(|i| column(i) as _).collect();
+        at += m.states.len();
+        let agg = AggregateExprBuilder::new(m.merge.clone(), states)
+            .schema(schema.clone())
+            .alias(format!("rollup_{at}"))
+            .build()?;
+        aggregates.push(Arc::new(agg));
+    }
+    if part.num_rows() == 0 {
+        return Ok(part);
+    }
+    let placeholders: Vec<ScalarValue> = (0..dims)
+        .map(|i| ScalarValue::try_from_array(part.column(i), 0))
+        .collect::<Result<_>>()?;
+    let input = MemorySourceConfig::try_new_exec(&[vec![part]], schema.clone(), None)?;
+    let filters = vec![None; aggregates.len()];
+    let merge = AggregateExec::try_new(
+        AggregateMode::Partial,
+        PhysicalGroupBy::new_single(groups),
+        aggregates,
+        filters,
+        input,
+        schema.clone(),
+    )?;
+    let merged: Arc<dyn ExecutionPlan> = Arc::new(merge);
+    let out_schema = merged.schema();
+    let batches = collect(merged, ctx).await?;
+    let merged = concat_batches(&out_schema, &batches)?;
+    // Back to the part's columns: the kept dimensions, placeholders for
+    // the others, then the states.
+    let n = merged.num_rows();
+    let mut kept = merged.columns().iter();
+    let mut columns: Vec<ArrayRef> = vec![];
+    for i in 0..schema.fields().len() {
+        match i >= dims || used[i] {
+            true => columns.push(kept.next().expect("a column per kept field").clone()),
+            false => columns.push(placeholders[i].to_array_of_size(n)?),
+        }
+    }
+    sorted(RecordBatch::try_new(schema, columns)?, dims)
+}
+
+/// `batch` sorted by its first `dims` columns (the dimensions, in order).
+pub fn sorted(batch: RecordBatch, dims: usize) -> Result<RecordBatch> {
+    let keys: Vec<SortColumn> = (0..dims)
+        .map(|i| SortColumn {
+            values: batch.column(i).clone(),
+            options: None,
+        })
+        .collect();
+    Ok(take_record_batch(&batch, &lexsort_to_indices(&keys, None)?)?)
+}

@@ -36,8 +36,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
-use dashmap::DashMap;
 use async_trait::async_trait;
+use dashmap::DashMap;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::catalog::Session;

@@ -14,7 +14,9 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
+use datafusion::arrow::compute::{
+    SortColumn, concat_batches, lexsort_to_indices, take_record_batch,
+};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
@@ -110,5 +112,8 @@ pub fn sorted(batch: RecordBatch, dims: usize) -> Result<RecordBatch> {
             options: None,
         })
         .collect();
-    Ok(take_record_batch(&batch, &lexsort_to_indices(&keys, None)?)?)
+    Ok(take_record_batch(
+        &batch,
+        &lexsort_to_indices(&keys, None)?,
+    )?)
 }

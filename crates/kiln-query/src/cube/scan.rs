@@ -192,7 +192,10 @@ impl UserDefinedLogicalNodeCore for CubeScan {
         }
         if self.used.contains(&false) {
             let dims = self.cube.def.dimensions.iter().zip(&self.used);
-            let read: Vec<&str> = dims.filter(|(_, u)| **u).map(|(d, _)| d.name.as_str()).collect();
+            let read: Vec<&str> = dims
+                .filter(|(_, u)| **u)
+                .map(|(d, _)| d.name.as_str())
+                .collect();
             write!(f, ", rollup=[{}]", read.join(", "))?;
         }
         Ok(())
@@ -317,7 +320,9 @@ impl CubeScanExec {
             if lo >= hi || max < lo || min >= hi {
                 continue;
             }
-            let batch = cubes.rolled_up(table.db(), &part, &cube, &used, &ctx).await?;
+            let batch = cubes
+                .rolled_up(table.db(), &part, &cube, &used, &ctx)
+                .await?;
             let (batch, next) = with_keys(&batch, &keys)?;
             let batch = match &range {
                 Some(r) if min < lo || max >= hi => match r.dimension == next {

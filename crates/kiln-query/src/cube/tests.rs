@@ -289,3 +289,37 @@ fn a_group_below_the_bitset_size_counts_each_ordinal_once() {
     assert_eq!(count(&[(0, 80), (0, 80)]), 80);
     assert_eq!(count(&[(150, 250), (120, 180)]), 130);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_missing_the_same_part_make_it_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+
+    let cubes = super::Cubes::new(1 << 20);
+    let made = std::sync::Arc::new(AtomicUsize::new(0));
+    let batch = RecordBatch::try_from_iter([(
+        "n",
+        std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])) as _,
+    )])
+    .unwrap();
+    let asks = (0..8).map(|_| {
+        let (cubes, made, batch) = (cubes.clone(), made.clone(), batch.clone());
+        tokio::spawn(async move {
+            cubes
+                .kept("part#3".into(), async {
+                    made.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    Ok(batch)
+                })
+                .await
+                .unwrap()
+                .num_rows()
+        })
+    });
+    for rows in futures::future::join_all(asks).await {
+        assert_eq!(rows.unwrap(), 3);
+    }
+    assert_eq!(made.load(Ordering::SeqCst), 1);
+    assert!(cubes.making.is_empty());
+}

@@ -112,9 +112,11 @@ pub struct QueryConfig {
     #[arg(long, env = "KILN_PARTIAL_CACHE_BYTES", default_value = "1GiB")]
     pub partial_cache_bytes: ByteSize,
 
-    /// Memory for cube parts kept decoded (0: decode each part at every
-    /// query). Parts are small (the groups of a segment, not its rows);
-    /// a query answered from a cube reads them from here.
+    /// Memory for cube parts kept decoded, and their rollups (a part merged
+    /// to the dimensions a query reads); 0: decode each part at every
+    /// query, and make no rollup. Parts are small (the groups of a
+    /// segment, not its rows); a query answered from a cube reads them
+    /// from here.
     #[arg(long, env = "KILN_CUBE_CACHE_BYTES", default_value = "512MiB")]
     pub cube_cache_bytes: ByteSize,
 

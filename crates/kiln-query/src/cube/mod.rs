@@ -232,11 +232,18 @@ impl Cubes {
         let Some(key) = rollup::key(used) else {
             return self.part_rows(db, part, cube).await;
         };
-        self.kept(format!("{}#{key:x}", part.meta.path), async {
-            let rows = self.part_rows(db, part, cube).await?;
-            rollup::rollup(cube, rows, used, ctx.clone()).await
-        })
-        .await
+        let key = format!("{}#{key:x}", part.meta.path);
+        if let Some(b) = self.parts.get(&key) {
+            return Ok(b);
+        }
+        let rows = self.part_rows(db, part, cube).await?;
+        // A rollup pays only once kept: where the part itself found no
+        // room (no cache, or too large a part), the query reads the part.
+        if !self.parts.contains(&part.meta.path) {
+            return Ok(rows);
+        }
+        self.kept(key, rollup::rollup(cube, rows, used, ctx.clone()))
+            .await
     }
 
     /// A part's rows in the cube's scan schema, decoded once and kept,

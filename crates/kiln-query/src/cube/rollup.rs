@@ -6,10 +6,10 @@
 //! row it appears in (a user's day split by action, region and platform).
 //! The same part merged first to the dimensions the query reads answers it
 //! exactly from fewer rows holding fewer repeats; the other dimensions keep
-//! a placeholder the query never reads. A rollup
-//! depends only on the part and that set of dimensions, never on a query's
-//! values, so it is made on first use and kept with the decoded parts
-//! ([`super::Cubes`]): like decoding, it is paid once per part and set.
+//! a placeholder the query never reads. A rollup depends only on the part
+//! and that set of dimensions, never on a query's values, so it is made on
+//! first use and kept with the decoded parts ([`super::Cubes`]): like
+//! decoding, it is paid once per part and set.
 
 use std::sync::Arc;
 
@@ -52,6 +52,9 @@ pub async fn rollup(
     used: &[bool],
     ctx: Arc<TaskContext>,
 ) -> Result<RecordBatch> {
+    if part.num_rows() == 0 {
+        return Ok(part);
+    }
     let schema = cube.scan_schema.clone();
     let dims = cube.def.dimensions.len();
     let column = |i: usize| Arc::new(Column::new(schema.field(i).name(), i));
@@ -69,9 +72,6 @@ pub async fn rollup(
             .alias(format!("rollup_{at}"))
             .build()?;
         aggregates.push(Arc::new(agg));
-    }
-    if part.num_rows() == 0 {
-        return Ok(part);
     }
     let placeholders: Vec<ScalarValue> = (0..dims)
         .map(|i| ScalarValue::try_from_array(part.column(i), 0))

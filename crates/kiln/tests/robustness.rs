@@ -373,18 +373,9 @@ fn memory_is_bounded_by_the_limits() {
 fn many_heavy_queries_at_once_stay_within_the_pool() {
     const LIMIT: u64 = 128 << 20;
     let dir = tempfile::tempdir().unwrap();
-    // The server's own timeout answers a query that waited too long on a
-    // loaded machine before the client's read timeout (60 s) would.
     let s = Server::start(
         dir.path(),
-        &[
-            "--memory-limit",
-            "128MiB",
-            "--query-memory-limit",
-            "32MiB",
-            "--query-timeout",
-            "40s",
-        ],
+        &["--memory-limit", "128MiB", "--query-memory-limit", "32MiB"],
     );
     let baseline = peak_rss_kib(s.child.id()) * 1024;
     // A million groups each: about 110 MB of aggregation state unbounded.
@@ -421,7 +412,6 @@ fn many_heavy_queries_at_once_stay_within_the_pool() {
                 ["out_of_memory", "overloaded"].contains(&v["error"]["code"].as_str().unwrap()),
                 "{v}"
             ),
-            (504, v) => assert_eq!(v["error"]["code"], "timeout", "{v}"),
             other => panic!("{other:?}"),
         }
     }

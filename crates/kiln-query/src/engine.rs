@@ -430,7 +430,20 @@ impl Engine {
         stmt: DfStatement,
         params: &[ScalarValue],
     ) -> Result<Streamed> {
-        self.guarded(query, self.plan_and_start(stmt, params, query))
+        self.guarded(query, self.plan_and_start(stmt, params, query, None))
+            .await
+    }
+
+    /// [`Engine::run`] of a statement without parameters whose text's
+    /// template learns its shape if it runs through one
+    /// ([`crate::plan_cache::texts`]).
+    pub async fn run_learning(
+        &self,
+        query: &Query,
+        stmt: DfStatement,
+        learn: Learn<'_>,
+    ) -> Result<Streamed> {
+        self.guarded(query, self.plan_and_start(stmt, &[], query, Some(learn)))
             .await
     }
 
@@ -524,6 +537,7 @@ impl Engine {
         stmt: DfStatement,
         params: &[ScalarValue],
         query: &Query,
+        learn: Option<Learn<'_>>,
     ) -> Result<Streamed> {
         if let DfStatement::Statement(s) = &stmt {
             if let Some(ddl) = ddl::parse(s)? {
@@ -531,7 +545,7 @@ impl Engine {
             }
             ddl::check_insert_values(s, &self.db)?;
         }
-        if let Some(streamed) = self.run_shape(&stmt, params, query).await? {
+        if let Some(streamed) = self.run_shape(&stmt, params, query, learn).await? {
             return Ok(streamed);
         }
         let mut state = self.ctx.state();
@@ -759,5 +773,6 @@ mod access;
 mod own;
 mod shapes;
 pub use own::OwnStatement;
+pub use shapes::Learn;
 #[cfg(test)]
 mod tests;

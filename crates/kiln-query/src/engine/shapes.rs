@@ -1,6 +1,10 @@
 //! Queries run through the kept plan of their shape
 //! ([`crate::plan_cache::literals`]): the part of planning the simple
-//! protocol and HTTP share with prepared statements.
+//! protocol and HTTP share with prepared statements; and texts run
+//! through the shape their template learned
+//! ([`crate::plan_cache::texts`]), unparsed.
+
+use std::sync::Arc;
 
 use datafusion::common::ScalarValue;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -8,10 +12,55 @@ use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, Query, Streamed};
 use crate::error::Result;
-use crate::plan_cache::{Kept, Shape, cast_param};
+use crate::plan_cache::{Door, Kept, Shape, Template, TextHit, cast_param};
 use crate::session::{apply_settings, settings_key};
+use crate::shape::labels::Labels;
+
+/// What a door gives a statement's run so that, if it runs through a
+/// kept shape, its text's template learns that shape
+/// ([`crate::plan_cache::texts`]).
+pub struct Learn<'a> {
+    pub template: &'a Template<'a>,
+    /// The statement's PostgreSQL column labels, kept for its hits.
+    pub labels: Option<Labels>,
+}
 
 impl Engine {
+    /// `text`'s template as `door` reads it, if texts may skip parsing
+    /// ([`crate::plan_cache::texts`]).
+    pub fn template<'a>(&self, door: Door, text: &'a str) -> Option<Template<'a>> {
+        if !self.plans.lifts_literals() || self.check_size(text).is_err() {
+            return None;
+        }
+        Template::of(door, text)
+    }
+
+    /// What `template`'s text runs as, if its template was learned.
+    pub fn text_hit(&self, template: &Template) -> Option<TextHit> {
+        self.plans.texts().get(template)
+    }
+
+    /// Runs a text through the shape its template learned; None where
+    /// that shape is no longer kept or the text's values do not bind as
+    /// its literals: the text is then to be parsed and run.
+    pub async fn run_text(&self, query: &Query, hit: &TextHit) -> Result<Option<Streamed>> {
+        if query.transaction().is_some() {
+            return Ok(None);
+        }
+        let shape = {
+            let settings = query.settings();
+            match self.plans.shape(&settings_key(&hit.learned.shape, &settings)) {
+                Kept::Shape(shape) => shape,
+                _ => return Ok(None),
+            }
+        };
+        let Some(values) = shape.bind(&hit.literals) else {
+            return Ok(None);
+        };
+        let run = self.run_kept(query, &hit.learned.shape, &shape, values);
+        self.guarded(query, run).await.map(Some)
+    }
+
     /// Runs a query through the kept plan of its shape
     /// ([`crate::plan_cache::literals`]): its text with `params` (HTTP's
     /// `params`), or else with the literals of its filters lifted into
@@ -24,6 +73,7 @@ impl Engine {
         stmt: &DfStatement,
         params: &[ScalarValue],
         query: &Query,
+        learn: Option<Learn<'_>>,
     ) -> Result<Option<Streamed>> {
         let DfStatement::Statement(s) = stmt else {
             return Ok(None);
@@ -65,7 +115,14 @@ impl Engine {
         };
         let values = match params.is_empty() {
             true => match shape.bind(&literals) {
-                Some(values) => values,
+                Some(values) => {
+                    if let Some(learn) = learn {
+                        self.plans
+                            .texts()
+                            .learn(learn.template, &text, &literals, learn.labels);
+                    }
+                    values
+                }
                 None => return Ok(None),
             },
             false => params
@@ -75,21 +132,32 @@ impl Engine {
                 .map(|(i, (v, t))| cast_param(i, v, t))
                 .collect::<datafusion::common::Result<Vec<_>>>()?,
         };
+        self.run_kept(query, &text, &shape, values).await.map(Some)
+    }
+
+    /// Runs the kept shape of `text` with `values`, as `query`'s user.
+    async fn run_kept(
+        &self,
+        query: &Query,
+        text: &str,
+        shape: &Arc<Shape>,
+        values: Vec<ScalarValue>,
+    ) -> Result<Streamed> {
         self.authorize_plan(query, &shape.logical)?;
         let stream = self
             .plans
             .execute(
                 &self.ctx,
                 query,
-                &text,
+                text,
                 &shape.logical,
                 &shape.types,
                 &values,
             )
             .await?;
-        Ok(Some(Streamed::Rows {
+        Ok(Streamed::Rows {
             schema: stream.schema(),
             stream,
-        }))
+        })
     }
 }

@@ -28,7 +28,8 @@
 //!
 //! Queries sent with their values written in reach the same cache by their
 //! shape: [`literals`] lifts the literals of their filters into
-//! placeholders and keeps each shape's logical plan.
+//! placeholders and keeps each shape's logical plan, and [`texts`]
+//! finds the shape of a text like one seen before without parsing it.
 //!
 //! [`LazyScan`]: crate::scan
 
@@ -36,6 +37,7 @@ mod literals;
 mod params;
 #[cfg(test)]
 mod tests;
+mod texts;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -59,6 +61,7 @@ use parking_lot::Mutex;
 
 pub(crate) use literals::{Shape, lift};
 pub(crate) use params::cast_param;
+pub use texts::{Door, Learned, Template, TextHit, TextShapes};
 use params::{ParamSlots, parameterize};
 
 use crate::admission::{QueryHandle, QueryRegistry};
@@ -87,6 +90,8 @@ pub struct PlanCache {
     statements: DashMap<String, Arc<Statement>>,
     /// Queries' shapes by their text with placeholders ([`literals`]).
     shapes: DashMap<String, Kept>,
+    /// Texts whose shape is known, by template ([`texts`]).
+    texts: TextShapes,
     counts: Counts,
 }
 
@@ -187,6 +192,7 @@ impl PlanCache {
             mode,
             statements: DashMap::new(),
             shapes: DashMap::new(),
+            texts: TextShapes::default(),
             counts: Counts::default(),
         }
     }
@@ -206,6 +212,11 @@ impl PlanCache {
     /// values anyway.
     pub fn lifts_literals(&self) -> bool {
         self.mode != PlanCacheMode::ForceCustom
+    }
+
+    /// Texts whose shape is known ([`texts`]).
+    pub fn texts(&self) -> &TextShapes {
+        &self.texts
     }
 
     /// What is kept of the shape `key`, remembering that it was seen.

@@ -21,6 +21,8 @@ use bytes::Bytes;
 use datafusion::common::ScalarValue;
 use datafusion::sql::parser::Statement as DfStatement;
 use futures::{Stream, StreamExt, TryStreamExt};
+use kiln_query::engine::Learn;
+use kiln_query::plan_cache::Door;
 use kiln_query::{Begin, Engine, Origin, Streamed};
 use serde_json::{Value, json};
 
@@ -144,6 +146,21 @@ async fn run_sql(
         let streamed = engine.run_own(&query, own).await?;
         return respond(streamed, format, started).await;
     }
+    // A text like one already run through a kept shape runs unparsed
+    // (`kiln_query::plan_cache::texts`).
+    let template = match params.is_empty() {
+        true => engine.template(Door::Http, &text),
+        false => None,
+    };
+    let mut query = None;
+    if let Some(hit) = template.as_ref().and_then(|t| engine.text_hit(t)) {
+        // Learned only from a statement that reads a table: not light.
+        let q = engine.begin_with(Origin::HTTP, &text, begin(false)).await?;
+        if let Some(streamed) = engine.run_text(&q, &hit).await? {
+            return respond(streamed, format, started).await;
+        }
+        query = Some(q);
+    }
     let stmts = engine.parse(&text)?;
     if stmts.is_empty() {
         return Err(ApiError::bad_request("no SQL statement in the request"));
@@ -156,11 +173,24 @@ async fn run_sql(
     let light = stmts
         .iter()
         .all(|s| matches!(s, DfStatement::Statement(s) if Engine::is_light([s.as_ref()])));
-    let query = engine.begin_with(Origin::HTTP, &text, begin(light)).await?;
+    let query = match query {
+        Some(q) => q,
+        None => engine.begin_with(Origin::HTTP, &text, begin(light)).await?,
+    };
+    let template = template.filter(|_| stmts.len() == 1 && !light);
     let last = stmts.len() - 1;
     let mut result = None;
     for (i, stmt) in stmts.into_iter().enumerate() {
-        let streamed = engine.run(&query, stmt, &params).await?;
+        let streamed = match &template {
+            Some(template) => {
+                let learn = Learn {
+                    template,
+                    labels: None,
+                };
+                engine.run_learning(&query, stmt, learn).await?
+            }
+            None => engine.run(&query, stmt, &params).await?,
+        };
         if i < last {
             // Earlier statements run to completion; only the last one's result is sent.
             if let Streamed::Rows { stream, .. } = streamed {

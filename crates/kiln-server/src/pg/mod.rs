@@ -62,6 +62,8 @@ use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use futures::{SinkExt, StreamExt};
 use kiln_query::shape::labels::{Labels, labels};
+use kiln_query::engine::Learn;
+use kiln_query::plan_cache::Door;
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use parse::KilnParser;
 use sql_parser::SqlParser;
@@ -323,6 +325,27 @@ impl SimpleQueryHandler for PgSimple {
         if let Some(own) = self.engine.own_statement(query) {
             return Ok(vec![run_own(&self.engine, query, own, client).await?]);
         }
+        // A text like one already run through a kept shape runs unparsed
+        // (`kiln_query::plan_cache::texts`). Text the parser looks at
+        // itself first (its client query list reads catalogs; the search
+        // path, kept subqueries) never does; nor a statement in a
+        // transaction, which the hooks answer.
+        let template = match client.transaction_status() == TransactionStatus::Idle
+            && !SqlParser::reads_text(query)
+        {
+            true => self.engine.template(Door::Pg, query),
+            false => None,
+        };
+        let mut query_handle = None;
+        if let Some(hit) = template.as_ref().and_then(|t| self.engine.text_hit(t)) {
+            // Learned only from a statement that reads a table: not light.
+            let q = begin(&self.engine, query, client, false).await?;
+            if let Some(streamed) = self.engine.run_text(&q, &hit).await.map_err(to_pg)? {
+                let labels = hit.learned.labels.as_ref();
+                return Ok(vec![respond(streamed, &Format::UnifiedText, labels, client)?]);
+            }
+            query_handle = Some(q);
+        }
         let checked = self.engine.check_size(query).and_then(|()| {
             let mut statements = self
                 .parser
@@ -344,7 +367,7 @@ impl SimpleQueryHandler for PgSimple {
             return Ok(vec![Response::EmptyQuery]);
         }
         let light = Engine::is_light(&statements);
-        let mut query_handle = None;
+        let template = template.filter(|_| statements.len() == 1 && !light);
         let mut responses = Vec::with_capacity(statements.len());
         for stmt in statements {
             if let Some(r) = self.hooks.simple(&stmt, client).await {
@@ -356,11 +379,18 @@ impl SimpleQueryHandler for PgSimple {
                 None => query_handle.insert(begin(&self.engine, query, client, light).await?),
             };
             let labels = labels(&stmt);
-            let streamed = self
-                .engine
-                .run(q, DfStatement::Statement(Box::new(stmt)), &[])
-                .await
-                .map_err(to_pg)?;
+            let stmt = DfStatement::Statement(Box::new(stmt));
+            let streamed = match &template {
+                Some(template) => {
+                    let learn = Learn {
+                        template,
+                        labels: labels.clone(),
+                    };
+                    self.engine.run_learning(q, stmt, learn).await
+                }
+                None => self.engine.run(q, stmt, &[]).await,
+            }
+            .map_err(to_pg)?;
             responses.push(respond(
                 streamed,
                 &Format::UnifiedText,

@@ -90,6 +90,17 @@ impl SqlParser {
         may_have_scalar_subquery(sql) || contains_ignore_case(sql, CURRENT_USER)
     }
 
+    /// Whether the parser looks at `sql`'s text itself, not only at its
+    /// statements: it reads the search path or may keep subqueries from
+    /// the rules, or it names a catalog table (`pg_`), as every query of
+    /// the parser's client list does. Such text is always parsed, never
+    /// run by its template (`kiln_query::plan_cache::texts`).
+    pub fn reads_text(sql: &str) -> bool {
+        contains_ignore_case(sql, SEARCH_PATH)
+            || Self::may_keep_subqueries(sql)
+            || contains_ignore_case(sql, "pg_")
+    }
+
     /// `sql`'s statements, rewritten by datafusion-postgres's rules.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
         self.parse_keeping(sql).map(|(stmts, _)| stmts)

@@ -1,0 +1,315 @@
+//! Query texts whose shape is known, so that a query differing from one
+//! already planned only in its values is not parsed again.
+//!
+//! Why: a query sent with its values written in runs through the kept
+//! plan of its shape ([`super::literals`]), but finding that shape took
+//! a parse, the compatibility rewrites, the lift and printing the lifted
+//! statement back to text: at 50 dashboard clients over the simple
+//! protocol the tokenizer, parser and rewrites took about 9% of the
+//! server's CPU and the printing about 3%.
+//!
+//! A text's [`Template`] is the text with each plain literal (a number of
+//! digits with at most one decimal point, a quoted string) masked. The
+//! first time a text runs through a kept shape, its template learns which
+//! of its literals became the shape's placeholders and what the others
+//! were. A later text of the same template whose other literals are the
+//! same runs that shape with its own literals bound, unparsed
+//! ([`crate::Engine::run_text`]).
+//!
+//! Why that is the same answer: two texts of one template differ only
+//! inside literals that SQL's tokenizer reads whole, as one literal of
+//! the same kind. Anything the scanner cannot be sure of leaves a text
+//! without a template: exponents, a number touching a letter or a dot,
+//! prefixed strings (`E'...'`, `X'...'`, `U&'...'`), strings with a
+//! backslash or written next to each other, dollar quotes, block
+//! comments, `$n`, `?`, `#` and backticks. Parsing does not look at
+//! literal values, and the lifted ones are values compared in filters,
+//! which no rewrite reads; every other literal must be the same text. A
+//! placeholder is tied to the literal it came from by value: the value
+//! must occur once in the text, or the text is not learned. A door whose
+//! parser looks at the text itself first (datafusion-postgres's client
+//! query list, `search_path`) keeps those texts off this path
+//! ([`Door`] callers check).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+
+use super::literals::Literal;
+use crate::shape::labels::Labels;
+
+/// Texts longer than this have no template: what is kept stays small.
+const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// At most this many templates are kept; when full, all are forgotten
+/// and learned again by use.
+const MAX_TEXTS: usize = 1024;
+
+/// Which parser a text is read with: the same text may be a different
+/// statement under another's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// PostgreSQL's simple protocol (datafusion-postgres's parser).
+    Pg,
+    /// HTTP (DataFusion's parser).
+    Http,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Number,
+    String,
+}
+
+/// One literal of a text.
+#[derive(Debug)]
+struct Token<'a> {
+    kind: Kind,
+    /// A number's digits, or a string's text between its quotes (`''`
+    /// still doubled).
+    raw: &'a str,
+    /// Whether a `-` comes before it.
+    negative: bool,
+}
+
+impl Token<'_> {
+    fn value(&self) -> Cow<'_, str> {
+        match self.kind {
+            Kind::String if self.raw.contains("''") => Cow::Owned(self.raw.replace("''", "'")),
+            _ => Cow::Borrowed(self.raw),
+        }
+    }
+}
+
+/// A text with its plain literals masked (module docs).
+#[derive(Debug)]
+pub struct Template<'a> {
+    key: String,
+    tokens: Vec<Token<'a>>,
+}
+
+impl<'a> Template<'a> {
+    /// `text`'s template as `door` reads it; none where the text holds
+    /// something the scanner cannot be sure of (module docs).
+    pub fn of(door: Door, text: &'a str) -> Option<Self> {
+        if text.len() > MAX_TEXT_BYTES {
+            return None;
+        }
+        let b = text.as_bytes();
+        let mut key = String::with_capacity(text.len() + 1);
+        key.push(match door {
+            Door::Pg => 'p',
+            Door::Http => 'h',
+        });
+        let mut tokens = vec![];
+        let mut copied = 0;
+        let mut i = 0;
+        let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80;
+        while i < b.len() {
+            let c = b[i];
+            match c {
+                0..=2 | b'$' | b'?' | b'#' | b'`' | b'\\' => return None,
+                b'&' if next(b, i) == Some(b'\'') => return None,
+                b'/' if next(b, i) == Some(b'*') => return None,
+                b'-' if next(b, i) == Some(b'-') => {
+                    i = text[i..].find('\n').map_or(b.len(), |n| i + n + 1);
+                }
+                b'"' => i = closing(b, i, b'"')?,
+                b'.' if next(b, i).is_some_and(|n| n.is_ascii_digit()) => return None,
+                c if c.is_ascii_digit() => {
+                    let start = i;
+                    i = digits(b, i);
+                    if b.get(i) == Some(&b'.') {
+                        i = digits(b, i + 1);
+                        if !b[i - 1].is_ascii_digit() {
+                            return None;
+                        }
+                    }
+                    if b.get(i).is_some_and(|&n| is_word(n) || n == b'.') {
+                        return None;
+                    }
+                    let negative = text[..start].trim_end().ends_with('-');
+                    key.push_str(&text[copied..start]);
+                    key.push('\u{1}');
+                    copied = i;
+                    tokens.push(Token {
+                        kind: Kind::Number,
+                        raw: &text[start..i],
+                        negative,
+                    });
+                }
+                b'\'' => {
+                    let start = i;
+                    i = closing(b, i, b'\'')?;
+                    let raw = &text[start + 1..i - 1];
+                    if raw.contains('\\') || text[i..].trim_start().starts_with('\'') {
+                        return None;
+                    }
+                    key.push_str(&text[copied..start]);
+                    key.push('\u{2}');
+                    copied = i;
+                    tokens.push(Token {
+                        kind: Kind::String,
+                        raw,
+                        negative: false,
+                    });
+                }
+                c if is_word(c) => {
+                    while i < b.len() && is_word(b[i]) {
+                        i += 1;
+                    }
+                    // A prefixed string: `E'...'`, `N'...'`, `X'...'`.
+                    if b.get(i) == Some(&b'\'') {
+                        return None;
+                    }
+                }
+                _ => i += 1,
+            }
+        }
+        key.push_str(&text[copied..]);
+        Some(Self { key, tokens })
+    }
+}
+
+fn next(b: &[u8], i: usize) -> Option<u8> {
+    b.get(i + 1).copied()
+}
+
+/// The index after the ASCII digits from `i`.
+fn digits(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && b[i].is_ascii_digit() {
+        i += 1;
+    }
+    i
+}
+
+/// The index after the quote `q` that closes the one at `open` (a doubled
+/// quote is one character inside); none if it is never closed.
+fn closing(b: &[u8], open: usize, q: u8) -> Option<usize> {
+    let mut i = open + 1;
+    loop {
+        match b.get(i)? {
+            c if *c == q && b.get(i + 1) == Some(&q) => i += 2,
+            c if *c == q => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+}
+
+/// What a template learned from the first of its texts that ran through
+/// a kept shape.
+#[derive(Debug)]
+pub struct Learned {
+    /// The shape's text (its key without the session's options).
+    pub shape: String,
+    /// Each literal of the template: `None` if it is a placeholder's
+    /// value, otherwise the text it must be.
+    fixed: Vec<Option<Box<str>>>,
+    /// The literal of each placeholder, `$1` first.
+    lifted: Vec<usize>,
+    /// The statement's PostgreSQL column labels, if the door uses them.
+    pub labels: Option<Labels>,
+}
+
+/// A text whose template was learned: its shape and the values of its
+/// placeholders, as its own literals.
+#[derive(Debug)]
+pub struct TextHit {
+    pub learned: Arc<Learned>,
+    pub(crate) literals: Vec<Literal>,
+}
+
+/// Learned templates, by template (module docs).
+#[derive(Default)]
+pub struct TextShapes {
+    learned: DashMap<String, Arc<Learned>>,
+}
+
+impl TextShapes {
+    /// What was learned for `template`, if its fixed literals are the
+    /// ones of the text it was learned from.
+    pub fn get(&self, template: &Template) -> Option<TextHit> {
+        let learned = self.learned.get(&template.key)?.clone();
+        let tokens = &template.tokens;
+        if learned.fixed.len() != tokens.len()
+            || learned
+                .fixed
+                .iter()
+                .zip(tokens)
+                .any(|(f, t)| f.as_deref().is_some_and(|f| f != t.raw))
+        {
+            return None;
+        }
+        let literals = learned
+            .lifted
+            .iter()
+            .map(|&i| {
+                let t = &tokens[i];
+                match (t.kind, t.negative) {
+                    (Kind::Number, true) => Literal::Number(format!("-{}", t.raw)),
+                    (Kind::Number, false) => Literal::Number(t.raw.to_string()),
+                    (Kind::String, _) => Literal::String(t.value().into_owned()),
+                }
+            })
+            .collect();
+        Some(TextHit { learned, literals })
+    }
+
+    /// Learns `template` from its text, which ran through the shape
+    /// `shape` with `lifted` as its placeholders' values; nothing if a
+    /// value cannot be tied to exactly one of the text's literals.
+    pub(crate) fn learn(
+        &self,
+        template: &Template,
+        shape: &str,
+        lifted: &[Literal],
+        labels: Option<Labels>,
+    ) {
+        let tokens = &template.tokens;
+        let mut fixed: Vec<Option<Box<str>>> =
+            tokens.iter().map(|t| Some(t.raw.into())).collect();
+        let mut at = Vec::with_capacity(lifted.len());
+        for literal in lifted {
+            let (kind, value, negative) = match literal {
+                Literal::Number(n) => match n.strip_prefix('-') {
+                    Some(n) => (Kind::Number, n, true),
+                    None => (Kind::Number, n.as_str(), false),
+                },
+                Literal::String(s) => (Kind::String, s.as_str(), false),
+            };
+            let mut same = tokens.iter().enumerate().filter(|(_, t)| t.value() == value);
+            let (Some((i, t)), None) = (same.next(), same.next()) else {
+                return;
+            };
+            if t.kind != kind || t.negative != negative || fixed[i].is_none() {
+                return;
+            }
+            fixed[i] = None;
+            at.push(i);
+        }
+        if self.learned.len() >= MAX_TEXTS {
+            self.learned.clear();
+        }
+        self.learned.insert(
+            template.key.clone(),
+            Arc::new(Learned {
+                shape: shape.to_string(),
+                fixed,
+                lifted: at,
+                labels,
+            }),
+        );
+    }
+
+    /// How many templates are kept.
+    pub fn len(&self) -> usize {
+        self.learned.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.learned.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use arrow::util::pretty::pretty_format_batches;
+use kiln_storage::{Db, StorageConfig};
+
+use super::*;
+use crate::engine::Learn;
+use crate::{Engine, Origin, Streamed};
+
+fn key(text: &str) -> Option<String> {
+    Template::of(Door::Http, text).map(|t| t.key)
+}
+
+fn number(n: &str) -> Literal {
+    Literal::Number(n.into())
+}
+
+fn string(s: &str) -> Literal {
+    Literal::String(s.into())
+}
+
+#[test]
+fn texts_differing_only_in_literals_share_a_template() {
+    let a = "SELECT a, 'x' FROM t WHERE x = 5 AND s = 'it''s' AND y > -2.5";
+    let b = "SELECT a, 'x' FROM t WHERE x = 17 AND s = 'zz' AND y > -30.25";
+    assert_eq!(key(a), key(b));
+    let t = Template::of(Door::Http, a).unwrap();
+    let values: Vec<_> = t.tokens.iter().map(|t| t.value().into_owned()).collect();
+    assert_eq!(values, ["x", "5", "it's", "2.5"]);
+    assert!(t.tokens[3].negative && !t.tokens[1].negative);
+    // Anything else that differs is another template.
+    assert_ne!(key(a), key(&a.replace("x = 5", "x >= 5")));
+    assert_ne!(key(a), key(&a.replace("'x'", "7")));
+    assert_ne!(
+        Template::of(Door::Pg, a).unwrap().key,
+        Template::of(Door::Http, a).unwrap().key
+    );
+    // Quoted identifiers and line comments are text, not literals.
+    let t = Template::of(Door::Http, "SELECT \"it's 1\" FROM t -- x = '2'\nWHERE v = 3").unwrap();
+    assert_eq!(t.tokens.len(), 1);
+    assert_eq!(t.tokens[0].raw, "3");
+}
+
+#[test]
+fn text_the_scanner_cannot_be_sure_of_has_no_template() {
+    for text in [
+        "SELECT 1 WHERE x = 1e5",
+        "SELECT 1 WHERE x = .5",
+        "SELECT 1 WHERE x = 1.",
+        "SELECT 1 WHERE x = 1.2.3",
+        "SELECT 1 WHERE x = 0x1F",
+        "SELECT 1 WHERE x = E'a'",
+        "SELECT 1 WHERE x = X'1F'",
+        "SELECT 1 WHERE x = U&'a'",
+        "SELECT 1 WHERE x = 'a\\'",
+        "SELECT 1 WHERE x = 'a' 'b'",
+        "SELECT 1 WHERE x = 'unclosed",
+        "SELECT 1 WHERE x = $1",
+        "SELECT 1 WHERE x = $$a$$",
+        "SELECT 1 WHERE x = ?",
+        "SELECT 1 /* 2 */ WHERE x = 3",
+        "SELECT `a` FROM t",
+        "SELECT 1 # 2",
+        "SELECT 1 WHERE x = \u{1}",
+    ] {
+        assert_eq!(key(text), None, "{text}");
+    }
+    assert_eq!(key(&format!("SELECT '{}'", "a".repeat(MAX_TEXT_BYTES))), None);
+}
+
+#[test]
+fn a_learned_template_gives_each_text_its_own_values() {
+    let shapes = TextShapes::default();
+    let first = "SELECT date_trunc('day', ts), count(*) FROM t WHERE id = 5 AND s = 'a' AND v > -2 GROUP BY 1";
+    let t = Template::of(Door::Http, first).unwrap();
+    shapes.learn(&t, "shape", &[number("5"), string("a"), number("-2")], None);
+    assert_eq!(shapes.len(), 1);
+    let other = first
+        .replace("id = 5", "id = 70")
+        .replace("'a'", "'b''c'")
+        .replace("-2", "-9");
+    let hit = shapes.get(&Template::of(Door::Http, &other).unwrap()).unwrap();
+    assert_eq!(hit.learned.shape, "shape");
+    assert_eq!(hit.literals, [number("70"), string("b'c"), number("-9")]);
+    // A literal that is not a placeholder's must be the one learned.
+    let hour = other.replace("'day'", "'hour'");
+    assert!(shapes.get(&Template::of(Door::Http, &hour).unwrap()).is_none());
+    // Another door reads the same text with another parser.
+    assert!(shapes.get(&Template::of(Door::Pg, first).unwrap()).is_none());
+}
+
+#[test]
+fn a_value_not_tied_to_exactly_one_literal_is_not_learned() {
+    let shapes = TextShapes::default();
+    let learn = |text: &str, lifted: &[Literal]| {
+        shapes.learn(&Template::of(Door::Http, text).unwrap(), "s", lifted, None);
+        shapes.len()
+    };
+    // The value 5 occurs twice: which one is the placeholder's is unknown.
+    assert_eq!(learn("SELECT v + 5 FROM t WHERE id = 5", &[number("5")]), 0);
+    // Not a literal of the text, or not of its kind or sign.
+    assert_eq!(learn("SELECT v FROM t WHERE id = 5", &[number("6")]), 0);
+    assert_eq!(learn("SELECT v FROM t WHERE id = '5'", &[number("5")]), 0);
+    assert_eq!(learn("SELECT v FROM t WHERE id = 5", &[number("-5")]), 0);
+    assert_eq!(learn("SELECT v FROM t WHERE id = -5", &[number("5")]), 0);
+    assert_eq!(learn("SELECT v FROM t WHERE id = 5", &[number("5")]), 1);
+}
+
+async fn engine(dir: &std::path::Path) -> Engine {
+    let engine = Engine::new(Db::open(StorageConfig::for_dir(dir)).await.unwrap()).unwrap();
+    engine
+        .execute(
+            "CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v VARCHAR);
+             INSERT INTO kv VALUES (TIMESTAMP '2026-11-01 00:00:00', 1, 'a'),
+               (TIMESTAMP '2026-11-01 00:00:00', 2, 'b'), (TIMESTAMP '2026-11-02 00:00:00', 3, 'c')",
+        )
+        .await
+        .unwrap();
+    engine
+}
+
+async fn rows(streamed: Streamed) -> String {
+    let Streamed::Rows { stream, .. } = streamed else {
+        panic!("no rows")
+    };
+    let batches: Vec<_> = futures::TryStreamExt::try_collect(stream).await.unwrap();
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+/// Runs `text` as a door does: through its template's shape if learned
+/// (then true), otherwise parsed, learning its template.
+async fn through_door(engine: &Engine, text: &str) -> (String, bool) {
+    let template = engine.template(Door::Http, text).unwrap();
+    let query = engine.begin(Origin::HTTP, text).await.unwrap();
+    if let Some(hit) = engine.text_hit(&template)
+        && let Some(streamed) = engine.run_text(&query, &hit).await.unwrap()
+    {
+        return (rows(streamed).await, true);
+    }
+    let stmt = engine.parse(text).unwrap().pop().unwrap();
+    let learn = Learn {
+        template: &template,
+        labels: None,
+    };
+    let streamed = engine.run_learning(&query, stmt, learn).await.unwrap();
+    (rows(streamed).await, false)
+}
+
+async fn parsed(engine: &Engine, text: &str) -> String {
+    let Some(crate::Output::Rows { batches, .. }) = engine.execute(text).await.unwrap().pop() else {
+        panic!("no rows")
+    };
+    pretty_format_batches(&batches).unwrap().to_string()
+}
+
+#[tokio::test]
+async fn texts_of_a_learned_template_run_unparsed_with_their_own_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let text = |id: &str, v: &str| {
+        format!("SELECT id, v, 'k' AS k FROM kv WHERE id >= {id} AND v <> '{v}' ORDER BY id")
+    };
+    // The shape is planned at its second text, and learned then.
+    assert!(!through_door(&e, &text("1", "a")).await.1);
+    assert!(!through_door(&e, &text("2", "a")).await.1);
+    assert_eq!(e.plans().texts().len(), 1);
+    for (id, v) in [("1", "b"), ("3", "x"), ("0", "it''s"), ("2", "c")] {
+        let sql = text(id, v);
+        let (answer, hit) = through_door(&e, &sql).await;
+        assert!(hit, "{sql}");
+        assert_eq!(answer, parsed(&e, &sql).await, "{sql}");
+    }
+    // Rows written since are read: the shape plans no rows in.
+    e.execute("INSERT INTO kv VALUES (TIMESTAMP '2026-11-03 00:00:00', 4, 'd')")
+        .await
+        .unwrap();
+    let (answer, hit) = through_door(&e, &text("3", "z")).await;
+    assert!(hit && answer.contains("| 4  | d |"), "{answer}");
+    // A value that would not compare as written is parsed and planned as
+    // written: 1.5 is no BIGINT.
+    let (answer, hit) = through_door(&e, &text("1.5", "z")).await;
+    assert!(!hit);
+    assert_eq!(answer, parsed(&e, &text("1.5", "z")).await);
+    assert!(!answer.contains("| 1  |"), "{answer}");
+    // A table made again is planned again.
+    e.execute("DROP TABLE kv; CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v VARCHAR)")
+        .await
+        .unwrap();
+    let (answer, hit) = through_door(&e, &text("1", "b")).await;
+    assert!(!hit);
+    assert_eq!(answer, parsed(&e, &text("1", "b")).await);
+}

@@ -2,7 +2,8 @@
 //! every entry point (HTTP, the PostgreSQL simple and extended protocols,
 //! COPY, the embedded CLI) is registered here as a query ([`Engine::begin`]:
 //! admission, deadline, cancellation, `system.queries`) and run here
-//! ([`Engine::run`], [`Engine::run_prepared`], [`Engine::run_planned`]):
+//! ([`Engine::run`], [`Engine::run_prepared`], [`Engine::run_planned`],
+//! [`Engine::run_text`]):
 //! Kiln's DDL is recognised in one place ([`crate::ddl`]), INSERTs are
 //! checked, and everything else is planned with the query's share of the
 //! cores and executed by the shared DataFusion session, its rows guarded

@@ -40,6 +40,7 @@ pub const PARTIAL_CACHE_BYTES: &str = "kiln_partial_cache_bytes";
 pub const PARTIAL_CACHE_HITS: &str = "kiln_partial_cache_hits_total";
 pub const PARTIAL_CACHE_MISSES: &str = "kiln_partial_cache_misses_total";
 pub const PLAN_GENERIC_RUNS: &str = "kiln_plan_cache_generic_runs_total";
+pub const PLAN_UNPARSED_RUNS: &str = "kiln_plan_cache_unparsed_runs_total";
 pub const PLAN_CUSTOM_RUNS: &str = "kiln_plan_cache_custom_runs_total";
 pub const PLAN_INSTANCES: &str = "kiln_plan_cache_instances_planned_total";
 pub const QUERIES_RUNNING: &str = "kiln_queries_running";
@@ -132,6 +133,7 @@ pub struct Metrics {
     partial_hits: IntCounter,
     partial_misses: IntCounter,
     plan_generic_runs: IntCounter,
+    plan_unparsed_runs: IntCounter,
     plan_custom_runs: IntCounter,
     plan_instances: IntCounter,
     resolved: Resolved,
@@ -281,6 +283,10 @@ impl Metrics {
                 PLAN_GENERIC_RUNS,
                 "Executions that ran a kept generic plan.",
             ),
+            plan_unparsed_runs: counter(
+                PLAN_UNPARSED_RUNS,
+                "Queries with their values written in run through the shape their text's template learned, unparsed.",
+            ),
             plan_custom_runs: counter(
                 PLAN_CUSTOM_RUNS,
                 "Executions of kept statements and shapes planned with their values.",
@@ -355,6 +361,7 @@ impl Metrics {
         let plans = engine.plans().counts();
         set(&self.plan_generic_runs, plans.generic_runs);
         set(&self.plan_custom_runs, plans.custom_runs);
+        set(&self.plan_unparsed_runs, plans.unparsed_runs);
         set(&self.plan_instances, plans.instances_planned);
         let m = db.metrics();
         set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));

@@ -128,3 +128,71 @@ fn every_door_registers_its_queries_and_applies_the_same_rules() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// A query like one already planned, differing only in its values, runs
+/// unparsed through the shape its text learned, on both doors that take
+/// values written in; each answer is the one the text parsed gives (a
+/// block comment keeps a text from any template), with PostgreSQL's
+/// column labels.
+#[test]
+fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    s.sql(DDL);
+    s.sql(
+        "INSERT INTO d VALUES ('2026-05-01 00:00:00', 1, 'a'), ('2026-05-01 00:00:00', 2, 'b'), \
+         ('2026-05-02 00:00:00', 3, 'c'), ('2026-05-03 00:00:00', 4, 'it''s')",
+    );
+    let text = |id: i64, name: &str| {
+        format!(
+            "SELECT count(*), min(name), 'k' AS k FROM d WHERE id >= {id} AND name <> '{}'",
+            name.replace('\'', "''")
+        )
+    };
+    let parsed = |sql: &str| format!("{sql} /* parsed */");
+    let values = [
+        (1, "a"),
+        (2, "zz"),
+        (0, "it's"),
+        (3, "c"),
+        (5, "a"),
+        (4, "b"),
+    ];
+    let unparsed = || s.metric("kiln_plan_cache_unparsed_runs_total");
+
+    let before = unparsed();
+    for (id, name) in values {
+        let sql = text(id, name);
+        assert_eq!(s.rows(&sql), s.rows(&parsed(&sql)), "HTTP {sql}");
+    }
+    // The shape is planned at the second text and learned then; the
+    // texts of the same template after it ran unparsed.
+    let http = unparsed() - before;
+    assert_eq!(http, (values.len() - 2) as f64);
+
+    let psql = |sql: &str| {
+        let out = s.psql_output(&["-P", "tuples_only=off", "-c", sql]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for (id, name) in values {
+        let sql = text(id, name);
+        let answer = psql(&sql);
+        assert!(answer.starts_with("count|min|k\n"), "{answer}");
+        assert_eq!(answer, psql(&parsed(&sql)), "psql {sql}");
+    }
+    // Its shape was kept by then (the same statement as over HTTP), so
+    // the first text learned it.
+    assert_eq!(unparsed() - before - http, (values.len() - 1) as f64);
+
+    // Rows written since are counted; a value that would not compare as
+    // written (1.5 is no BIGINT) is parsed and planned as written.
+    s.sql("INSERT INTO d VALUES ('2026-05-04 00:00:00', 9, 'z')");
+    let runs = unparsed();
+    for sql in [text(9, "a"), text(1, "a").replace(">= 1", ">= 1.5")] {
+        assert_eq!(s.rows(&sql), s.rows(&parsed(&sql)), "HTTP {sql}");
+        assert_eq!(psql(&sql), psql(&parsed(&sql)), "psql {sql}");
+    }
+    assert_eq!(unparsed() - runs, 2.0);
+    assert_eq!(s.rows(&text(9, "a")), serde_json::json!([[1, "z", "k"]]));
+}

@@ -49,7 +49,10 @@ impl Engine {
         }
         let shape = {
             let settings = query.settings();
-            match self.plans.shape(&settings_key(&hit.learned.shape, &settings)) {
+            match self
+                .plans
+                .shape(&settings_key(&hit.learned.shape, &settings))
+            {
                 Kept::Shape(shape) => shape,
                 _ => return Ok(None),
             }
@@ -57,6 +60,7 @@ impl Engine {
         let Some(values) = shape.bind(&hit.literals) else {
             return Ok(None);
         };
+        self.plans.ran_unparsed();
         let run = self.run_kept(query, &hit.learned.shape, &shape, values);
         self.guarded(query, run).await.map(Some)
     }

@@ -61,8 +61,8 @@ use parking_lot::Mutex;
 
 pub(crate) use literals::{Shape, lift};
 pub(crate) use params::cast_param;
-pub use texts::{Door, Learned, Template, TextHit, TextShapes};
 use params::{ParamSlots, parameterize};
+pub use texts::{Door, Learned, Template, TextHit, TextShapes};
 
 use crate::admission::{QueryHandle, QueryRegistry};
 use crate::config::PlanCacheMode;
@@ -106,6 +106,9 @@ pub struct PlanCounts {
     /// Generic plan instances planned: a statement's first ones, and new
     /// ones when none was idle or settings, share of cores or tables changed.
     pub instances_planned: u64,
+    /// Queries with their values written in that ran through the shape
+    /// their text's template learned, unparsed ([`texts`]).
+    pub unparsed_runs: u64,
 }
 
 #[derive(Default)]
@@ -113,6 +116,7 @@ struct Counts {
     generic_runs: AtomicU64,
     custom_runs: AtomicU64,
     instances_planned: AtomicU64,
+    unparsed_runs: AtomicU64,
 }
 
 /// What is known of a query's shape ([`literals`]).
@@ -204,6 +208,7 @@ impl PlanCache {
             generic_runs: c.generic_runs.load(Ordering::Relaxed),
             custom_runs: c.custom_runs.load(Ordering::Relaxed),
             instances_planned: c.instances_planned.load(Ordering::Relaxed),
+            unparsed_runs: c.unparsed_runs.load(Ordering::Relaxed),
         }
     }
 
@@ -217,6 +222,11 @@ impl PlanCache {
     /// Texts whose shape is known ([`texts`]).
     pub fn texts(&self) -> &TextShapes {
         &self.texts
+    }
+
+    /// Counts a query run through its text's learned shape.
+    pub(crate) fn ran_unparsed(&self) {
+        self.counts.unparsed_runs.fetch_add(1, Ordering::Relaxed);
     }
 
     /// What is kept of the shape `key`, remembering that it was seen.

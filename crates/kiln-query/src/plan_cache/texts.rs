@@ -266,8 +266,7 @@ impl TextShapes {
         labels: Option<Labels>,
     ) {
         let tokens = &template.tokens;
-        let mut fixed: Vec<Option<Box<str>>> =
-            tokens.iter().map(|t| Some(t.raw.into())).collect();
+        let mut fixed: Vec<Option<Box<str>>> = tokens.iter().map(|t| Some(t.raw.into())).collect();
         let mut at = Vec::with_capacity(lifted.len());
         for literal in lifted {
             let (kind, value, negative) = match literal {
@@ -277,7 +276,10 @@ impl TextShapes {
                 },
                 Literal::String(s) => (Kind::String, s.as_str(), false),
             };
-            let mut same = tokens.iter().enumerate().filter(|(_, t)| t.value() == value);
+            let mut same = tokens
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.value() == value);
             let (Some((i, t)), None) = (same.next(), same.next()) else {
                 return;
             };

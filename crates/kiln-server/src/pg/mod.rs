@@ -61,9 +61,9 @@ use datafusion_postgres::pgwire::messages::extendedquery::{
 use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use datafusion_postgres::pgwire::messages::simplequery::Query as SimpleQuery;
 use futures::{SinkExt, StreamExt};
-use kiln_query::shape::labels::{Labels, labels};
 use kiln_query::engine::Learn;
 use kiln_query::plan_cache::Door;
+use kiln_query::shape::labels::{Labels, labels};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use parse::KilnParser;
 use sql_parser::SqlParser;
@@ -342,7 +342,12 @@ impl SimpleQueryHandler for PgSimple {
             let q = begin(&self.engine, query, client, false).await?;
             if let Some(streamed) = self.engine.run_text(&q, &hit).await.map_err(to_pg)? {
                 let labels = hit.learned.labels.as_ref();
-                return Ok(vec![respond(streamed, &Format::UnifiedText, labels, client)?]);
+                return Ok(vec![respond(
+                    streamed,
+                    &Format::UnifiedText,
+                    labels,
+                    client,
+                )?]);
             }
             query_handle = Some(q);
         }

@@ -34,7 +34,11 @@ fn texts_differing_only_in_literals_share_a_template() {
         Template::of(Door::Http, a).unwrap().key
     );
     // Quoted identifiers and line comments are text, not literals.
-    let t = Template::of(Door::Http, "SELECT \"it's 1\" FROM t -- x = '2'\nWHERE v = 3").unwrap();
+    let t = Template::of(
+        Door::Http,
+        "SELECT \"it's 1\" FROM t -- x = '2'\nWHERE v = 3",
+    )
+    .unwrap();
     assert_eq!(t.tokens.len(), 1);
     assert_eq!(t.tokens[0].raw, "3");
 }
@@ -63,7 +67,10 @@ fn text_the_scanner_cannot_be_sure_of_has_no_template() {
     ] {
         assert_eq!(key(text), None, "{text}");
     }
-    assert_eq!(key(&format!("SELECT '{}'", "a".repeat(MAX_TEXT_BYTES))), None);
+    assert_eq!(
+        key(&format!("SELECT '{}'", "a".repeat(MAX_TEXT_BYTES))),
+        None
+    );
 }
 
 #[test]
@@ -77,14 +84,24 @@ fn a_learned_template_gives_each_text_its_own_values() {
         .replace("id = 5", "id = 70")
         .replace("'a'", "'b''c'")
         .replace("-2", "-9");
-    let hit = shapes.get(&Template::of(Door::Http, &other).unwrap()).unwrap();
+    let hit = shapes
+        .get(&Template::of(Door::Http, &other).unwrap())
+        .unwrap();
     assert_eq!(hit.learned.shape, "shape");
     assert_eq!(hit.literals, [number("70"), string("b'c"), number("-9")]);
     // A literal that is not a placeholder's must be the one learned.
     let hour = other.replace("'day'", "'hour'");
-    assert!(shapes.get(&Template::of(Door::Http, &hour).unwrap()).is_none());
+    assert!(
+        shapes
+            .get(&Template::of(Door::Http, &hour).unwrap())
+            .is_none()
+    );
     // Another door reads the same text with another parser.
-    assert!(shapes.get(&Template::of(Door::Pg, first).unwrap()).is_none());
+    assert!(
+        shapes
+            .get(&Template::of(Door::Pg, first).unwrap())
+            .is_none()
+    );
 }
 
 #[test]
@@ -145,7 +162,8 @@ async fn through_door(engine: &Engine, text: &str) -> (String, bool) {
 }
 
 async fn parsed(engine: &Engine, text: &str) -> String {
-    let Some(crate::Output::Rows { batches, .. }) = engine.execute(text).await.unwrap().pop() else {
+    let Some(crate::Output::Rows { batches, .. }) = engine.execute(text).await.unwrap().pop()
+    else {
         panic!("no rows")
     };
     pretty_format_batches(&batches).unwrap().to_string()
@@ -181,9 +199,11 @@ async fn texts_of_a_learned_template_run_unparsed_with_their_own_values() {
     assert_eq!(answer, parsed(&e, &text("1.5", "z")).await);
     assert!(!answer.contains("| 1  |"), "{answer}");
     // A table made again is planned again.
-    e.execute("DROP TABLE kv; CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v VARCHAR)")
-        .await
-        .unwrap();
+    e.execute(
+        "DROP TABLE kv; CREATE TABLE kv (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v VARCHAR)",
+    )
+    .await
+    .unwrap();
     let (answer, hit) = through_door(&e, &text("1", "b")).await;
     assert!(!hit);
     assert_eq!(answer, parsed(&e, &text("1", "b")).await);

@@ -26,12 +26,18 @@
 //! literal values, and the lifted ones are values compared in filters,
 //! which no rewrite reads; every other literal must be the same text. A
 //! placeholder is tied to the literal it came from by value: the value
-//! must occur once in the text, or the text is not learned. A door whose
-//! parser looks at the text itself first (datafusion-postgres's client
-//! query list, `search_path`) keeps those texts off this path
-//! ([`Door`] callers check).
+//! must occur once among the text's literals, or the text is not
+//! learned. That ties it right because the scanner sees every literal the
+//! tokenizer does: it hides only words of ASCII letters, digits, `_` and
+//! `$`, quoted identifiers and line comments, which the tokenizers read
+//! the same way (non-ASCII outside quotes, and CR in a comment, which
+//! ends it in PostgreSQL's tokenizer, leave a text without a template).
+//! A door whose parser looks at the text itself first (datafusion-
+//! postgres's client query list, `search_path`) keeps those texts off
+//! this path ([`Door`] callers check).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -44,6 +50,8 @@ const MAX_TEXT_BYTES: usize = 16 * 1024;
 /// At most this many templates are kept; when full, all are forgotten
 /// and learned again by use.
 const MAX_TEXTS: usize = 1024;
+/// At most this many variants of one template are kept.
+const MAX_VARIANTS: usize = 8;
 
 /// Which parser a text is read with: the same text may be a different
 /// statement under another's rules.
@@ -104,15 +112,23 @@ impl<'a> Template<'a> {
         let mut tokens = vec![];
         let mut copied = 0;
         let mut i = 0;
-        let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80;
+        let is_word = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'$';
         while i < b.len() {
             let c = b[i];
             match c {
-                0..=2 | b'$' | b'?' | b'#' | b'`' | b'\\' => return None,
+                // Beside the masks' own bytes: what tokenizers read in
+                // more than one way. Outside quotes, non-ASCII may be a
+                // letter or a space (U+00A0) depending on the dialect.
+                0..=2 | b'$' | b'?' | b'#' | b'`' | b'\\' | 0x80.. => return None,
                 b'&' if next(b, i) == Some(b'\'') => return None,
                 b'/' if next(b, i) == Some(b'*') => return None,
                 b'-' if next(b, i) == Some(b'-') => {
-                    i = text[i..].find('\n').map_or(b.len(), |n| i + n + 1);
+                    let end = text[i..].find('\n').map_or(b.len(), |n| i + n + 1);
+                    // PostgreSQL's tokenizer also ends a comment at CR.
+                    if text[i..end].contains('\r') {
+                        return None;
+                    }
+                    i = end;
                 }
                 b'"' => i = closing(b, i, b'"')?,
                 b'.' if next(b, i).is_some_and(|n| n.is_ascii_digit()) => return None,
@@ -222,24 +238,28 @@ pub struct TextHit {
 /// Learned templates, by template (module docs).
 #[derive(Default)]
 pub struct TextShapes {
-    learned: DashMap<String, Arc<Learned>>,
+    /// A template's variants: texts that differ in a literal that is no
+    /// placeholder's (`date_trunc('day', ...)`, `'hour'`), latest last.
+    learned: DashMap<String, Vec<Arc<Learned>>>,
 }
 
 impl TextShapes {
     /// What was learned for `template`, if its fixed literals are the
     /// ones of the text it was learned from.
     pub fn get(&self, template: &Template) -> Option<TextHit> {
-        let learned = self.learned.get(&template.key)?.clone();
         let tokens = &template.tokens;
-        if learned.fixed.len() != tokens.len()
-            || learned
-                .fixed
-                .iter()
-                .zip(tokens)
-                .any(|(f, t)| f.as_deref().is_some_and(|f| f != t.raw))
-        {
-            return None;
-        }
+        let learned = self
+            .learned
+            .get(&template.key)?
+            .iter()
+            .find(|v| {
+                v.fixed.len() == tokens.len()
+                    && v.fixed
+                        .iter()
+                        .zip(tokens)
+                        .all(|(f, t)| f.as_deref().is_none_or(|f| f == t.raw))
+            })?
+            .clone();
         let literals = learned
             .lifted
             .iter()
@@ -267,6 +287,14 @@ impl TextShapes {
     ) {
         let tokens = &template.tokens;
         let mut fixed: Vec<Option<Box<str>>> = tokens.iter().map(|t| Some(t.raw.into())).collect();
+        // Each value's literal, or None if it occurs more than once.
+        let mut by_value: HashMap<Cow<str>, Option<usize>> = HashMap::new();
+        for (i, t) in tokens.iter().enumerate() {
+            by_value
+                .entry(t.value())
+                .and_modify(|at| *at = None)
+                .or_insert(Some(i));
+        }
         let mut at = Vec::with_capacity(lifted.len());
         for literal in lifted {
             let (kind, value, negative) = match literal {
@@ -276,31 +304,34 @@ impl TextShapes {
                 },
                 Literal::String(s) => (Kind::String, s.as_str(), false),
             };
-            let mut same = tokens
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.value() == value);
-            let (Some((i, t)), None) = (same.next(), same.next()) else {
+            let Some(&Some(i)) = by_value.get(value) else {
                 return;
             };
+            let t = &tokens[i];
             if t.kind != kind || t.negative != negative || fixed[i].is_none() {
                 return;
             }
             fixed[i] = None;
             at.push(i);
         }
+        let learned = Arc::new(Learned {
+            shape: shape.to_string(),
+            fixed,
+            lifted: at,
+            labels,
+        });
+        if let Some(mut variants) = self.learned.get_mut(&template.key) {
+            variants.retain(|v| v.fixed != learned.fixed);
+            if variants.len() >= MAX_VARIANTS {
+                variants.remove(0);
+            }
+            variants.push(learned);
+            return;
+        }
         if self.learned.len() >= MAX_TEXTS {
             self.learned.clear();
         }
-        self.learned.insert(
-            template.key.clone(),
-            Arc::new(Learned {
-                shape: shape.to_string(),
-                fixed,
-                lifted: at,
-                labels,
-            }),
-        );
+        self.learned.insert(template.key.clone(), vec![learned]);
     }
 
     /// How many templates are kept.

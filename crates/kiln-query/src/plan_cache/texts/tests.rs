@@ -64,6 +64,11 @@ fn text_the_scanner_cannot_be_sure_of_has_no_template() {
         "SELECT `a` FROM t",
         "SELECT 1 # 2",
         "SELECT 1 WHERE x = \u{1}",
+        // Non-breaking space: a space to one tokenizer, a letter to another.
+        "SELECT v FROM t WHERE id =\u{a0}10 LIMIT 10",
+        "SELECT v FROM t WHERE café = 1",
+        // CR ends a line comment for PostgreSQL's tokenizer.
+        "SELECT 'x' FROM t -- pick\rWHERE k = 'x'",
     ] {
         assert_eq!(key(text), None, "{text}");
     }
@@ -102,6 +107,26 @@ fn a_learned_template_gives_each_text_its_own_values() {
             .get(&Template::of(Door::Pg, first).unwrap())
             .is_none()
     );
+    // Texts differing in a literal that is no placeholder's are variants
+    // of the template, each with its own shape.
+    let t = Template::of(Door::Http, &hour).unwrap();
+    shapes.learn(
+        &t,
+        "hourly",
+        &[number("70"), string("b'c"), number("-9")],
+        None,
+    );
+    let day = shapes
+        .get(&Template::of(Door::Http, &other).unwrap())
+        .unwrap();
+    let hour = shapes
+        .get(&Template::of(Door::Http, &hour).unwrap())
+        .unwrap();
+    assert_eq!(
+        (&*day.learned.shape, &*hour.learned.shape),
+        ("shape", "hourly")
+    );
+    assert_eq!(shapes.len(), 1);
 }
 
 #[test]

@@ -39,6 +39,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 
@@ -47,8 +48,8 @@ use crate::shape::labels::Labels;
 
 /// Texts longer than this have no template: what is kept stays small.
 const MAX_TEXT_BYTES: usize = 16 * 1024;
-/// At most this many templates are kept; when full, all are forgotten
-/// and learned again by use.
+/// At most this many learned texts (the variants of every template) are
+/// kept; when full, all are forgotten and learned again by use.
 const MAX_TEXTS: usize = 1024;
 /// At most this many variants of one template are kept.
 const MAX_VARIANTS: usize = 8;
@@ -241,6 +242,8 @@ pub struct TextShapes {
     /// A template's variants: texts that differ in a literal that is no
     /// placeholder's (`date_trunc('day', ...)`, `'hour'`), latest last.
     learned: DashMap<String, Vec<Arc<Learned>>>,
+    /// Variants kept, of all templates: what [`MAX_TEXTS`] bounds.
+    variants: AtomicUsize,
 }
 
 impl TextShapes {
@@ -320,18 +323,21 @@ impl TextShapes {
             lifted: at,
             labels,
         });
-        if let Some(mut variants) = self.learned.get_mut(&template.key) {
-            variants.retain(|v| v.fixed != learned.fixed);
-            if variants.len() >= MAX_VARIANTS {
-                variants.remove(0);
-            }
-            variants.push(learned);
-            return;
-        }
-        if self.learned.len() >= MAX_TEXTS {
+        // One more variant kept, unless it replaces one.
+        let grows = self
+            .learned
+            .get(&template.key)
+            .is_none_or(|v| v.len() < MAX_VARIANTS && v.iter().all(|v| v.fixed != learned.fixed));
+        if grows && self.variants.fetch_add(1, Ordering::Relaxed) >= MAX_TEXTS {
             self.learned.clear();
+            self.variants.store(1, Ordering::Relaxed);
         }
-        self.learned.insert(template.key.clone(), vec![learned]);
+        let mut variants = self.learned.entry(template.key.clone()).or_default();
+        variants.retain(|v| v.fixed != learned.fixed);
+        if variants.len() >= MAX_VARIANTS {
+            variants.remove(0);
+        }
+        variants.push(learned);
     }
 
     /// How many templates are kept.

@@ -233,3 +233,18 @@ async fn texts_of_a_learned_template_run_unparsed_with_their_own_values() {
     assert!(!hit);
     assert_eq!(answer, parsed(&e, &text("1", "b")).await);
 }
+
+#[test]
+fn learned_texts_are_bounded_variants_included() {
+    let shapes = TextShapes::default();
+    for i in 0..MAX_TEXTS / 4 {
+        for v in 0..MAX_VARIANTS + 2 {
+            let text = format!("SELECT c{i}, 'v{v}' FROM t WHERE id = 5");
+            let t = Template::of(Door::Http, &text).unwrap();
+            shapes.learn(&t, "s", &[number("5")], None);
+        }
+    }
+    let kept: usize = shapes.learned.iter().map(|v| v.len()).sum();
+    assert!(kept > 0 && kept <= MAX_TEXTS, "{kept}");
+    assert!(shapes.learned.iter().all(|v| v.len() <= MAX_VARIANTS));
+}

@@ -473,6 +473,7 @@ impl QueryRegistry {
             settings: Mutex::new(vec![]),
             user: None,
             session_user: None,
+            short: Mutex::new(None),
         }
     }
 
@@ -580,7 +581,15 @@ pub struct QueryHandle {
     /// The session's DataFusion options ([`Begin::settings`]) and those
     /// its own `SET` statements changed (an HTTP request's).
     settings: Mutex<Vec<(String, String)>>,
+    /// Set when the plan it is about to run is expected to be short: its
+    /// stream then starts where it is read
+    /// ([`crate::executor::Executor::run_short`]), and this is called if
+    /// it had to move.
+    short: Mutex<Option<Moved>>,
 }
+
+/// Called when a stream expected to be short moved to the executor.
+pub(crate) type Moved = Box<dyn FnOnce() + Send>;
 
 impl QueryHandle {
     pub fn info(&self) -> &Arc<QueryInfo> {
@@ -590,6 +599,17 @@ impl QueryHandle {
     /// Whether the query was admitted as light ([`Begin::light`]).
     pub fn is_light(&self) -> bool {
         self.light
+    }
+
+    /// Marks the plan about to start as expected to be short (see the
+    /// field `short`).
+    pub(crate) fn expect_short(&self, moved: Moved) {
+        *self.short.lock() = Some(moved);
+    }
+
+    /// Whether the plan just started is expected to be short; clears it.
+    pub(crate) fn take_short(&self) -> Option<Moved> {
+        self.short.lock().take()
     }
 
     /// The DataFusion options this query runs with over the server's.

@@ -505,7 +505,10 @@ impl Engine {
         query: &Query,
         start: impl Future<Output = Result<Streamed>>,
     ) -> Result<Streamed> {
-        let started = match query.run(start).await {
+        let started = query.run(start).await;
+        // Set by the plan cache while starting, for this stream only.
+        let short = query.take_short();
+        let started = match started {
             Ok(Ok(s)) => s,
             Ok(Err(e)) | Err(e) => {
                 query.fail(&e);
@@ -514,9 +517,10 @@ impl Engine {
         };
         Ok(match started {
             Streamed::Rows { schema, stream } => {
-                let stream = match query.is_light() {
-                    true => stream,
-                    false => self.executor.run(stream),
+                let stream = match (query.is_light(), short) {
+                    (true, _) => stream,
+                    (false, Some(moved)) => self.executor.run_short(stream, moved),
+                    (false, None) => self.executor.run(stream),
                 };
                 let rows = query.clone().guard(
                     stream,

@@ -43,6 +43,8 @@ pub const PLAN_GENERIC_RUNS: &str = "kiln_plan_cache_generic_runs_total";
 pub const PLAN_UNPARSED_RUNS: &str = "kiln_plan_cache_unparsed_runs_total";
 pub const PLAN_CUSTOM_RUNS: &str = "kiln_plan_cache_custom_runs_total";
 pub const PLAN_INSTANCES: &str = "kiln_plan_cache_instances_planned_total";
+pub const PLAN_SHORT_RUNS: &str = "kiln_plan_cache_short_runs_total";
+pub const PLAN_SHORT_MOVED: &str = "kiln_plan_cache_short_moved_total";
 pub const QUERIES_RUNNING: &str = "kiln_queries_running";
 pub const QUERIES_QUEUED: &str = "kiln_queries_queued";
 pub const QUERY_WAIT: &str = "kiln_query_wait_seconds_total";
@@ -136,6 +138,8 @@ pub struct Metrics {
     plan_unparsed_runs: IntCounter,
     plan_custom_runs: IntCounter,
     plan_instances: IntCounter,
+    plan_short_runs: IntCounter,
+    plan_short_moved: IntCounter,
     resolved: Resolved,
 }
 
@@ -287,6 +291,14 @@ impl Metrics {
                 PLAN_UNPARSED_RUNS,
                 "Queries with their values written in run through the shape their text's template learned, unparsed.",
             ),
+            plan_short_runs: counter(
+                PLAN_SHORT_RUNS,
+                "Generic runs expected short, started on the protocol runtime instead of the execution runtime.",
+            ),
+            plan_short_moved: counter(
+                PLAN_SHORT_MOVED,
+                "Runs expected short that used their CPU time and moved to the execution runtime.",
+            ),
             plan_custom_runs: counter(
                 PLAN_CUSTOM_RUNS,
                 "Executions of kept statements and shapes planned with their values.",
@@ -363,6 +375,8 @@ impl Metrics {
         set(&self.plan_custom_runs, plans.custom_runs);
         set(&self.plan_unparsed_runs, plans.unparsed_runs);
         set(&self.plan_instances, plans.instances_planned);
+        set(&self.plan_short_runs, plans.short_runs);
+        set(&self.plan_short_moved, plans.short_moved);
         let m = db.metrics();
         set(&self.rows_written, m.rows_written.load(Ordering::Relaxed));
         set(&self.bytes_written, m.bytes_written.load(Ordering::Relaxed));

@@ -112,3 +112,75 @@ async fn a_plan_executes_on_the_runtime_that_polls_it() {
         .unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
 }
+
+/// A stream of `n` batches, each burning `cpu` of its thread's CPU time
+/// and holding 1 if it was computed on `kiln-exec`, else 0.
+fn burner(n: usize, cpu: std::time::Duration) -> SendableRecordBatchStream {
+    let rows = futures::stream::iter(0..n).map(move |_| {
+        let from = thread_cpu();
+        while thread_cpu() - from < cpu {
+            std::hint::spin_loop();
+        }
+        let on_exec = std::thread::current().name() == Some("kiln-exec");
+        Ok(batch(i64::from(on_exec)))
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema(), rows))
+}
+
+fn on_exec(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(0)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_short_stream_runs_where_it_is_read() {
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let moved = Arc::new(AtomicBool::new(false));
+    let m = moved.clone();
+    let stream = exec.run_short(
+        burner(3, std::time::Duration::ZERO),
+        Box::new(move || m.store(true, Ordering::SeqCst)),
+    );
+    let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
+    assert_eq!(on_exec(&batches), [0, 0, 0]);
+    assert!(!moved.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_stream_expected_short_moves_to_the_executor_once_over_its_cpu() {
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let moved = Arc::new(AtomicBool::new(false));
+    let m = moved.clone();
+    // Each batch costs 40% of the budget: the third passes it.
+    let cost = SHORT_CPU * 2 / 5;
+    let stream = exec.run_short(
+        burner(6, cost),
+        Box::new(move || m.store(true, Ordering::SeqCst)),
+    );
+    let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
+    assert_eq!(on_exec(&batches), [0, 0, 0, 1, 1, 1]);
+    assert!(moved.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_panic_in_a_short_stream_is_an_error_not_a_short_result() {
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let rows = futures::stream::iter(0..3).map(|i| {
+        assert!(i < 1, "boom at {i}");
+        Ok(batch(i))
+    });
+    let stream = Box::pin(RecordBatchStreamAdapter::new(schema(), rows));
+    let mut out = exec.run_short(stream, Box::new(|| {}));
+    assert!(out.next().await.unwrap().is_ok());
+    let e = out.next().await.unwrap().unwrap_err().to_string();
+    assert!(e.contains("query execution failed: boom at 1"), "{e}");
+    assert!(out.next().await.is_none());
+}

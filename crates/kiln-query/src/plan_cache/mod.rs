@@ -14,9 +14,19 @@
 //! [`TRIALS`] run a generic plan: optimized with its placeholders, each
 //! `$n` then made a function that reads the value bound for the run
 //! ([`params`]), and every table scan a [`LazyScan`] that takes its
-//! snapshot and prunes when it runs. Whichever kind was faster at its best
-//! run is used from then on: a generic plan can be slower where a value
-//! would have let the optimizer rewrite a predicate.
+//! snapshot and prunes when it runs. The generic plan is used from then on
+//! unless the custom plans' best run took less than half its best: a
+//! generic plan can be slower where a value would have let the optimizer
+//! rewrite a predicate. Trials are timed by the clock, so under load they
+//! are noisy; a statement settled on custom plans runs its trials again
+//! every [`RETRY_AFTER`] executions, and the margin keeps noise from
+//! settling it there in the first place (under 50 clients a dashboard
+//! chart had settled on planning every run, 15% of the server's CPU).
+//!
+//! A generic run in one partition starts on the thread that reads it, not
+//! on the execution runtime ([`crate::executor::Executor::run_short`]),
+//! unless one of the statement's last [`MOVED_RUNS`] such runs outgrew
+//! that and moved there.
 //!
 //! A generic plan's parameters live in its instance, so an instance serves
 //! one execution at a time; each statement keeps a small pool of them, and
@@ -40,7 +50,7 @@ mod tests;
 mod texts;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use arrow::datatypes::DataType;
@@ -82,6 +92,15 @@ const MAX_STATEMENTS: usize = 1024;
 const SERIAL_BELOW_NANOS: u64 = 1_000_000;
 /// At most this many idle instances of one statement's generic plan.
 const MAX_INSTANCES: usize = 64;
+/// Custom plans are chosen only if their best trial took at most this
+/// share of the generic plan's best.
+const CUSTOM_MARGIN: f64 = 0.5;
+/// A statement settled on custom plans by its trials runs them again
+/// after this many executions.
+pub const RETRY_AFTER: u64 = 500;
+/// Generic runs started on the execution runtime after one expected to be
+/// short had to move there; then they start where they are read again.
+const MOVED_RUNS: u32 = 100;
 
 /// Kept plans by statement text; see the module docs.
 pub struct PlanCache {
@@ -92,7 +111,7 @@ pub struct PlanCache {
     shapes: DashMap<String, Kept>,
     /// Texts whose shape is known, by template ([`texts`]).
     texts: TextShapes,
-    counts: Counts,
+    counts: Arc<Counts>,
 }
 
 /// What the cache did since the server started ([`PlanCache::counts`]).
@@ -109,6 +128,11 @@ pub struct PlanCounts {
     /// Queries with their values written in that ran through the shape
     /// their text's template learned, unparsed ([`texts`]).
     pub unparsed_runs: u64,
+    /// Generic runs started on the thread that read them, expected short.
+    pub short_runs: u64,
+    /// Of those, runs that used their CPU time there and moved to the
+    /// execution runtime.
+    pub short_moved: u64,
 }
 
 #[derive(Default)]
@@ -117,6 +141,8 @@ struct Counts {
     custom_runs: AtomicU64,
     instances_planned: AtomicU64,
     unparsed_runs: AtomicU64,
+    short_runs: AtomicU64,
+    short_moved: AtomicU64,
 }
 
 /// What is known of a query's shape ([`literals`]).
@@ -133,17 +159,49 @@ pub(crate) enum Kept {
 }
 
 const UNDECIDED: u8 = 0;
+/// Planned per execution for good: its plan cannot be kept.
 const CUSTOM: u8 = 1;
 const GENERIC: u8 = 2;
+/// Planned per execution because its trials were faster so, until it
+/// runs them again ([`RETRY_AFTER`]).
+const CUSTOM_FASTER: u8 = 3;
 
 /// What is known about one statement's plans.
 #[derive(Default)]
 struct Statement {
-    /// UNDECIDED, CUSTOM or GENERIC.
+    /// UNDECIDED, CUSTOM, GENERIC or CUSTOM_FASTER.
     choice: AtomicU8,
     custom: Trials,
     generic: Trials,
+    /// Executions since it settled on CUSTOM_FASTER.
+    since_choice: AtomicU64,
+    /// Generic runs left to start on the execution runtime ([`MOVED_RUNS`]).
+    moved_runs: AtomicU32,
     idle: Mutex<Vec<Instance>>,
+}
+
+impl Statement {
+    /// Counts a run settled on CUSTOM_FASTER; after [`RETRY_AFTER`] of
+    /// them, forgets the trials so that they run again.
+    fn count_custom(&self) {
+        if self.since_choice.fetch_add(1, Ordering::Relaxed) + 1 < RETRY_AFTER {
+            return;
+        }
+        self.since_choice.store(0, Ordering::Relaxed);
+        for t in [&self.custom, &self.generic] {
+            t.runs.store(0, Ordering::Relaxed);
+            t.best_nanos.store(u64::MAX, Ordering::Relaxed);
+        }
+        self.choice.store(UNDECIDED, Ordering::Relaxed);
+    }
+
+    /// Whether its next generic run in one partition starts where it is
+    /// read: unless one had to move lately.
+    fn starts_short(&self) -> bool {
+        self.moved_runs
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_err()
+    }
 }
 
 /// Executions of one kind of plan and the fastest of them.
@@ -197,7 +255,7 @@ impl PlanCache {
             statements: DashMap::new(),
             shapes: DashMap::new(),
             texts: TextShapes::default(),
-            counts: Counts::default(),
+            counts: Arc::default(),
         }
     }
 
@@ -209,6 +267,8 @@ impl PlanCache {
             custom_runs: c.custom_runs.load(Ordering::Relaxed),
             instances_planned: c.instances_planned.load(Ordering::Relaxed),
             unparsed_runs: c.unparsed_runs.load(Ordering::Relaxed),
+            short_runs: c.short_runs.load(Ordering::Relaxed),
+            short_moved: c.short_moved.load(Ordering::Relaxed),
         }
     }
 
@@ -276,10 +336,13 @@ impl PlanCache {
         let settings = query.settings();
         let statement = self.statement(&settings_key(sql, &settings), logical);
         let choice = statement.as_ref().map(|s| s.choice.load(Ordering::Relaxed));
+        if let (Some(s), Some(CUSTOM_FASTER)) = (&statement, choice) {
+            s.count_custom();
+        }
         let kind = match (&statement, choice, self.mode) {
-            (None, ..) | (_, Some(CUSTOM), _) | (.., PlanCacheMode::ForceCustom) => {
-                Kind::Custom { timed: false }
-            }
+            (None, ..)
+            | (_, Some(CUSTOM | CUSTOM_FASTER), _)
+            | (.., PlanCacheMode::ForceCustom) => Kind::Custom { timed: false },
             (_, Some(GENERIC), _) | (.., PlanCacheMode::ForceGeneric) => Kind::Generic,
             (Some(s), ..) if s.custom.runs.load(Ordering::Relaxed) < TRIALS => {
                 Kind::Custom { timed: true }
@@ -310,6 +373,14 @@ impl PlanCache {
                     let from = Instant::now();
                     let trial = self.mode == PlanCacheMode::Auto
                         && s.choice.load(Ordering::Relaxed) == UNDECIDED;
+                    if instance.partitions == 1 && s.starts_short() {
+                        self.counts.short_runs.fetch_add(1, Ordering::Relaxed);
+                        let (s, counts) = (s.clone(), self.counts.clone());
+                        query.expect_short(Box::new(move || {
+                            s.moved_runs.store(MOVED_RUNS, Ordering::Relaxed);
+                            counts.short_moved.fetch_add(1, Ordering::Relaxed);
+                        }));
+                    }
                     let stream = run_generic(s.clone(), instance, params)?;
                     self.counts.generic_runs.fetch_add(1, Ordering::Relaxed);
                     return Ok(timed(stream, trial.then_some(true), from));
@@ -469,11 +540,13 @@ fn record(statement: &Statement, generic: bool, nanos: u64) {
     }
     let (custom, generic) = (&statement.custom, &statement.generic);
     if generic.runs.load(Ordering::Relaxed) >= TRIALS {
-        let faster =
-            generic.best_nanos.load(Ordering::Relaxed) <= custom.best_nanos.load(Ordering::Relaxed);
-        let choice = if faster { GENERIC } else { CUSTOM };
+        let custom_best = custom.best_nanos.load(Ordering::Relaxed) as f64;
+        let generic_best = generic.best_nanos.load(Ordering::Relaxed) as f64;
+        let generic = custom_best > generic_best * CUSTOM_MARGIN;
+        let choice = if generic { GENERIC } else { CUSTOM_FASTER };
+        statement.since_choice.store(0, Ordering::Relaxed);
         statement.choice.store(choice, Ordering::Relaxed);
-        tracing::debug!(generic = faster, "plan kind chosen");
+        tracing::debug!(generic, "plan kind chosen");
     }
 }
 

@@ -386,3 +386,115 @@ async fn a_parameter_inside_an_aggregate_keeps_a_generic_plan() {
     );
     assert_eq!(idle(&engine, SUM), 1);
 }
+
+#[test]
+fn custom_plans_are_chosen_only_by_a_clear_margin() {
+    let decide = |custom: u64, generic: u64| {
+        let s = Statement::default();
+        for _ in 0..TRIALS {
+            record(&s, false, custom);
+        }
+        assert_eq!(s.choice.load(Ordering::Relaxed), UNDECIDED);
+        for _ in 0..TRIALS {
+            record(&s, true, generic);
+        }
+        s.choice.load(Ordering::Relaxed)
+    };
+    assert_eq!(decide(100, 100), GENERIC);
+    assert_eq!(decide(300, 100), GENERIC);
+    // Faster, but by less than timing noise under load can make it.
+    assert_eq!(decide(60, 100), GENERIC);
+    assert_eq!(decide(50, 100), CUSTOM_FASTER);
+    assert_eq!(decide(10, 100), CUSTOM_FASTER);
+}
+
+#[tokio::test]
+async fn a_statement_settled_on_custom_plans_runs_its_trials_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    assert_eq!(lookup(&engine, LOOKUP, 1).await, ["a"]);
+    let s = statement(&engine, LOOKUP);
+    s.choice.store(CUSTOM_FASTER, Ordering::Relaxed);
+    let custom_before = engine.plans().counts().custom_runs;
+    for i in 0..RETRY_AFTER - 1 {
+        let id = i as i64 % 3 + 1;
+        assert_eq!(lookup(&engine, LOOKUP, id).await.len(), 1);
+    }
+    assert_eq!(s.choice.load(Ordering::Relaxed), CUSTOM_FASTER);
+    assert_eq!(
+        engine.plans().counts().custom_runs - custom_before,
+        RETRY_AFTER - 1
+    );
+    // The next run forgets the trials, which then run again and decide.
+    assert_eq!(lookup(&engine, LOOKUP, 2).await, ["b"]);
+    assert_eq!(s.choice.load(Ordering::Relaxed), UNDECIDED);
+    assert_eq!(s.custom.runs.load(Ordering::Relaxed), 0);
+    for i in 0..2 * TRIALS as i64 {
+        let id = i % 3 + 1;
+        let want = ["a", "b", "c"][id as usize - 1];
+        assert_eq!(lookup(&engine, LOOKUP, id).await, [want]);
+    }
+    assert_eq!(s.custom.runs.load(Ordering::Relaxed), TRIALS);
+    assert_eq!(s.generic.runs.load(Ordering::Relaxed), TRIALS);
+    assert_ne!(s.choice.load(Ordering::Relaxed), UNDECIDED);
+}
+
+/// Runs LOOKUP's kept generic plan for `id` through the plan cache alone;
+/// whether the run was expected short, and its rows.
+async fn generic_run(engine: &Engine, id: i64) -> (bool, Vec<String>) {
+    let logical = engine
+        .session()
+        .state()
+        .create_logical_plan(LOOKUP)
+        .await
+        .unwrap();
+    let query = engine.begin(Origin::EMBEDDED, LOOKUP).await.unwrap();
+    let stream = engine
+        .plans()
+        .execute(
+            engine.session(),
+            &query,
+            LOOKUP,
+            &logical,
+            &[DataType::Int64],
+            &[ScalarValue::from(id)],
+        )
+        .await
+        .unwrap();
+    let short = query.take_short();
+    let batches: Vec<_> = futures::TryStreamExt::try_collect(stream).await.unwrap();
+    if let Some(moved) = short {
+        // As if it had overrun its CPU time where it was read.
+        if id == 3 {
+            moved();
+        }
+        return (true, cells(&batches));
+    }
+    (false, cells(&batches))
+}
+
+#[tokio::test]
+async fn a_generic_run_in_one_partition_starts_short_unless_one_moved_lately() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    assert_eq!(lookup(&engine, LOOKUP, 1).await, ["a"]);
+    let s = statement(&engine, LOOKUP);
+    s.choice.store(GENERIC, Ordering::Relaxed);
+    // Spread over the cores: on the execution runtime.
+    if engine.session().state().config().target_partitions() > 1 {
+        s.custom
+            .best_nanos
+            .store(SERIAL_BELOW_NANOS, Ordering::Relaxed);
+        assert_eq!(generic_run(&engine, 1).await, (false, vec!["a".into()]));
+    }
+    // In one partition: where it is read.
+    s.idle.lock().clear();
+    s.custom.best_nanos.store(1, Ordering::Relaxed);
+    assert_eq!(generic_run(&engine, 2).await, (true, vec!["b".into()]));
+    // One that had to move sends the next MOVED_RUNS to the executor.
+    assert_eq!(generic_run(&engine, 3).await, (true, vec!["c".into()]));
+    for _ in 0..MOVED_RUNS {
+        assert_eq!(generic_run(&engine, 1).await, (false, vec!["a".into()]));
+    }
+    assert_eq!(generic_run(&engine, 2).await, (true, vec!["b".into()]));
+}

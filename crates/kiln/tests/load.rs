@@ -217,6 +217,14 @@ fn dashboard_keeps_partial_aggregates_of_held_segments() {
         planned >= 1.0 && runs > 4.0 * planned,
         "{runs} runs, {planned} planned"
     );
+    // Runs started where they were read (in one partition: how many
+    // depends on the cores), and those of them that moved, are exported.
+    let short = s.metric("kiln_plan_cache_short_runs_total");
+    let moved = s.metric("kiln_plan_cache_short_moved_total");
+    assert!(
+        short <= runs && moved <= short,
+        "{short} short, {moved} moved"
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@
 //! `$n` then made a function that reads the value bound for the run
 //! ([`params`]), and every table scan a [`LazyScan`] that takes its
 //! snapshot and prunes when it runs. The generic plan is used from then on
-//! unless the custom plans' best run took less than half its best: a
+//! unless the custom plans' best run took at most half its best: a
 //! generic plan can be slower where a value would have let the optimizer
 //! rewrite a predicate. Trials are timed by the clock, so under load they
 //! are noisy; a statement settled on custom plans runs its trials again
@@ -23,10 +23,12 @@
 //! settling it there in the first place (under 50 clients a dashboard
 //! chart had settled on planning every run, 15% of the server's CPU).
 //!
-//! A generic run in one partition starts on the thread that reads it, not
-//! on the execution runtime ([`crate::executor::Executor::run_short`]),
-//! unless one of the statement's last [`MOVED_RUNS`] such runs outgrew
-//! that and moved there.
+//! A generic run in one partition (a short statement's, or any under
+//! load) starts on the thread that reads it, not on the execution runtime
+//! ([`crate::executor::Executor::run_short`]); once one outgrows that and
+//! moves, the statement's next [`MOVED_RUNS`] generic runs start on the
+//! execution runtime. Trials never start so: both kinds are timed on the
+//! same runtime.
 //!
 //! A generic plan's parameters live in its instance, so an instance serves
 //! one execution at a time; each statement keeps a small pool of them, and
@@ -373,7 +375,7 @@ impl PlanCache {
                     let from = Instant::now();
                     let trial = self.mode == PlanCacheMode::Auto
                         && s.choice.load(Ordering::Relaxed) == UNDECIDED;
-                    if instance.partitions == 1 && s.starts_short() {
+                    if !trial && instance.partitions == 1 && s.starts_short() {
                         self.counts.short_runs.fetch_add(1, Ordering::Relaxed);
                         let (s, counts) = (s.clone(), self.counts.clone());
                         query.expect_short(Box::new(move || {

@@ -498,3 +498,45 @@ async fn a_generic_run_in_one_partition_starts_short_unless_one_moved_lately() {
     }
     assert_eq!(generic_run(&engine, 2).await, (true, vec!["b".into()]));
 }
+
+/// `thread_of(id)`: the name of the thread that computed each row.
+fn thread_of() -> datafusion::logical_expr::ScalarUDF {
+    use datafusion::logical_expr::{ColumnarValue, create_udf};
+    create_udf(
+        "thread_of",
+        vec![DataType::Int64],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            let rows = match &args[0] {
+                ColumnarValue::Array(a) => a.len(),
+                ColumnarValue::Scalar(_) => 1,
+            };
+            let names = arrow::array::StringArray::from(vec![name; rows]);
+            Ok(ColumnarValue::Array(Arc::new(names)))
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_short_generic_run_computes_where_it_is_read_until_one_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    engine.session().register_udf(thread_of());
+    let sql = "SELECT thread_of(id) FROM kv WHERE id = $1";
+    // A trial, planned with its value: on the execution runtime.
+    assert_eq!(lookup(&engine, sql, 1).await, ["kiln-exec"]);
+    let s = statement(&engine, sql);
+    s.choice.store(GENERIC, Ordering::Relaxed);
+    // Short: its generic plan runs in one partition, where it is read.
+    s.custom.best_nanos.store(1, Ordering::Relaxed);
+    let here = lookup(&engine, sql, 2).await;
+    assert_eq!(here.len(), 1);
+    assert_ne!(here[0], "kiln-exec");
+    assert_eq!(engine.plans().counts().short_runs, 1);
+    // After one moved, the next runs go to the execution runtime.
+    s.moved_runs.store(MOVED_RUNS, Ordering::Relaxed);
+    assert_eq!(lookup(&engine, sql, 3).await, ["kiln-exec"]);
+    assert_eq!(engine.plans().counts().short_runs, 1);
+}

@@ -290,6 +290,54 @@ fn a_group_below_the_bitset_size_counts_each_ordinal_once() {
     assert_eq!(count(&[(150, 250), (120, 180)]), 130);
 }
 
+#[test]
+fn a_kept_bitset_is_clean_for_the_next_group() {
+    use super::distinct::{DistinctValues, clean_kept, encode};
+    use super::ordinals::Ordinals;
+    use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray};
+    use datafusion::arrow::datatypes::{Int64Type, Schema};
+    use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
+    use std::sync::Arc;
+    let ordinals = Arc::new(Ordinals::with_max(usize::MAX));
+    let schema = Schema::empty();
+    let states = |ranges: &[(u64, u64)]| -> ArrayRef {
+        let states: BinaryArray = ranges
+            .iter()
+            .map(|&(a, b)| Some(encode(&(a..b).map(|v| v * 31).collect::<Vec<_>>())))
+            .collect();
+        ordinals.encode(&(Arc::new(states) as ArrayRef)).unwrap()
+    };
+    // Groups of 512 ordinals and more are counted in bitsets, one after
+    // another on this thread: each must count only its own.
+    let count = |udaf: &DistinctValues, states: ArrayRef, n: usize| {
+        let mut acc = udaf
+            .create_groups_accumulator(distinct_args(&schema))
+            .unwrap();
+        acc.merge_batch(&[states], &vec![0; n], 1).unwrap();
+        let counts = acc.evaluate(EmitTo::All).unwrap();
+        counts.as_primitive::<Int64Type>().value(0)
+    };
+    let ids = DistinctValues::new(ordinals.clone());
+    let before = clean_kept();
+    assert_eq!(count(&ids, states(&[(0, 3000), (2000, 2600)]), 2), 3000);
+    assert_eq!(clean_kept(), (before + 1).min(4), "the counted bitset is kept");
+    assert_eq!(count(&ids, states(&[(1000, 1600)]), 1), 600);
+    assert_eq!(count(&ids, states(&[(2500, 3100), (500, 1100)]), 2), 1200);
+    // A query's partial state in the scan's form reads its bitset once,
+    // zeroing it: the next group on this thread starts clean too.
+    let scanned = DistinctValues::scanned(ordinals.clone());
+    let mut acc = scanned
+        .create_groups_accumulator(distinct_args(&schema))
+        .unwrap();
+    acc.merge_batch(&[states(&[(0, 700), (600, 1300)])], &[0, 0], 1)
+        .unwrap();
+    let before = clean_kept();
+    let partial = acc.state(EmitTo::All).unwrap();
+    assert_eq!(clean_kept(), before + 1, "the read bitset is kept");
+    assert_eq!(count(&scanned, partial[0].clone(), 1), 1300);
+    assert_eq!(count(&ids, states(&[(3000, 3600)]), 1), 600);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_missing_the_same_part_make_it_once() {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -10,10 +10,18 @@
 //! its first query; a file's size and e-tag are cached beside its chunks,
 //! so a warm read sends no request at all, even after a restart (the disk
 //! tier is recovered, not cleared). Concurrent misses on one chunk share one
-//! fetch. Reads that must not disturb the hot set (compaction's, cube
+//! fetch, which runs as its own task so a cancelled reader does not cancel
+//! it. Reads that must not disturb the hot set (compaction's, cube
 //! builds') carry [`NoFill`]: chunks the cache holds are served from it,
 //! the rest are fetched and not kept. The decoded-batch cache of
 //! the query layer and DataFusion's footer cache sit above this one.
+//!
+//! Inserts are serialized ([`ObjectCache::insert`]). The disk tier numbers
+//! each entry when it is queued and, on recovery, stops reading a block at
+//! the first entry numbered below the one before it; two threads inserting
+//! at once can queue their entries out of order, and a restart then loses
+//! the rest of that block. Only fills and write-throughs take that lock,
+//! never a read the cache answers.
 
 use std::ops::Range;
 use std::path::Path as FsPath;
@@ -27,14 +35,16 @@ use foyer::{
     BlockEngineConfig, DeviceBuilder, Event, EventListener, FsDeviceBuilder, HybridCache,
     HybridCacheBuilder, HybridCachePolicy, RecoverMode,
 };
-use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta,
     ObjectStore, ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
     Result,
 };
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::config::CacheConfig;
@@ -93,6 +103,9 @@ pub struct CacheStats {
 /// The hybrid cache of chunks and its counters.
 pub(crate) struct ObjectCache {
     chunks: HybridCache<String, Bytes>,
+    /// Held while an entry is inserted, so the disk tier queues entries in
+    /// the order it numbers them (see the module docs).
+    inserting: Mutex<()>,
     chunk: u64,
     disk_capacity: u64,
     metrics: Arc<CacheMetrics>,
@@ -166,6 +179,7 @@ impl ObjectCache {
         let disk_capacity = if chunks.is_hybrid() { disk_capacity } else { 0 };
         Ok(Self {
             chunks,
+            inserting: Mutex::new(()),
             chunk,
             disk_capacity,
             metrics,
@@ -191,6 +205,12 @@ impl ObjectCache {
             disk_read: disk.disk_read_bytes() as u64,
             chunk_bytes: self.chunk,
         }
+    }
+
+    /// Puts an entry in both tiers (the disk tier's write is queued).
+    fn insert(&self, key: String, value: Bytes) {
+        let _queued_in_order = self.inserting.lock();
+        self.chunks.insert(key, value);
     }
 
     /// Writes the memory tier's pending entries to disk and closes it.
@@ -235,11 +255,17 @@ struct SavedMeta {
     last_modified: chrono::DateTime<chrono::Utc>,
 }
 
+/// A fetch of one chunk that concurrent misses share; its error is the
+/// store's message.
+type Fetch = Shared<BoxFuture<'static, std::result::Result<Bytes, Arc<str>>>>;
+
 /// The cache wrapped around a store, as an `ObjectStore`.
 #[derive(Debug)]
 pub(super) struct CachedStore {
     inner: Arc<dyn ObjectStore>,
     cache: Arc<ObjectCache>,
+    /// Chunks being fetched, by key: a miss joins the fetch under way.
+    fetching: Arc<DashMap<String, Fetch>>,
     /// Metadata of objects read or written, so a warm read needs no request.
     /// Sharded: every read of a remote object looks here.
     metas: Arc<DashMap<Path, ObjectMeta>>,
@@ -259,6 +285,7 @@ impl CachedStore {
         Self {
             inner,
             cache,
+            fetching: Default::default(),
             metas: Default::default(),
             base: base.trim_end_matches('/').to_string(),
         }
@@ -335,9 +362,7 @@ impl CachedStore {
             last_modified: m.last_modified,
         };
         let bytes = serde_json::to_vec(&saved).expect("metadata serializes");
-        self.cache
-            .chunks
-            .insert(meta_key(&m.location), bytes.into());
+        self.cache.insert(meta_key(&m.location), bytes.into());
         self.metas.insert(m.location.clone(), m.clone());
     }
 
@@ -394,32 +419,64 @@ impl CachedStore {
     async fn chunk(&self, meta: &ObjectMeta, index: u64, fill: bool) -> Result<(Bytes, bool)> {
         let c = self.cache.chunk;
         let range = index * c..((index + 1) * c).min(meta.size);
-        let metrics = self.cache.metrics.clone();
+        let metrics = &self.cache.metrics;
         metrics.lookups.fetch_add(1, Ordering::Relaxed);
+        let key = chunk_key(meta, index);
+        if let Ok(Some(e)) = self.cache.chunks.get(&key).await {
+            return Ok((e.value().clone(), false));
+        }
         if !fill {
-            if let Ok(Some(e)) = self.cache.chunks.get(&chunk_key(meta, index)).await {
-                return Ok((e.value().clone(), false));
-            }
             metrics.misses.fetch_add(1, Ordering::Relaxed);
             let fetched = self.inner.get_range(&meta.location, range.clone()).await;
             let bytes = fetched.map_err(|e| self.fetch_error(&meta.location, &range, e))?;
             return Ok((bytes, true));
         }
-        let (inner, location) = (self.inner.clone(), meta.location.clone());
-        let fetch_range = range.clone();
-        let fetched = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let fetching = fetched.clone();
-        let entry = self
-            .cache
-            .chunks
-            .get_or_fetch(&chunk_key(meta, index), move || async move {
-                metrics.misses.fetch_add(1, Ordering::Relaxed);
-                fetching.store(true, Ordering::Relaxed);
-                inner.get_range(&location, fetch_range).await
-            })
+        let (fetch, fetched) = self.fetch_once(key, &meta.location, range.clone());
+        let bytes = fetch
             .await
             .map_err(|e| self.fetch_error(&meta.location, &range, e))?;
-        Ok((entry.value().clone(), fetched.load(Ordering::Relaxed)))
+        Ok((bytes, fetched))
+    }
+
+    /// The fetch of chunk `key` under way, or a new one (then true). The
+    /// fetch runs as a task: it fills the cache and leaves `fetching` even
+    /// if every reader waiting for it is cancelled.
+    fn fetch_once(&self, key: String, location: &Path, range: Range<u64>) -> (Fetch, bool) {
+        let slot = match self.fetching.entry(key.clone()) {
+            dashmap::Entry::Occupied(e) => return (e.get().clone(), false),
+            dashmap::Entry::Vacant(slot) => slot,
+        };
+        // A fetch that finished since this reader missed has filled the
+        // memory tier before it left `fetching`.
+        if let Some(e) = self.cache.chunks.memory().get(&key) {
+            return (
+                futures::future::ready(Ok(e.value().clone()))
+                    .boxed()
+                    .shared(),
+                false,
+            );
+        }
+        let (inner, cache, fetching) = (
+            self.inner.clone(),
+            self.cache.clone(),
+            self.fetching.clone(),
+        );
+        let location = location.clone();
+        let task = tokio::spawn(async move {
+            cache.metrics.misses.fetch_add(1, Ordering::Relaxed);
+            let got = inner.get_range(&location, range).await;
+            if let Ok(bytes) = &got {
+                cache.insert(key.clone(), bytes.clone());
+            }
+            fetching.remove(&key);
+            got.map_err(|e| Arc::<str>::from(e.to_string()))
+        });
+        let fetch = task
+            .map(|joined| joined.unwrap_or_else(|e| Err(Arc::from(e.to_string()))))
+            .boxed()
+            .shared();
+        slot.insert(fetch.clone());
+        (fetch, true)
     }
 
     /// Puts a new object's chunks and metadata in the cache.
@@ -428,7 +485,7 @@ impl CachedStore {
         for (i, start) in (0..data.len()).step_by(c).enumerate() {
             let end = (start + c).min(data.len());
             let key = chunk_key(meta, i as u64);
-            self.cache.chunks.insert(key, data.slice(start..end));
+            self.cache.insert(key, data.slice(start..end));
             self.cache
                 .metrics
                 .written_through

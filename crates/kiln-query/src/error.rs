@@ -97,6 +97,8 @@ pub enum ErrorKind {
     /// Values that do not fit: a bad cast, a bad file or body.
     InvalidData,
     DivisionByZero,
+    /// A result outside its type's range (an arithmetic overflow).
+    NumericOutOfRange,
     /// A memory or other resource limit was reached.
     ResourcesExhausted,
     /// Refused at admission.
@@ -163,6 +165,7 @@ fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
     match e.find_root() {
         DataFusionError::ArrowError(a, _) => match a.as_ref() {
             A::DivideByZero => ErrorKind::DivisionByZero,
+            A::ArithmeticOverflow(_) => ErrorKind::NumericOutOfRange,
             A::CastError(_) | A::ParseError(_) | A::InvalidArgumentError(_) => {
                 ErrorKind::InvalidData
             }

@@ -252,6 +252,7 @@ impl From<kiln_query::Error> for ApiError {
             K::Unsupported => (StatusCode::BAD_REQUEST, "not_supported", "0A000"),
             K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
             K::DivisionByZero => (StatusCode::BAD_REQUEST, "division_by_zero", "22012"),
+            K::NumericOutOfRange => (StatusCode::BAD_REQUEST, "numeric_out_of_range", "22003"),
             K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
             K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),
@@ -346,6 +347,13 @@ mod tests {
             None,
         ));
         assert_eq!((e.status.as_u16(), e.sqlstate), (400, "22012"));
+        let e = ApiError::from(DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::ArithmeticOverflow(
+                "1 + i64::MAX".into(),
+            )),
+            None,
+        ));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "22003"));
         // Kiln's error carried through a row stream keeps its kind.
         let e = ApiError::from(DataFusionError::External(Box::new(
             kiln_query::Error::Cancelled,

@@ -11,7 +11,9 @@
 //! so a warm read sends no request at all, even after a restart (the disk
 //! tier is recovered, not cleared). Concurrent misses on one chunk share one
 //! fetch, which runs as its own task so a cancelled reader does not cancel
-//! it. Reads that must not disturb the hot set (compaction's, cube
+//! it. The cache is read with a plain lookup and filled by that fetch, not
+//! with foyer's `get_or_fetch`, which queues its entry for the disk tier
+//! again on every hit: a warm read writes nothing. Reads that must not disturb the hot set (compaction's, cube
 //! builds') carry [`NoFill`]: chunks the cache holds are served from it,
 //! the rest are fetched and not kept. The decoded-batch cache of
 //! the query layer and DataFusion's footer cache sit above this one.
@@ -211,6 +213,12 @@ impl ObjectCache {
     fn insert(&self, key: String, value: Bytes) {
         let _queued_in_order = self.inserting.lock();
         self.chunks.insert(key, value);
+    }
+
+    /// Waits until the disk tier has written what was queued for it.
+    #[cfg(test)]
+    pub async fn settled(&self) {
+        self.chunks.storage().wait().await;
     }
 
     /// Writes the memory tier's pending entries to disk and closes it.

@@ -236,3 +236,28 @@ async fn concurrent_misses_on_a_chunk_fetch_it_once() {
     assert_eq!(stats.misses, 5, "{stats:?}");
     assert_eq!(stats.lookups, 16 * 5, "{stats:?}");
 }
+
+/// A read the cache answers writes nothing to disk: only fills and
+/// write-throughs reach the disk tier.
+#[tokio::test]
+async fn warm_reads_write_nothing_to_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let path = Path::from("tables/1/2024-01-01/e.parquet");
+    let body = data(5 * 64 * 1024);
+    backend.put(&path, body.clone().into()).await.unwrap();
+    let store = remote(backend, dir.path()).await;
+    let cache = store.cache.clone().unwrap();
+    assert_eq!(store.get(&path).await.unwrap(), body);
+    cache.settled().await;
+    let filled = store.cache_stats().unwrap().disk_written;
+    assert!(
+        filled >= body.len() as u64,
+        "the fill was written: {filled}"
+    );
+    for _ in 0..20 {
+        assert_eq!(store.get(&path).await.unwrap(), body);
+    }
+    cache.settled().await;
+    assert_eq!(store.cache_stats().unwrap().disk_written, filled);
+}

@@ -22,6 +22,7 @@ CASES = [
     ("SELECT 1/0", "22012", "division_by_zero", "division by zero"),
     ("SELECT 1.0/0.0", "22012", "division_by_zero", "division by zero"),
     ("SELECT CAST('abc' AS INT)", "22P02", "invalid_data", "abc"),
+    ("SELECT -CAST(-9223372036854775808 AS BIGINT)", "22003", "numeric_out_of_range", "overflow"),
     ("INSERT INTO er VALUES ('2026-01-01', NULL)", "23502", "not_null_violation", "id"),
 ]
 

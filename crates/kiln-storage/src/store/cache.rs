@@ -267,6 +267,18 @@ struct SavedMeta {
 /// store's message.
 type Fetch = Shared<BoxFuture<'static, std::result::Result<Bytes, Arc<str>>>>;
 
+/// Removes a chunk's fetch from `fetching` when dropped.
+struct Leave {
+    fetching: Arc<DashMap<String, Fetch>>,
+    key: String,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.fetching.remove(&self.key);
+    }
+}
+
 /// The cache wrapped around a store, as an `ObjectStore`.
 #[derive(Debug)]
 pub(super) struct CachedStore {
@@ -471,12 +483,15 @@ impl CachedStore {
         );
         let location = location.clone();
         let task = tokio::spawn(async move {
+            // Leaves `fetching` however the task ends (a panic, a runtime
+            // shutting down), so a failed fetch is not shared forever.
+            let leave = Leave { fetching, key };
             cache.metrics.misses.fetch_add(1, Ordering::Relaxed);
             let got = inner.get_range(&location, range).await;
             if let Ok(bytes) = &got {
-                cache.insert(key.clone(), bytes.clone());
+                cache.insert(leave.key.clone(), bytes.clone());
             }
-            fetching.remove(&key);
+            drop(leave);
             got.map_err(|e| Arc::<str>::from(e.to_string()))
         });
         let fetch = task

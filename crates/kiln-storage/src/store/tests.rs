@@ -261,3 +261,94 @@ async fn warm_reads_write_nothing_to_disk() {
     cache.settled().await;
     assert_eq!(store.cache_stats().unwrap().disk_written, filled);
 }
+
+/// A store whose next `panics` ranged reads panic.
+#[derive(Debug, Default)]
+struct Panicky {
+    inner: InMemory,
+    panics: std::sync::atomic::AtomicUsize,
+}
+
+impl std::fmt::Display for Panicky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Panicky")
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Panicky {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        let panics = &self.panics;
+        if options.range.is_some() && panics.load(Ordering::Relaxed) > 0 {
+            panics.fetch_sub(1, Ordering::Relaxed);
+            panic!("a store that panics");
+        }
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A fetch that panics fails the read that waited for it, and is not
+/// shared afterwards: the next read fetches again.
+#[tokio::test]
+async fn a_fetch_that_panics_is_not_shared_afterwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Panicky::default());
+    let path = Path::from("tables/1/2024-01-01/f.parquet");
+    backend.inner.put(&path, data(1000).into()).await.unwrap();
+    let store = remote(backend.clone(), dir.path()).await;
+    backend.panics.store(1, Ordering::Relaxed);
+    let err = store.get(&path).await.unwrap_err();
+    assert!(err.to_string().contains("f.parquet"), "{err}");
+    assert_eq!(store.get(&path).await.unwrap(), data(1000));
+}

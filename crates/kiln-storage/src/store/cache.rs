@@ -13,10 +13,11 @@
 //! fetch, which runs as its own task so a cancelled reader does not cancel
 //! it. The cache is read with a plain lookup and filled by that fetch, not
 //! with foyer's `get_or_fetch`, which queues its entry for the disk tier
-//! again on every hit: a warm read writes nothing. Reads that must not disturb the hot set (compaction's, cube
-//! builds') carry [`NoFill`]: chunks the cache holds are served from it,
-//! the rest are fetched and not kept. The decoded-batch cache of
-//! the query layer and DataFusion's footer cache sit above this one.
+//! again on every hit: a warm read writes nothing. Reads that must not
+//! disturb the hot set (compaction's, cube builds') carry [`NoFill`]:
+//! chunks the cache holds are served from it, the rest are fetched and not
+//! kept. The decoded-batch cache of the query layer and DataFusion's footer
+//! cache sit above this one.
 //!
 //! Inserts are serialized ([`ObjectCache::insert`]). The disk tier numbers
 //! each entry when it is queued and, on recovery, stops reading a block at

@@ -320,11 +320,8 @@ fn a_kept_bitset_is_clean_for_the_next_group() {
     let ids = DistinctValues::new(ordinals.clone());
     let before = clean_kept();
     assert_eq!(count(&ids, states(&[(0, 3000), (2000, 2600)]), 2), 3000);
-    assert_eq!(
-        clean_kept(),
-        (before + 1).min(4),
-        "the counted bitset is kept"
-    );
+    // The count took a kept bitset if the thread had one, and gave it back.
+    assert_eq!(clean_kept(), before.max(1), "the counted bitset is kept");
     assert_eq!(count(&ids, states(&[(1000, 1600)]), 1), 600);
     assert_eq!(count(&ids, states(&[(2500, 3100), (500, 1100)]), 2), 1200);
     // A query's partial state in the scan's form reads its bitset once,

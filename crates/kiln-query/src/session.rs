@@ -105,7 +105,7 @@ pub fn build_session(
                 .collect(),
         )
         .with_analyzer_rule(Arc::new(crate::rules::shared::SharedSubplans))
-        .with_analyzer_rule(Arc::new(crate::rules::float_division::FloatDivision))
+        .with_analyzer_rule(Arc::new(crate::rules::arithmetic::CheckedArithmetic))
         .with_analyzer_rule(Arc::new(crate::rules::int_casts::RoundedIntCasts))
         .with_analyzer_rule(Arc::new(crate::rules::pg_types::PgTypeNames))
         .with_analyzer_rule(Arc::new(crate::rules::single_row::SingleRowSubqueries))

@@ -10,6 +10,8 @@
 //! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
 //!   `array_repeat`, refusing a result too large before allocating it
 //!   (`format` bounds its own);
+//! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
+//!   leaves its type's range instead of wrapping around;
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
 //!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
@@ -23,6 +25,7 @@
 
 mod bitmap;
 mod bitmap_scalar;
+mod checked_sum;
 mod distributions;
 mod funnel;
 mod pg_format;
@@ -52,6 +55,7 @@ pub fn register(ctx: &SessionContext) {
         funnel::WindowFunnel::udaf(),
         stats::WelchTTest::udaf(),
         stats::ProportionZTest::udaf(),
+        checked_sum::CheckedSum::udaf(),
     ] {
         ctx.register_udaf(udaf);
     }

@@ -5,8 +5,8 @@
 //!   rule and a query planner);
 //! - [`time_predicates`]: time predicates on the bare time column (a
 //!   logical optimizer rule);
-//! - [`float_division`]: a float divided by zero fails as in PostgreSQL
-//!   (an analyzer rule after type coercion);
+//! - [`arithmetic`]: integer overflow and a float divided by zero fail as
+//!   in PostgreSQL (an analyzer rule after type coercion);
 //! - [`pg_types`]: `information_schema.columns.data_type` in PostgreSQL's
 //!   type names (an analyzer rule);
 //! - [`mark_subqueries`]: uncorrelated `IN` and `EXISTS` subqueries in
@@ -24,9 +24,9 @@
 //! ([`crate::session::build_session`]); none imports another but
 //! [`partials`], which sees through [`dedup`]'s node.
 
+pub mod arithmetic;
 pub mod balance;
 pub mod dedup;
-pub mod float_division;
 pub mod int_casts;
 pub mod mark_subqueries;
 pub mod partials;

@@ -23,6 +23,11 @@ CASES = [
     ("SELECT 1.0/0.0", "22012", "division_by_zero", "division by zero"),
     ("SELECT CAST('abc' AS INT)", "22P02", "invalid_data", "abc"),
     ("SELECT -CAST(-9223372036854775808 AS BIGINT)", "22003", "numeric_out_of_range", "overflow"),
+    ("SELECT 9223372036854775807 + 1", "22003", "numeric_out_of_range", "overflow"),
+    ("SELECT x * 2 FROM (VALUES (1), (4611686018427387904)) v(x)", "22003", "numeric_out_of_range",
+     "overflow"),
+    ("SELECT sum(x) FROM (VALUES (9223372036854775807), (1)) v(x)", "22003", "numeric_out_of_range",
+     "integer sum out of range"),
     ("INSERT INTO er VALUES ('2026-01-01', NULL)", "23502", "not_null_violation", "id"),
 ]
 

@@ -1,0 +1,103 @@
+use arrow::array::{Array, Int64Array, UInt64Array};
+use arrow::record_batch::RecordBatch;
+use datafusion::prelude::SessionContext;
+
+use super::*;
+
+fn ctx() -> SessionContext {
+    let ctx = SessionContext::new();
+    ctx.register_udaf(CheckedSum::udaf());
+    ctx
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
+    ctx.sql(sql).await?.collect().await
+}
+
+fn overflowed(e: &DataFusionError) -> bool {
+    matches!(e.find_root(), DataFusionError::ArrowError(a, _) if matches!(**a, ArrowError::ArithmeticOverflow(_)))
+}
+
+/// Two rows whose total leaves BIGINT's range, in one table of many
+/// batches (`target_partitions` 4 splits its aggregation in two phases).
+async fn big_table(ctx: &SessionContext) {
+    ctx.sql(
+        "CREATE TABLE t AS SELECT * FROM (VALUES \
+         (1, 9223372036854775000, 5), (1, 1000, 6), (2, 7, 8), (2, -3, 9)) v(g, x, u)",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_integer_total_out_of_range_is_an_error() {
+    let ctx = ctx();
+    big_table(&ctx).await;
+    for sql in [
+        "SELECT sum(x) FROM t",
+        "SELECT g, sum(x) FROM t GROUP BY g",
+        "SELECT sum(x) FROM t WHERE g = 1",
+        "SELECT sum(x) FILTER (WHERE g = 1) FROM t",
+        "SELECT g, sum(x) FILTER (WHERE u > 0) FROM t GROUP BY g",
+        "SELECT sum(arrow_cast(18446744073709551000, 'UInt64')) FROM t",
+        "SELECT sum(CAST(x AS INT)) FROM (VALUES (2147483647)) s(x)",
+    ] {
+        let r = run(&ctx, sql).await;
+        // An INT total is BIGINT: it fits.
+        if sql.contains("AS INT") {
+            assert!(r.is_ok(), "{sql}: {r:?}");
+            continue;
+        }
+        let e = r.unwrap_err();
+        assert!(overflowed(&e), "{sql}: {e}");
+        assert!(e.to_string().contains("integer sum out of range"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn totals_in_range_are_datafusions() {
+    let ctx = ctx();
+    big_table(&ctx).await;
+    let b = run(
+        &ctx,
+        "SELECT g, sum(x), sum(u) FROM t WHERE g = 2 GROUP BY g",
+    )
+    .await
+    .unwrap();
+    let col = |i: usize| {
+        b[0].column(i)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0)
+    };
+    assert_eq!(col(1), 4);
+    assert_eq!(col(2), 17);
+    let b = run(
+        &ctx,
+        "SELECT sum(arrow_cast(u, 'UInt64')) FROM t WHERE g = 2",
+    )
+    .await
+    .unwrap();
+    let u = b[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .unwrap();
+    assert_eq!(u.value(0), 17);
+    // No rows: NULL, as DataFusion's.
+    let b = run(&ctx, "SELECT sum(x) FROM t WHERE g = 3").await.unwrap();
+    assert!(b[0].column(0).is_null(0));
+    // The same name: DataFusion's rewrites that look for `sum` still apply.
+    let b = run(&ctx, "SELECT sum(DISTINCT u), count(DISTINCT u) FROM t")
+        .await
+        .unwrap();
+    assert_eq!(
+        b[0].column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0),
+        28
+    );
+}

@@ -1,0 +1,320 @@
+//! [`CheckedArithmetic`]: arithmetic fails where PostgreSQL's does,
+//! instead of answering a wrong number a dashboard then plots or sums
+//! without a word:
+//! - an integer `+`, `-`, `*` or unary `-` whose result does not fit its
+//!   type fails with "Overflow happened on: ..." (SQLSTATE 22003, "out of
+//!   range"), where Arrow's kernels DataFusion plans would wrap around
+//!   (`9223372036854775807 + 1` was `-9223372036854775808`);
+//! - a floating-point value divided by zero fails with "division by zero"
+//!   (SQLSTATE 22012), where it would answer `Infinity` or `NaN`.
+//!
+//! An analyzer rule after type coercion, so both operands of an operator
+//! have their final type: such an operator becomes a call of
+//! `checked_add`, `checked_sub`, `checked_mul`, `checked_negate` or
+//! `float_divide`, which run Arrow's checked kernels (a NULL operand still
+//! gives NULL, and only rows that are not NULL are checked). Column names
+//! are kept. Because analysis comes before constant folding, a constant
+//! expression that overflows is not folded: it fails when it runs. Integer
+//! and decimal division, and decimal `+ - *`, already fail on their own.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Datum, Scalar};
+use arrow::compute::kernels::cmp::eq;
+use arrow::compute::kernels::numeric::{add, div, mul, neg, sub};
+use arrow::datatypes::DataType;
+use arrow::error::ArrowError;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{
+    BinaryExpr, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+/// Rewrites integer `+ - *` and negation, and floating-point division, to
+/// their checked functions.
+#[derive(Debug, Default)]
+pub struct CheckedArithmetic;
+
+impl AnalyzerRule for CheckedArithmetic {
+    fn name(&self) -> &str {
+        "kiln_checked_arithmetic"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        let mut functions = Functions::default();
+        plan.transform_up_with_subqueries(|plan| {
+            // Most nodes compute nothing: they cost one look at their
+            // expressions, no schema and no function.
+            let mut computes = false;
+            plan.apply_expressions(|e| {
+                computes = e.exists(|e| Ok(checked_op(e)))?;
+                Ok(match computes {
+                    true => TreeNodeRecursion::Stop,
+                    false => TreeNodeRecursion::Continue,
+                })
+            })?;
+            if !computes {
+                return Ok(Transformed::no(plan));
+            }
+            // The expressions of a node read its inputs' columns.
+            let mut schema = DFSchema::empty();
+            for input in plan.inputs() {
+                schema.merge(input.schema());
+            }
+            if plan.inputs().is_empty() {
+                schema.merge(plan.schema());
+            }
+            let names = NamePreserver::new(&plan);
+            plan.map_expressions(|e| {
+                let saved = names.save(&e);
+                let t = e.transform_up(|e| Ok(functions.rewrite(e, &schema)))?;
+                Ok(match t.transformed {
+                    true => Transformed::yes(saved.restore(t.data)),
+                    false => t,
+                })
+            })
+        })
+        .map(|t| t.data)
+    }
+}
+
+/// Whether `e` is an operator the rule may rewrite (its types decide).
+fn checked_op(e: &Expr) -> bool {
+    match e {
+        Expr::BinaryExpr(b) => matches!(
+            b.op,
+            Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
+        ),
+        Expr::Negative(_) => true,
+        _ => false,
+    }
+}
+
+/// The checked functions one plan uses, each made once.
+#[derive(Default)]
+struct Functions {
+    made: Vec<(Checked, Arc<ScalarUDF>)>,
+}
+
+/// What a rewritten operator becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Checked {
+    Int(IntOp),
+    FloatDivide,
+}
+
+impl Functions {
+    fn get(&mut self, c: Checked) -> Arc<ScalarUDF> {
+        if let Some((_, f)) = self.made.iter().find(|(m, _)| *m == c) {
+            return f.clone();
+        }
+        let f = Arc::new(match c {
+            Checked::Int(op) => ScalarUDF::new_from_impl(CheckedInt::new(op)),
+            Checked::FloatDivide => ScalarUDF::new_from_impl(FloatDivide::new()),
+        });
+        self.made.push((c, f.clone()));
+        f
+    }
+
+    /// `e` as a call of its checked function, if its operands' types ask
+    /// for one.
+    fn rewrite(&mut self, e: Expr, schema: &DFSchema) -> Transformed<Expr> {
+        let ty = |x: &Expr| x.get_type(schema).ok();
+        let float = |t: &Option<DataType>| matches!(t, Some(DataType::Float32 | DataType::Float64));
+        let int = |t: &Option<DataType>| t.as_ref().is_some_and(DataType::is_integer);
+        let checked = match &e {
+            Expr::BinaryExpr(b) => {
+                let (l, r) = (ty(&b.left), ty(&b.right));
+                match b.op {
+                    Operator::Divide if float(&l) && float(&r) => Checked::FloatDivide,
+                    Operator::Plus if int(&l) && l == r => Checked::Int(IntOp::Add),
+                    Operator::Minus if int(&l) && l == r => Checked::Int(IntOp::Sub),
+                    Operator::Multiply if int(&l) && l == r => Checked::Int(IntOp::Mul),
+                    _ => return Transformed::no(e),
+                }
+            }
+            Expr::Negative(x) if int(&ty(x)) => Checked::Int(IntOp::Negate),
+            _ => return Transformed::no(e),
+        };
+        let args = match e {
+            Expr::BinaryExpr(BinaryExpr { left, right, .. }) => vec![*left, *right],
+            Expr::Negative(x) => vec![*x],
+            _ => unreachable!("matched above"),
+        };
+        Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+            self.get(checked),
+            args,
+        )))
+    }
+}
+
+/// An integer operator [`CheckedInt`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum IntOp {
+    Add,
+    Sub,
+    Mul,
+    Negate,
+}
+
+/// An integer operator of operands of one type, failing with Arrow's
+/// `ArithmeticOverflow` when a row's result does not fit that type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CheckedInt {
+    op: IntOp,
+    signature: Signature,
+}
+
+impl CheckedInt {
+    fn new(op: IntOp) -> Self {
+        let arity = match op {
+            IntOp::Negate => 1,
+            _ => 2,
+        };
+        Self {
+            op,
+            signature: Signature::any(arity, Volatility::Immutable),
+        }
+    }
+}
+
+/// A function's argument as an Arrow datum, a scalar kept one value long.
+enum Operand {
+    Array(ArrayRef),
+    Scalar(Scalar<ArrayRef>),
+}
+
+impl Operand {
+    fn new(v: &ColumnarValue) -> Result<Self> {
+        Ok(match v {
+            ColumnarValue::Array(a) => Self::Array(a.clone()),
+            ColumnarValue::Scalar(s) => Self::Scalar(s.to_scalar()?),
+        })
+    }
+
+    fn datum(&self) -> &dyn Datum {
+        match self {
+            Self::Array(a) => a,
+            Self::Scalar(s) => s,
+        }
+    }
+
+    fn array(&self) -> &dyn Array {
+        match self {
+            Self::Array(a) => a.as_ref(),
+            Self::Scalar(s) => s.get().0,
+        }
+    }
+}
+
+impl ScalarUDFImpl for CheckedInt {
+    fn name(&self) -> &str {
+        match self.op {
+            IntOp::Add => "checked_add",
+            IntOp::Sub => "checked_sub",
+            IntOp::Mul => "checked_mul",
+            IntOp::Negate => "checked_negate",
+        }
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(arg_types[0].clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let operands = args
+            .args
+            .iter()
+            .map(Operand::new)
+            .collect::<Result<Vec<_>>>()?;
+        let out = match (self.op, operands.as_slice()) {
+            (IntOp::Negate, [x]) => neg(x.array())?,
+            (IntOp::Add, [l, r]) => add(l.datum(), r.datum())?,
+            (IntOp::Sub, [l, r]) => sub(l.datum(), r.datum())?,
+            (IntOp::Mul, [l, r]) => mul(l.datum(), r.datum())?,
+            (op, _) => {
+                return Err(DataFusionError::Internal(format!(
+                    "{op:?} given {} arguments",
+                    operands.len()
+                )));
+            }
+        };
+        if scalar {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+/// `x / y` on floats, failing when a divisor is zero (and its row's
+/// dividend is not NULL).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct FloatDivide {
+    signature: Signature,
+}
+
+impl FloatDivide {
+    fn new() -> Self {
+        Self {
+            signature: Signature::uniform(
+                2,
+                vec![DataType::Float32, DataType::Float64],
+                Volatility::Immutable,
+            ),
+        }
+    }
+}
+
+impl ScalarUDFImpl for FloatDivide {
+    fn name(&self) -> &str {
+        "float_divide"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Ok(arg_types[0].clone())
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let (x, y) = (&arrays[0], &arrays[1]);
+        let zero = match y.data_type() {
+            DataType::Float32 => ScalarValue::Float32(Some(0.0)),
+            _ => ScalarValue::Float64(Some(0.0)),
+        };
+        let zeros = eq(y, &zero.to_scalar()?)?;
+        // A zero divisor of a row whose dividend is NULL gives NULL.
+        let by_zero = zeros
+            .iter()
+            .zip(0..x.len())
+            .any(|(z, i)| z == Some(true) && x.is_valid(i));
+        if by_zero {
+            return Err(DataFusionError::ArrowError(
+                Box::new(ArrowError::DivideByZero),
+                None,
+            ));
+        }
+        let out = div(x, y)?;
+        if scalar {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(out))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+use std::sync::Arc;
+
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionContext;
+
+use super::*;
+
+fn ctx() -> SessionContext {
+    let state = SessionStateBuilder::new()
+        .with_default_features()
+        .with_analyzer_rule(Arc::new(CheckedArithmetic))
+        .build();
+    SessionContext::new_with_state(state)
+}
+
+async fn run(sql: &str) -> Result<Vec<arrow::record_batch::RecordBatch>> {
+    ctx().sql(sql).await?.collect().await
+}
+
+#[tokio::test]
+async fn a_float_divided_by_zero_is_an_error() {
+    for sql in [
+        "SELECT 1.0 / 0.0",
+        "SELECT CAST(x AS DOUBLE) / 0.0 FROM (VALUES (1), (2)) t(x)",
+        "SELECT CAST(x AS REAL) / CAST(y AS REAL) FROM (VALUES (1, 1), (2, 0)) t(x, y)",
+    ] {
+        let e = run(sql).await.unwrap_err();
+        assert!(
+            matches!(e.find_root(), DataFusionError::ArrowError(a, _) if matches!(**a, ArrowError::DivideByZero)),
+            "{sql}: {e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn other_divisions_and_names_are_unchanged() {
+    let batches = run(
+        "SELECT CAST(x AS DOUBLE) / 4.0, CAST(NULL AS DOUBLE) / 0.0 AS n FROM (VALUES (1)) t(x)",
+    )
+    .await
+    .unwrap();
+    let schema = batches[0].schema();
+    assert_eq!(schema.field(0).name(), "t.x / Float64(4)");
+    let col = batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::Float64Array>()
+        .unwrap();
+    assert_eq!(col.value(0), 0.25);
+    assert!(batches[0].column(1).is_null(0));
+}
+
+fn overflowed(e: &DataFusionError) -> bool {
+    matches!(e.find_root(), DataFusionError::ArrowError(a, _) if matches!(**a, ArrowError::ArithmeticOverflow(_)))
+}
+
+#[tokio::test]
+async fn integer_overflow_is_an_error() {
+    for sql in [
+        "SELECT 9223372036854775807 + 1",
+        "SELECT CAST(-9223372036854775808 AS BIGINT) - 1",
+        "SELECT 4611686018427387904 * 2",
+        "SELECT x + 1 FROM (VALUES (1), (9223372036854775807)) t(x)",
+        "SELECT 1 - x FROM (VALUES (1), (-9223372036854775807)) t(x)",
+        "SELECT x * y FROM (VALUES (3, 4), (3037000500, 3037000500)) t(x, y)",
+        "SELECT -x FROM (VALUES (1), (-9223372036854775808)) t(x)",
+        "SELECT CAST(x AS INT) + CAST(x AS INT) FROM (VALUES (1), (2147483647)) t(x)",
+        "SELECT CAST(x AS SMALLINT) * CAST(2 AS SMALLINT) FROM (VALUES (20000)) t(x)",
+        "SELECT arrow_cast(x, 'UInt32') - arrow_cast(y, 'UInt32') FROM (VALUES (1, 2)) t(x, y)",
+        "SELECT count(*) FROM (VALUES (1), (9223372036854775807)) t(x) WHERE x + 1 > 0",
+        "SELECT sum(x * 2) FROM (VALUES (1), (9223372036854775807)) t(x)",
+        "SELECT x + 1 AS k, count(*) FROM (VALUES (9223372036854775807)) t(x) GROUP BY x + 1",
+    ] {
+        let e = run(sql).await.unwrap_err();
+        assert!(overflowed(&e), "{sql}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn integer_arithmetic_in_range_is_unchanged() {
+    let batches = run("SELECT x + 1, x - y, x * y, -x, x + NULL AS n, \
+         CAST(y AS INT) + CAST(y AS INT) AS i \
+         FROM (VALUES (CAST(-9223372036854775807 AS BIGINT), 1)) t(x, y)")
+    .await
+    .unwrap();
+    let b = &batches[0];
+    let schema = b.schema();
+    assert_eq!(schema.field(0).name(), "t.x + Int64(1)");
+    assert_eq!(schema.field(1).name(), "t.x - t.y");
+    assert_eq!(schema.field(5).data_type(), &DataType::Int32);
+    let int = |i: usize| {
+        b.column(i)
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap()
+            .value(0)
+    };
+    assert_eq!(int(0), -9223372036854775806);
+    assert_eq!(int(1), i64::MIN);
+    assert_eq!(int(2), -9223372036854775807);
+    assert_eq!(int(3), 9223372036854775807);
+    assert!(b.column(4).is_null(0));
+    // Only the rows that are not NULL are checked: a NULL row's value
+    // slot holds whatever it holds.
+    let batches = run("SELECT x * 2 FROM (VALUES (CAST(NULL AS BIGINT)), (4)) t(x)")
+        .await
+        .unwrap();
+    assert_eq!(batches[0].column(0).null_count(), 1);
+}
+
+#[tokio::test]
+async fn the_plan_names_the_checked_functions() {
+    let batches = run("EXPLAIN SELECT x * 2 + 1, -x FROM (VALUES (1)) t(x)")
+        .await
+        .unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    for f in ["checked_add(checked_mul(", "checked_negate("] {
+        assert!(text.contains(f), "{f} not in\n{text}");
+    }
+    // Timestamps and intervals are not integers: left as they are.
+    let batches = run("EXPLAIN SELECT now() - INTERVAL '1 day'")
+        .await
+        .unwrap();
+    let text = arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    assert!(!text.contains("checked_"), "{text}");
+}

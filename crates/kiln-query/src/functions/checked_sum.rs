@@ -133,7 +133,7 @@ impl<T: Numeric> Accumulator for Total<T> {
         let values = values[0].as_primitive::<T>();
         let overflow = || out_of_range(&T::DATA_TYPE);
         if let Some(x) = arrow::compute::sum_checked(values).map_err(|_| overflow())? {
-            let v = self.sum.get_or_insert_with(|| T::Native::ZERO);
+            let v = self.sum.get_or_insert(T::Native::ZERO);
             *v = v.add_checked(x).map_err(|_| overflow())?;
         }
         Ok(())

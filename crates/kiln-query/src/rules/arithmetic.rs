@@ -228,10 +228,6 @@ impl ScalarUDFImpl for CheckedInt {
         Ok(arg_types[0].clone())
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let operands = args
             .args
             .iter()
@@ -249,11 +245,16 @@ impl ScalarUDFImpl for CheckedInt {
                 )));
             }
         };
-        if scalar {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(out))
+        columnar(out, &args.args)
     }
+}
+
+/// A kernel's result: one value if every argument was one.
+fn columnar(out: ArrayRef, args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+        return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+    }
+    Ok(ColumnarValue::Array(out))
 }
 
 /// `x / y` on floats, failing when a divisor is zero (and its row's
@@ -286,10 +287,6 @@ impl ScalarUDFImpl for FloatDivide {
         Ok(arg_types[0].clone())
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let (x, y) = (&arrays[0], &arrays[1]);
         let zero = match y.data_type() {
@@ -308,11 +305,7 @@ impl ScalarUDFImpl for FloatDivide {
                 None,
             ));
         }
-        let out = div(x, y)?;
-        if scalar {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(out))
+        columnar(div(x, y)?, &args.args)
     }
 }
 

@@ -19,16 +19,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Datum, Scalar};
+use arrow::array::{Array, ArrayRef, Datum, Scalar};
 use arrow::compute::kernels::cmp::eq;
-use arrow::compute::kernels::numeric::{
-    add, add_wrapping, div, mul, mul_wrapping, neg, neg_wrapping, sub, sub_wrapping,
-};
-use arrow::compute::{max, min};
-use arrow::datatypes::{
-    ArrowNativeTypeOp, ArrowNumericType, DataType, Int8Type, Int16Type, Int32Type, Int64Type,
-    UInt8Type, UInt16Type, UInt32Type, UInt64Type,
-};
+use arrow::compute::kernels::numeric::{add, div, mul, neg, sub};
+use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -239,20 +233,12 @@ impl ScalarUDFImpl for CheckedInt {
             .iter()
             .map(Operand::new)
             .collect::<Result<Vec<_>>>()?;
-        // Arrow's checked kernels test each row as they go, which keeps
-        // them from being vectorized; when the operands' ranges show that
-        // no row can overflow, the wrapping ones give the same result.
-        let exact = wraps_nowhere(self.op, &operands);
-        let out = match (self.op, operands.as_slice(), exact) {
-            (IntOp::Negate, [x], true) => neg_wrapping(x.array())?,
-            (IntOp::Negate, [x], false) => neg(x.array())?,
-            (IntOp::Add, [l, r], true) => add_wrapping(l.datum(), r.datum())?,
-            (IntOp::Add, [l, r], false) => add(l.datum(), r.datum())?,
-            (IntOp::Sub, [l, r], true) => sub_wrapping(l.datum(), r.datum())?,
-            (IntOp::Sub, [l, r], false) => sub(l.datum(), r.datum())?,
-            (IntOp::Mul, [l, r], true) => mul_wrapping(l.datum(), r.datum())?,
-            (IntOp::Mul, [l, r], false) => mul(l.datum(), r.datum())?,
-            (op, _, _) => {
+        let out = match (self.op, operands.as_slice()) {
+            (IntOp::Negate, [x]) => neg(x.array())?,
+            (IntOp::Add, [l, r]) => add(l.datum(), r.datum())?,
+            (IntOp::Sub, [l, r]) => sub(l.datum(), r.datum())?,
+            (IntOp::Mul, [l, r]) => mul(l.datum(), r.datum())?,
+            (op, _) => {
                 return Err(DataFusionError::Internal(format!(
                     "{op:?} given {} arguments",
                     operands.len()
@@ -260,48 +246,6 @@ impl ScalarUDFImpl for CheckedInt {
             }
         };
         columnar(out, &args.args)
-    }
-}
-
-/// Whether `op` gives every row's exact result without a check: the
-/// results at the operands' extremes (their smallest and largest values
-/// that are not NULL) fit the type. A sum, difference, product or negation
-/// over ranges of integers is extreme at the ranges' corners, so when the
-/// corners fit, every row does.
-fn wraps_nowhere(op: IntOp, operands: &[Operand]) -> bool {
-    macro_rules! by_type {
-        ($($variant:ident => $t:ty),*) => {
-            match operands.first().map(|o| o.array().data_type()) {
-                $(Some(DataType::$variant) => corners_fit::<$t>(op, operands),)*
-                _ => false,
-            }
-        };
-    }
-    by_type!(Int8 => Int8Type, Int16 => Int16Type, Int32 => Int32Type, Int64 => Int64Type,
-        UInt8 => UInt8Type, UInt16 => UInt16Type, UInt32 => UInt32Type, UInt64 => UInt64Type)
-}
-
-fn corners_fit<T: ArrowNumericType>(op: IntOp, operands: &[Operand]) -> bool {
-    let mut ranges = vec![];
-    for o in operands {
-        let a = o.array().as_primitive::<T>();
-        match (min(a), max(a)) {
-            (Some(lo), Some(hi)) => ranges.push([lo, hi]),
-            // Every row NULL: so is every result.
-            _ => return true,
-        }
-    }
-    match (op, ranges.as_slice()) {
-        (IntOp::Negate, [x]) => x.iter().all(|v| v.neg_checked().is_ok()),
-        (_, [l, r]) => l.iter().all(|&a| {
-            r.iter().all(|&b| match op {
-                IntOp::Add => a.add_checked(b).is_ok(),
-                IntOp::Sub => a.sub_checked(b).is_ok(),
-                IntOp::Mul => a.mul_checked(b).is_ok(),
-                IntOp::Negate => false,
-            })
-        }),
-        _ => false,
     }
 }
 

@@ -128,3 +128,45 @@ async fn the_plan_names_the_checked_functions() {
         .to_string();
     assert!(!text.contains("checked_"), "{text}");
 }
+
+#[test]
+fn a_null_rows_value_is_not_checked() {
+    use arrow::array::Int64Array;
+    use arrow::buffer::NullBuffer;
+    // A NULL row's slot may hold any value: here one that would overflow.
+    let x = Int64Array::new(
+        vec![i64::MAX, 1, i64::MIN].into(),
+        Some(NullBuffer::from(vec![false, true, false])),
+    );
+    for op in [IntOp::Add, IntOp::Sub, IntOp::Mul, IntOp::Negate] {
+        let f = CheckedInt::new(op);
+        let x = ColumnarValue::Array(Arc::new(x.clone()));
+        let args = match op {
+            IntOp::Negate => vec![x],
+            _ => vec![x, ColumnarValue::Scalar(ScalarValue::Int64(Some(2)))],
+        };
+        let out = f
+            .invoke_with_args(ScalarFunctionArgs {
+                number_rows: 3,
+                arg_fields: args
+                    .iter()
+                    .map(|_| Arc::new(arrow::datatypes::Field::new("x", DataType::Int64, true)))
+                    .collect(),
+                return_field: Arc::new(arrow::datatypes::Field::new("r", DataType::Int64, true)),
+                config_options: Arc::new(ConfigOptions::default()),
+                args,
+            })
+            .unwrap()
+            .into_array(3)
+            .unwrap();
+        let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(out.null_count(), 2, "{op:?}");
+        let want = match op {
+            IntOp::Add => 3,
+            IntOp::Sub => -1,
+            IntOp::Mul => 2,
+            IntOp::Negate => -1,
+        };
+        assert_eq!(out.value(1), want, "{op:?}");
+    }
+}

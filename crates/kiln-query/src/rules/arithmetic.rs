@@ -17,7 +17,7 @@
 //! expression that overflows is not folded: it fails when it runs. Integer
 //! and decimal division, and decimal `+ - *`, already fail on their own.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use arrow::array::{Array, ArrayRef, Datum, Scalar};
 use arrow::compute::kernels::cmp::eq;
@@ -46,7 +46,6 @@ impl AnalyzerRule for CheckedArithmetic {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let mut functions = Functions::default();
         plan.transform_up_with_subqueries(|plan| {
             // Most nodes compute nothing: they cost one look at their
             // expressions, no schema and no function.
@@ -72,7 +71,7 @@ impl AnalyzerRule for CheckedArithmetic {
             let names = NamePreserver::new(&plan);
             plan.map_expressions(|e| {
                 let saved = names.save(&e);
-                let t = e.transform_up(|e| Ok(functions.rewrite(e, &schema)))?;
+                let t = e.transform_up(|e| Ok(rewrite(e, &schema)))?;
                 Ok(match t.transformed {
                     true => Transformed::yes(saved.restore(t.data)),
                     false => t,
@@ -95,62 +94,64 @@ fn checked_op(e: &Expr) -> bool {
     }
 }
 
-/// The checked functions one plan uses, each made once.
-#[derive(Default)]
-struct Functions {
-    made: Vec<(Checked, Arc<ScalarUDF>)>,
-}
-
 /// What a rewritten operator becomes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug)]
 enum Checked {
     Int(IntOp),
     FloatDivide,
 }
 
-impl Functions {
-    fn get(&mut self, c: Checked) -> Arc<ScalarUDF> {
-        if let Some((_, f)) = self.made.iter().find(|(m, _)| *m == c) {
-            return f.clone();
-        }
-        let f = Arc::new(match c {
-            Checked::Int(op) => ScalarUDF::new_from_impl(CheckedInt::new(op)),
-            Checked::FloatDivide => ScalarUDF::new_from_impl(FloatDivide::new()),
-        });
-        self.made.push((c, f.clone()));
-        f
-    }
+/// The function `c` calls, made once per process.
+fn function(c: Checked) -> Arc<ScalarUDF> {
+    static MADE: LazyLock<[Arc<ScalarUDF>; 5]> = LazyLock::new(|| {
+        let int = |op| Arc::new(ScalarUDF::new_from_impl(CheckedInt::new(op)));
+        [
+            int(IntOp::Add),
+            int(IntOp::Sub),
+            int(IntOp::Mul),
+            int(IntOp::Negate),
+            Arc::new(ScalarUDF::new_from_impl(FloatDivide::new())),
+        ]
+    });
+    MADE[match c {
+        Checked::Int(IntOp::Add) => 0,
+        Checked::Int(IntOp::Sub) => 1,
+        Checked::Int(IntOp::Mul) => 2,
+        Checked::Int(IntOp::Negate) => 3,
+        Checked::FloatDivide => 4,
+    }]
+    .clone()
+}
 
-    /// `e` as a call of its checked function, if its operands' types ask
-    /// for one.
-    fn rewrite(&mut self, e: Expr, schema: &DFSchema) -> Transformed<Expr> {
-        let ty = |x: &Expr| x.get_type(schema).ok();
-        let float = |t: &Option<DataType>| matches!(t, Some(DataType::Float32 | DataType::Float64));
-        let int = |t: &Option<DataType>| t.as_ref().is_some_and(DataType::is_integer);
-        let checked = match &e {
-            Expr::BinaryExpr(b) => {
-                let (l, r) = (ty(&b.left), ty(&b.right));
-                match b.op {
-                    Operator::Divide if float(&l) && float(&r) => Checked::FloatDivide,
-                    Operator::Plus if int(&l) && l == r => Checked::Int(IntOp::Add),
-                    Operator::Minus if int(&l) && l == r => Checked::Int(IntOp::Sub),
-                    Operator::Multiply if int(&l) && l == r => Checked::Int(IntOp::Mul),
-                    _ => return Transformed::no(e),
-                }
+/// `e` as a call of its checked function, if its operands' types ask
+/// for one.
+fn rewrite(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
+    let ty = |x: &Expr| x.get_type(schema).ok();
+    let float = |t: &Option<DataType>| matches!(t, Some(DataType::Float32 | DataType::Float64));
+    let int = |t: &Option<DataType>| t.as_ref().is_some_and(DataType::is_integer);
+    let checked = match &e {
+        Expr::BinaryExpr(b) => {
+            let (l, r) = (ty(&b.left), ty(&b.right));
+            match b.op {
+                Operator::Divide if float(&l) && float(&r) => Checked::FloatDivide,
+                Operator::Plus if int(&l) && l == r => Checked::Int(IntOp::Add),
+                Operator::Minus if int(&l) && l == r => Checked::Int(IntOp::Sub),
+                Operator::Multiply if int(&l) && l == r => Checked::Int(IntOp::Mul),
+                _ => return Transformed::no(e),
             }
-            Expr::Negative(x) if int(&ty(x)) => Checked::Int(IntOp::Negate),
-            _ => return Transformed::no(e),
-        };
-        let args = match e {
-            Expr::BinaryExpr(BinaryExpr { left, right, .. }) => vec![*left, *right],
-            Expr::Negative(x) => vec![*x],
-            _ => unreachable!("matched above"),
-        };
-        Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
-            self.get(checked),
-            args,
-        )))
-    }
+        }
+        Expr::Negative(x) if int(&ty(x)) => Checked::Int(IntOp::Negate),
+        _ => return Transformed::no(e),
+    };
+    let args = match e {
+        Expr::BinaryExpr(BinaryExpr { left, right, .. }) => vec![*left, *right],
+        Expr::Negative(x) => vec![*x],
+        _ => unreachable!("matched above"),
+    };
+    Transformed::yes(Expr::ScalarFunction(ScalarFunction::new_udf(
+        function(checked),
+        args,
+    )))
 }
 
 /// An integer operator [`CheckedInt`] computes.

@@ -10,13 +10,18 @@
 //! DataFusion's own, given a checked add that flags an overflow, and the
 //! flag is read after every batch.
 //!
-//! Not covered, still wrapping: `sum(DISTINCT x)` and `sum(x)` over a
-//! window frame that slides (`ROWS BETWEEN ...`).
+//! `sum(DISTINCT x)` and a sum over a window frame that slides (`ROWS
+//! BETWEEN ...`) keep their total in 128 bits and fail only when the
+//! total itself is out of range: a sliding frame adds its new rows before
+//! it takes the old ones away, and a set of distinct values has no order,
+//! so a check on each add could fail on a total that fits.
 
+use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use arrow::array::{ArrayRef, AsArray, BooleanArray};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::{
     ArrowNativeTypeOp, ArrowNumericType, DataType, FieldRef, Int64Type, UInt64Type,
 };
@@ -30,6 +35,7 @@ use datafusion::logical_expr::{
     ReversedUDAF, SetMonotonicity, Signature, StatisticsArgs,
 };
 use datafusion_functions_aggregate_common::aggregate::groups_accumulator::prim_op::PrimitiveGroupsAccumulator;
+use datafusion_functions_aggregate_common::utils::GenericDistinctBuffer;
 
 /// DataFusion's `sum`, its integer totals checked.
 #[derive(Debug, Default, PartialEq, Eq, Hash)]
@@ -67,12 +73,11 @@ impl AggregateUDFImpl for CheckedSum {
         self.inner.return_type(arg_types)
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        if args.is_distinct {
-            return self.inner.accumulator(args);
-        }
-        match args.return_type() {
-            DataType::Int64 => Ok(Box::new(Total::<Int64Type>::default())),
-            DataType::UInt64 => Ok(Box::new(Total::<UInt64Type>::default())),
+        match (args.return_type(), args.is_distinct) {
+            (DataType::Int64, false) => Ok(Box::new(Total::<Int64Type>::default())),
+            (DataType::UInt64, false) => Ok(Box::new(Total::<UInt64Type>::default())),
+            (DataType::Int64, true) => Ok(Box::new(DistinctTotal::<Int64Type>::new())),
+            (DataType::UInt64, true) => Ok(Box::new(DistinctTotal::<UInt64Type>::new())),
             _ => self.inner.accumulator(args),
         }
     }
@@ -93,7 +98,12 @@ impl AggregateUDFImpl for CheckedSum {
         }
     }
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        self.inner.create_sliding_accumulator(args)
+        match (args.return_type(), args.is_distinct) {
+            (DataType::Int64, false) => Ok(Box::new(SlidingTotal::<Int64Type>::default())),
+            (DataType::UInt64, false) => Ok(Box::new(SlidingTotal::<UInt64Type>::default())),
+            (DataType::Int64, true) => Ok(Box::new(SlidingDistinctTotal::default())),
+            _ => self.inner.create_sliding_accumulator(args),
+        }
     }
     fn reverse_expr(&self) -> ReversedUDAF {
         self.inner.reverse_expr()
@@ -115,6 +125,18 @@ impl AggregateUDFImpl for CheckedSum {
 /// The integer types a total is kept in.
 trait Numeric: ArrowNumericType + Send + Sync + std::fmt::Debug {}
 impl<T: ArrowNumericType + Send + Sync + std::fmt::Debug> Numeric for T {}
+
+/// A total's type that a 128-bit total can be kept for.
+trait Wide: Numeric<Native: Into<i128> + TryFrom<i128>> {}
+impl<T: Numeric<Native: Into<i128> + TryFrom<i128>>> Wide for T {}
+
+/// A 128-bit total as `T`, or the error of one out of its range.
+fn narrow<T: Wide>(total: Option<i128>) -> Result<ScalarValue> {
+    let v = total
+        .map(|t| T::Native::try_from(t).map_err(|_| out_of_range(&T::DATA_TYPE)))
+        .transpose()?;
+    ScalarValue::new_primitive::<T>(v, &T::DATA_TYPE)
+}
 
 /// One total, added to with checked adds.
 #[derive(Debug)]
@@ -224,6 +246,168 @@ impl<A: GroupsAccumulator> GroupsAccumulator for Totals<A> {
     }
     fn size(&self) -> usize {
         self.inner.size() + size_of::<Self>()
+    }
+}
+
+/// `sum(DISTINCT x)`: DataFusion's set of distinct values, summed in 128
+/// bits.
+#[derive(Debug)]
+struct DistinctTotal<T: Wide> {
+    values: GenericDistinctBuffer<T>,
+}
+
+impl<T: Wide> DistinctTotal<T> {
+    fn new() -> Self {
+        Self {
+            values: GenericDistinctBuffer::new(T::DATA_TYPE),
+        }
+    }
+}
+
+impl<T: Wide> Accumulator for DistinctTotal<T> {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.values.update_batch(values)
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        self.values.merge_batch(states)
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        self.values.state()
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        let values = &self.values.values;
+        let total = (!values.is_empty()).then(|| values.iter().map(|v| v.0.into()).sum::<i128>());
+        narrow::<T>(total)
+    }
+    fn size(&self) -> usize {
+        size_of::<Self>() + self.values.size()
+    }
+}
+
+/// `sum(x)` over a sliding frame: a 128-bit total that rows are added to
+/// and taken from, and how many rows it holds. Its state is DataFusion's
+/// (the total as `T`, the count).
+#[derive(Debug)]
+struct SlidingTotal<T: Wide> {
+    sum: i128,
+    count: u64,
+    _type: PhantomData<T>,
+}
+
+impl<T: Wide> Default for SlidingTotal<T> {
+    fn default() -> Self {
+        Self {
+            sum: 0,
+            count: 0,
+            _type: PhantomData,
+        }
+    }
+}
+
+/// The 128-bit sum of an array's valid values, and how many there are.
+fn wide_sum<T: Wide>(values: &ArrayRef) -> (i128, u64) {
+    let values = values.as_primitive::<T>();
+    let sum = values.iter().flatten().map(Into::<i128>::into).sum();
+    (sum, (values.len() - values.null_count()) as u64)
+}
+
+impl<T: Wide> Accumulator for SlidingTotal<T> {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let (sum, count) = wide_sum::<T>(&values[0]);
+        self.sum += sum;
+        self.count += count;
+        Ok(())
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let (sum, count) = wide_sum::<T>(&values[0]);
+        self.sum -= sum;
+        self.count -= count;
+        Ok(())
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        self.sum += wide_sum::<T>(&states[0]).0;
+        let counts = states[1].as_primitive::<UInt64Type>();
+        self.count += counts.iter().flatten().sum::<u64>();
+        Ok(())
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![
+            self.evaluate()?,
+            ScalarValue::UInt64(Some(self.count)),
+        ])
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        narrow::<T>((self.count != 0).then_some(self.sum))
+    }
+    fn size(&self) -> usize {
+        size_of::<Self>()
+    }
+}
+
+/// `sum(DISTINCT x)` of a BIGINT over a sliding frame: how many times each
+/// value is in the frame, and the 128-bit total of the values that are.
+/// Its state is DataFusion's (the list of values).
+#[derive(Debug, Default)]
+struct SlidingDistinctTotal {
+    counts: HashMap<i64, usize>,
+    sum: i128,
+}
+
+impl SlidingDistinctTotal {
+    fn add(&mut self, values: &ArrayRef) {
+        for v in values.as_primitive::<Int64Type>().iter().flatten() {
+            let n = self.counts.entry(v).or_default();
+            if *n == 0 {
+                self.sum += i128::from(v);
+            }
+            *n += 1;
+        }
+    }
+}
+
+impl Accumulator for SlidingDistinctTotal {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        self.add(&values[0]);
+        Ok(())
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        for v in values[0].as_primitive::<Int64Type>().iter().flatten() {
+            if let Some(n) = self.counts.get_mut(&v) {
+                *n -= 1;
+                if *n == 0 {
+                    self.counts.remove(&v);
+                    self.sum -= i128::from(v);
+                }
+            }
+        }
+        Ok(())
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        for list in states[0].as_list::<i32>().iter().flatten() {
+            self.add(&list);
+        }
+        Ok(())
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        let keys: Vec<_> = self
+            .counts
+            .keys()
+            .map(|&v| ScalarValue::Int64(Some(v)))
+            .collect();
+        let list = ScalarValue::new_list_nullable(&keys, &DataType::Int64);
+        Ok(vec![ScalarValue::List(list)])
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        narrow::<Int64Type>((!self.counts.is_empty()).then_some(self.sum))
+    }
+    fn size(&self) -> usize {
+        size_of::<Self>() + self.counts.capacity() * size_of::<(i64, usize)>()
     }
 }
 

@@ -25,6 +25,14 @@
 //! at once can queue their entries out of order, and a restart then loses
 //! the rest of that block. Only fills and write-throughs take that lock,
 //! never a read the cache answers.
+//!
+//! The disk tier drops an entry its write buffer has no room for, so a
+//! file put in one go would reach disk only in part. A write-through
+//! ([`ObjectCache::write_through`]) therefore queues a file in batches of
+//! half that buffer and waits for each to be written, one file at a time:
+//! when a put returns, its file is on the disk tier whole. Fills stay
+//! best-effort: under a burst of misses the disk tier may drop some, which
+//! are then kept in memory only.
 
 use std::ops::Range;
 use std::path::Path as FsPath;
@@ -109,6 +117,11 @@ pub(crate) struct ObjectCache {
     /// Held while an entry is inserted, so the disk tier queues entries in
     /// the order it numbers them (see the module docs).
     inserting: Mutex<()>,
+    /// Held by a write-through for its whole file, so two files do not
+    /// share the disk tier's write buffer.
+    writing: tokio::sync::Mutex<()>,
+    /// Bytes a write-through queues before it waits for the disk tier.
+    batch: usize,
     chunk: u64,
     disk_capacity: u64,
     metrics: Arc<CacheMetrics>,
@@ -156,7 +169,9 @@ impl ObjectCache {
             .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
             .storage();
         let disk_capacity = config.cache_disk.bytes();
-        // A block holds whole entries: room for a few chunks each.
+        // A block holds whole entries: room for a few chunks each. The
+        // write buffer is one block, so a write-through's batch (half of
+        // it) always holds a chunk.
         let block = (4 * chunk).max(16 << 20);
         let builder = if disk_capacity >= 2 * block {
             std::fs::create_dir_all(dir)
@@ -166,7 +181,11 @@ impl ObjectCache {
                 .build()
                 .map_err(|e| cache_error(dir, e))?;
             builder
-                .with_engine_config(BlockEngineConfig::new(device).with_block_size(block as usize))
+                .with_engine_config(
+                    BlockEngineConfig::new(device)
+                        .with_block_size(block as usize)
+                        .with_buffer_pool_size(block as usize),
+                )
                 .with_recover_mode(RecoverMode::Quiet)
         } else {
             if disk_capacity > 0 {
@@ -183,6 +202,8 @@ impl ObjectCache {
         Ok(Self {
             chunks,
             inserting: Mutex::new(()),
+            writing: tokio::sync::Mutex::new(()),
+            batch: block as usize / 2,
             chunk,
             disk_capacity,
             metrics,
@@ -214,6 +235,24 @@ impl ObjectCache {
     fn insert(&self, key: String, value: Bytes) {
         let _queued_in_order = self.inserting.lock();
         self.chunks.insert(key, value);
+    }
+
+    /// Puts a new file's entries in both tiers and returns when the disk
+    /// tier has written them (see the module docs).
+    pub async fn write_through(&self, entries: impl IntoIterator<Item = (String, Bytes)>) {
+        let _one_file_at_a_time = self.writing.lock().await;
+        let mut queued = 0;
+        for (key, value) in entries {
+            // On disk an entry has a header and fills whole 4 KiB pages.
+            let size = key.len() + value.len() + 4096;
+            if queued > 0 && queued + size > self.batch {
+                self.chunks.storage().wait().await;
+                queued = 0;
+            }
+            self.insert(key, value);
+            queued += size;
+        }
+        self.chunks.storage().wait().await;
     }
 
     /// Waits until the disk tier has written what was queued for it.
@@ -376,14 +415,7 @@ impl CachedStore {
     }
 
     fn remember(&self, m: &ObjectMeta) {
-        let saved = SavedMeta {
-            size: m.size,
-            e_tag: m.e_tag.clone(),
-            version: m.version.clone(),
-            last_modified: m.last_modified,
-        };
-        let bytes = serde_json::to_vec(&saved).expect("metadata serializes");
-        self.cache.insert(meta_key(&m.location), bytes.into());
+        self.cache.insert(meta_key(&m.location), saved(m));
         self.metas.insert(m.location.clone(), m.clone());
     }
 
@@ -504,19 +536,33 @@ impl CachedStore {
     }
 
     /// Puts a new object's chunks and metadata in the cache.
-    fn write_through(&self, meta: &ObjectMeta, data: &Bytes) {
+    async fn write_through(&self, meta: &ObjectMeta, data: &Bytes) {
         let c = self.cache.chunk as usize;
-        for (i, start) in (0..data.len()).step_by(c).enumerate() {
+        let chunks = (0..data.len()).step_by(c).enumerate().map(|(i, start)| {
             let end = (start + c).min(data.len());
-            let key = chunk_key(meta, i as u64);
-            self.cache.insert(key, data.slice(start..end));
-            self.cache
-                .metrics
-                .written_through
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        self.remember(meta);
+            (chunk_key(meta, i as u64), data.slice(start..end))
+        });
+        let entry = (meta_key(&meta.location), saved(meta));
+        self.cache.write_through(chunks.chain([entry])).await;
+        self.cache
+            .metrics
+            .written_through
+            .fetch_add(data.len().div_ceil(c) as u64, Ordering::Relaxed);
+        self.metas.insert(meta.location.clone(), meta.clone());
     }
+}
+
+/// An object's metadata as the cache stores it.
+fn saved(m: &ObjectMeta) -> Bytes {
+    let saved = SavedMeta {
+        size: m.size,
+        e_tag: m.e_tag.clone(),
+        version: m.version.clone(),
+        last_modified: m.last_modified,
+    };
+    serde_json::to_vec(&saved)
+        .expect("metadata serializes")
+        .into()
 }
 
 /// Forgets a deleted object: its metadata and every chunk of it, which the
@@ -575,7 +621,7 @@ impl ObjectStore for CachedStore {
             e_tag: put.e_tag.clone(),
             version: put.version.clone(),
         };
-        self.write_through(&meta, &data);
+        self.write_through(&meta, &data).await;
         Ok(put)
     }
 

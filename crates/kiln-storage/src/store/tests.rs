@@ -11,10 +11,18 @@ use crate::config::StorageConfig;
 
 /// A remote store over memory, its cache in `dir` with 64 KiB chunks.
 async fn remote(backend: Arc<dyn ObjectStore>, dir: &std::path::Path) -> Store {
+    remote_with_disk(backend, dir, "64MiB").await
+}
+
+async fn remote_with_disk(
+    backend: Arc<dyn ObjectStore>,
+    dir: &std::path::Path,
+    disk: &str,
+) -> Store {
     let mut config = StorageConfig::for_dir(dir);
     config.cache.cache_chunk = "64KiB".parse().unwrap();
     config.cache.cache_memory = "4MiB".parse().unwrap();
-    config.cache.cache_disk = "64MiB".parse().unwrap();
+    config.cache.cache_disk = disk.parse().unwrap();
     Store::remote(backend, "memory://test".into(), &config)
         .await
         .unwrap()
@@ -214,6 +222,27 @@ async fn files_written_through_concurrently_all_survive_a_restart() {
         }
     }
     assert_eq!(missing, 0, "files read from the store after a restart");
+}
+
+/// A file larger than the disk tier's write buffer (one 16 MiB block here)
+/// is on disk whole after a restart: the disk tier drops what its buffer
+/// has no room for, so a write-through waits for it batch by batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_larger_than_the_disk_write_buffer_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(InMemory::new());
+    let path = Path::from("tables/1/2024-01-01/big.parquet");
+    let body = data(40 << 20);
+    {
+        let store = remote_with_disk(backend.clone(), dir.path(), "256MiB").await;
+        store.put_durable(&path, body.clone()).await.unwrap();
+        store.close().await;
+    }
+    let store = remote_with_disk(backend, dir.path(), "256MiB").await;
+    let before = gets(&store);
+    assert_eq!(store.get(&path).await.unwrap(), body);
+    assert_eq!(gets(&store), before, "chunks fetched again after a restart");
+    assert_eq!(store.cache_stats().unwrap().misses, 0);
 }
 
 /// Readers missing the same chunks at once share one fetch of each.

@@ -101,3 +101,70 @@ async fn totals_in_range_are_datafusions() {
         28
     );
 }
+
+/// The first column of a result, as BIGINTs.
+fn bigints(b: &[RecordBatch]) -> Vec<Option<i64>> {
+    b.iter()
+        .flat_map(|b| {
+            let c = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            c.iter().collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `sum(DISTINCT x)` beside another distinct aggregate (which keeps
+/// DataFusion from rewriting it into a grouped plain sum) and sums over
+/// sliding frames fail when their total is out of range.
+#[tokio::test]
+async fn distinct_and_sliding_totals_out_of_range_are_errors() {
+    let ctx = ctx();
+    big_table(&ctx).await;
+    for sql in [
+        "SELECT sum(DISTINCT x), count(DISTINCT u) FROM t",
+        "SELECT sum(DISTINCT arrow_cast(u, 'UInt64') + arrow_cast(18446744073709551000, 'UInt64')), \
+         count(DISTINCT x) FROM t",
+        "SELECT sum(x) OVER (ORDER BY u ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM t",
+        "SELECT sum(DISTINCT x) OVER (ORDER BY u ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM t",
+    ] {
+        let e = run(&ctx, sql).await.unwrap_err();
+        assert!(overflowed(&e), "{sql}: {e}");
+        assert!(e.to_string().contains("integer sum out of range"), "{e}");
+    }
+}
+
+/// A distinct or sliding total that fits is answered, even where adding in
+/// some order would leave the range on the way: a frame adds its new row
+/// before it takes the old one away, and distinct values have no order.
+#[tokio::test]
+async fn distinct_and_sliding_totals_that_fit_are_answered() {
+    let ctx = ctx();
+    let a = 9_223_372_036_854_775_000_i64;
+    let sql = format!(
+        "SELECT sum(x) OVER (ORDER BY u ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) \
+         FROM (VALUES (1, {a}), (2, 0), (3, {a}), (4, -{a}), (5, NULL)) s(u, x) ORDER BY u"
+    );
+    let b = run(&ctx, &sql).await.unwrap();
+    assert_eq!(bigints(&b), [Some(a), Some(a), Some(a), Some(0), Some(-a)]);
+    let sql = sql.replace("sum(x)", "sum(DISTINCT x)");
+    let b = run(&ctx, &sql).await.unwrap();
+    assert_eq!(bigints(&b), [Some(a), Some(a), Some(a), Some(0), Some(-a)]);
+    let b = run(
+        &ctx,
+        &format!(
+            "SELECT sum(DISTINCT x), count(DISTINCT u) \
+             FROM (VALUES ({a}, 1), (1000, 2), (-2000, 3), ({a}, 4), (NULL, 5)) s(x, u)"
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bigints(&b), [Some(a - 1000)]);
+    // No rows in the frame: NULL.
+    let b = run(
+        &ctx,
+        "SELECT sum(x) OVER (ORDER BY u ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) \
+         FROM (VALUES (1, CAST(NULL AS BIGINT)), (2, NULL)) s(u, x) ORDER BY u",
+    )
+    .await
+    .unwrap();
+    assert_eq!(bigints(&b), [None, None]);
+}

@@ -30,9 +30,9 @@
 //! file put in one go would reach disk only in part. A write-through
 //! ([`ObjectCache::write_through`]) therefore queues a file in batches of
 //! half that buffer and waits for each to be written, one file at a time:
-//! when a put returns, its file is on the disk tier whole. Fills stay
-//! best-effort: under a burst of misses the disk tier may drop some, which
-//! are then kept in memory only.
+//! when a put returns, its file is on the disk tier whole (unless a burst
+//! of fills took the other half at the same time). Fills stay best-effort:
+//! the disk tier may drop some, which are then kept in memory only.
 
 use std::ops::Range;
 use std::path::Path as FsPath;
@@ -170,8 +170,10 @@ impl ObjectCache {
             .storage();
         let disk_capacity = config.cache_disk.bytes();
         // A block holds whole entries: room for a few chunks each. The
-        // write buffer is one block, so a write-through's batch (half of
-        // it) always holds a chunk.
+        // write buffer is two blocks (held twice: one filling, one being
+        // written), so a write-through's batch of one block leaves another
+        // to fills; entries waiting for the buffer may reach twice its
+        // size before the disk tier drops any.
         let block = (4 * chunk).max(16 << 20);
         let builder = if disk_capacity >= 2 * block {
             std::fs::create_dir_all(dir)
@@ -184,7 +186,8 @@ impl ObjectCache {
                 .with_engine_config(
                     BlockEngineConfig::new(device)
                         .with_block_size(block as usize)
-                        .with_buffer_pool_size(block as usize),
+                        .with_buffer_pool_size(2 * block as usize)
+                        .with_submit_queue_size_threshold(4 * block as usize),
                 )
                 .with_recover_mode(RecoverMode::Quiet)
         } else {
@@ -203,7 +206,7 @@ impl ObjectCache {
             chunks,
             inserting: Mutex::new(()),
             writing: tokio::sync::Mutex::new(()),
-            batch: block as usize / 2,
+            batch: block as usize,
             chunk,
             disk_capacity,
             metrics,

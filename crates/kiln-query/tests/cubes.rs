@@ -1,7 +1,8 @@
 //! Cubes answer exactly what the table answers: random cube definitions and
 //! random aggregate queries (group keys, filters, conditional aggregates,
 //! coarser time units, ranges cutting buckets), each compared with the
-//! same query read raw, while rows sit in the memstore, after flushes,
+//! same query read raw, while rows sit in the memstore (in batches small
+//! enough to read raw, and large ones with states of their own), after flushes,
 //! after more writes, after compaction, and for a cube created over
 //! existing data before and after its parts are built; also through
 //! prepared statements with generic plans.
@@ -12,6 +13,8 @@ use arrow::array::{Float64Array, Int64Array, RecordBatch, StringArray, Timestamp
 use arrow::datatypes::DataType;
 use arrow::util::pretty::pretty_format_batches;
 use datafusion::common::ScalarValue;
+use kiln_query::cube::MEM_ROLLUPS;
+use kiln_query::cube::scan::MEM_STATES_MIN_ROWS;
 use kiln_query::{Engine, Origin, Output, PlanCacheMode, QueryConfig};
 use kiln_storage::{Db, StorageConfig};
 use rand::rngs::StdRng;
@@ -269,6 +272,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
     };
     let mut storage = StorageConfig::for_dir(dir);
     storage.compaction_min_segments = 2;
+    storage.memstore_freeze_bytes = kiln_storage::ByteSize::kib(256);
     storage.segment_delete_delay = std::time::Duration::ZERO;
     let db = Db::open(storage).await.unwrap();
     Engine::with_config(db, &config).unwrap()
@@ -292,6 +296,31 @@ async fn cube_answers_equal_raw_answers() {
     db.flush_all().await.unwrap();
     assert!(db.compact_all().await.unwrap() > 0, "segments compacted");
     answered += check(&engine, &mut rng, 40, "compacted").await;
+    // Rows enough for in-memory batches of their own states, frozen and
+    // active, each read between writes (so the active batches merge).
+    for _ in 0..4 {
+        write(&db, &rows(&mut rng, 6_000)).await;
+        answered += check(&engine, &mut rng, 8, "large in-memory batches").await;
+    }
+    let snapshot = db.table("ev").unwrap().snapshot();
+    assert!(!snapshot.version.frozen.is_empty(), "rows frozen");
+    let mem = snapshot.mem_by_day();
+    let large = mem.iter().filter(|(_, b)| b.rows() >= MEM_STATES_MIN_ROWS);
+    let with_states = large.filter(|(_, b)| !b.derived_keys().is_empty()).count();
+    assert!(
+        with_states > 0,
+        "no in-memory batch of {} has states",
+        mem.len()
+    );
+    // Each batch keeps at most a few rollups per cube, whatever queries read.
+    for (_, b) in &mem {
+        let keys = b.derived_keys();
+        for (cube, _) in &keys {
+            let rollups = keys.iter().filter(|(c, k)| c == cube && *k != u64::MAX);
+            assert!(rollups.count() <= MEM_ROLLUPS, "{keys:?}");
+        }
+    }
+    db.flush_all().await.unwrap();
     // A cube over existing data: segments read raw until their parts are built.
     engine.execute(CUBES[2]).await.unwrap();
     answered += check(&engine, &mut rng, 30, "new cube, not built").await;
@@ -300,7 +329,7 @@ async fn cube_answers_equal_raw_answers() {
     answered += check(&engine, &mut rng, 30, "new cube, built").await;
     assert!(
         answered > 60,
-        "{answered} of 180 queries answered from cubes"
+        "{answered} of 212 queries answered from cubes"
     );
     let cubes = rows_of(&engine, "SELECT name, state, segments = segments_covered AS all_built FROM system.cubes ORDER BY name").await;
     assert!(

@@ -38,20 +38,22 @@ use std::sync::{Arc, OnceLock, Weak};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use dashmap::DashMap;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::{concat_batches, max, min};
+use datafusion::arrow::datatypes::TimestampNanosecondType;
 use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, Result as DfResult};
+use datafusion::common::{DFSchema, DataFusionError, Result as DfResult};
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNode};
-use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
-use datafusion::prelude::SessionConfig;
 use futures::future::BoxFuture;
+use kiln_storage::memstore::MemBatch;
 use kiln_storage::schema::view_schema;
 use kiln_storage::{CubeBuilder, CubeDef, Db, Part, Table};
 use object_store::path::Path;
+use tokio::sync::OnceCell;
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
@@ -246,6 +248,64 @@ impl Cubes {
             .await
     }
 
+    /// An in-memory batch's states for `cube`, merged to the dimensions in
+    /// `used`: like [`Self::rolled_up`] for a part, but made from the
+    /// batch's rows on first read and kept with the batch
+    /// ([`MemBatch::derived`]) until its rows are flushed or merged into a
+    /// larger batch. Queries asking at once wait for one of them to make it.
+    async fn mem_states(
+        &self,
+        batch: &MemBatch,
+        cube: &CubePlan,
+        used: &[bool],
+        time_column: usize,
+        ctx: &Arc<TaskContext>,
+    ) -> DfResult<Arc<MemStates>> {
+        let id = cube.def.id;
+        let all = batch.derived((id, u64::MAX), OnceCell::<Arc<MemStates>>::new);
+        let all = all
+            .get_or_try_init(|| async {
+                let rows = cube.states_of(batch.viewed().clone()).await?;
+                let rows = cube.for_scan(rollup::sorted(rows, cube.def.dimensions.len())?)?;
+                let ts = batch.batch.column(time_column);
+                let ts = ts.as_primitive::<TimestampNanosecondType>();
+                let time = (
+                    min(ts).map_or(i128::MAX, i128::from),
+                    max(ts).map_or(i128::MIN, i128::from),
+                );
+                Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
+            })
+            .await?;
+        let Some(key) = rollup::key(used) else {
+            return Ok(all.clone());
+        };
+        // A batch keeps a few rollups per cube, so its memory stays a
+        // small multiple of its states whatever sets queries read; other
+        // sets read the states themselves (a rollup only saves work).
+        type Cell = OnceCell<Arc<MemStates>>;
+        let rolled = match batch.kept::<Cell>((id, key)) {
+            Some(rolled) => rolled,
+            None => {
+                let kept = batch.derived_keys();
+                let rollups = kept.iter().filter(|(c, k)| *c == id && *k != u64::MAX);
+                if rollups.count() >= MEM_ROLLUPS {
+                    return Ok(all.clone());
+                }
+                batch.derived((id, key), Cell::new)
+            }
+        };
+        let rolled = rolled
+            .get_or_try_init(|| async {
+                let rows = rollup::rollup(cube, all.rows.clone(), used, ctx.clone()).await?;
+                Ok::<_, DataFusionError>(Arc::new(MemStates {
+                    rows,
+                    time: all.time,
+                }))
+            })
+            .await?;
+        Ok(rolled.clone())
+    }
+
     /// A part's rows in the cube's scan schema, decoded once and kept,
     /// sorted by the cube's dimensions in their order (a query's
     /// equalities on the leading dimensions then read a slice, [`scan`]),
@@ -293,6 +353,17 @@ impl Cubes {
         self.making.remove(&key);
         made
     }
+}
+
+/// Rollups an in-memory batch keeps per cube ([`Cubes::mem_states`]).
+pub const MEM_ROLLUPS: usize = 4;
+
+/// A cube's states over an in-memory batch ([`Cubes::mem_states`]): rows
+/// as a part's (scan schema, sorted by the dimensions) and the first and
+/// last time of the batch's rows.
+struct MemStates {
+    rows: RecordBatch,
+    time: (i128, i128),
 }
 
 /// Plans [`CubeScan`] nodes.
@@ -384,24 +455,9 @@ impl CubeBuilder for PartBuilder {
         };
         Some(Box::pin(async move {
             let rows = kiln_storage::memstore::view_strings(&rows);
-            let input = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
-                &[vec![rows.clone()]],
-                rows.schema(),
-                None,
-            )
-            .map_err(|e| failed(e.to_string()))?;
-            let states = plan.aggregate(input).map_err(|e| failed(e.to_string()))?;
-            // Aggregate every group: never pass rows through unaggregated.
-            let mut config = SessionConfig::new().with_target_partitions(1);
-            config
-                .options_mut()
-                .execution
-                .skip_partial_aggregation_probe_ratio_threshold = 2.0;
-            let ctx = Arc::new(TaskContext::default().with_session_config(config));
-            let batches = collect(states, ctx)
+            plan.states_of(rows)
                 .await
-                .map_err(|e| failed(e.to_string()))?;
-            concat_batches(&plan.schema, &batches).map_err(|e| failed(e.to_string()))
+                .map_err(|e| failed(e.to_string()))
         }))
     }
 }

@@ -11,19 +11,23 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema};
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SessionState;
+use datafusion::execution::TaskContext;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{AggregateUDF, Expr, LogicalPlan, Volatility};
 use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs};
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::SessionConfig;
 use kiln_storage::schema::view_schema;
 use kiln_storage::{CubeDef, Table};
 
@@ -307,6 +311,24 @@ impl CubePlan {
     /// Bytes the measures' ordinals hold.
     pub fn ordinal_bytes(&self) -> usize {
         self.ordinals.iter().map(|(_, o)| o.bytes()).sum()
+    }
+
+    /// The cube's states over `rows` (of the table's view schema), every
+    /// group aggregated: a part's rows ([`Self::schema`]), unsorted.
+    pub async fn states_of(&self, rows: RecordBatch) -> DfResult<RecordBatch> {
+        let input = MemorySourceConfig::try_new_exec(&[vec![rows]], self.input.clone(), None)?;
+        let states = self
+            .aggregate(input)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+        // Never pass rows through unaggregated.
+        let mut config = SessionConfig::new().with_target_partitions(1);
+        config
+            .options_mut()
+            .execution
+            .skip_partial_aggregation_probe_ratio_threshold = 2.0;
+        let ctx = Arc::new(TaskContext::default().with_session_config(config));
+        let batches = collect(states, ctx).await?;
+        Ok(concat_batches(&self.schema, &batches)?)
     }
 
     /// The cube's states over `rows` (an input of the table's view schema):

@@ -7,9 +7,11 @@
 //!   range and to the rows passing its filters over dimensions (evaluated
 //!   here, on slices of the kept parts: a filter above the scan would copy
 //!   every row's states);
+//! - the same for the memstore's large batches, whose states are made
+//!   on first read and kept with the batch until its rows are flushed;
 //! - the same states computed from raw rows for everything else: the
-//!   memstore, segments without a part, and the edges of a range that cuts
-//!   a bucket, read with the query's own filters.
+//!   memstore's small batches, segments without a part, and the edges of a
+//!   range that cuts a bucket, read with the query's own filters.
 //!
 //! So an answer includes every row acknowledged before the snapshot, part
 //! or not. The snapshot is taken at execution, so a kept (generic) plan
@@ -40,13 +42,19 @@ use datafusion::physical_plan::{
     Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
-use kiln_storage::memstore::TableVersion;
+use kiln_storage::memstore::{MemBatch, TableVersion};
 use kiln_storage::{Manifest, Segment, TableSnapshot};
 
 use super::Cubes;
 use super::plan::CubePlan;
 use super::unit::Unit;
 use crate::scan::KilnTable;
+
+/// In-memory batches of fewer rows are read raw; larger ones get states
+/// of their own, made once and kept with the batch ([`super::Cubes`]). The
+/// memstore's batches halve in size from the first (a binary counter), so
+/// a day's rows read raw are fewer than twice this.
+pub const MEM_STATES_MIN_ROWS: usize = 1024;
 
 /// A query's time range over a cube's time dimension: rows of whole
 /// buckets come from parts, the rest from raw rows.
@@ -305,6 +313,26 @@ impl CubeScanExec {
             false => [(a, lo), (hi, b)].into_iter().collect(),
         };
         let edges: Vec<_> = edges.into_iter().filter(|(x, y)| x < y).collect();
+        // Rows of times [min, max] have rows on the edges, or in whole buckets.
+        let on_edge = |min: i128, max: i128| edges.iter().any(|(x, y)| max >= *x && min < *y);
+        let in_whole = |min: i128, max: i128| lo < hi && max >= lo && min < hi;
+        let selected = |batch: RecordBatch, min: i128, max: i128| -> Result<RecordBatch> {
+            let (batch, next) = with_keys(&batch, &keys)?;
+            let batch = match &range {
+                Some(r) if min < lo || max >= hi => match r.dimension == next {
+                    true => sorted_buckets(&batch, next, lo, hi)?,
+                    false => in_buckets(&batch, r.dimension, lo, hi)?,
+                },
+                _ => batch,
+            };
+            Ok(match &part_filter {
+                Some(p) if batch.num_rows() > 0 => {
+                    let mask = p.evaluate(&batch)?.into_array(batch.num_rows())?;
+                    filter_record_batch(&batch, mask.as_boolean())?
+                }
+                _ => batch,
+            })
+        };
         let mut on_edges = vec![];
         let mut raw = vec![];
         let mut batches = vec![];
@@ -314,46 +342,49 @@ impl CubeScanExec {
                 continue;
             };
             let (min, max) = (i128::from(s.meta.min_time), i128::from(s.meta.max_time));
-            if edges.iter().any(|(x, y)| max >= *x && min < *y) {
+            if on_edge(min, max) {
                 on_edges.push(s.clone());
             }
-            if lo >= hi || max < lo || min >= hi {
+            if !in_whole(min, max) {
                 continue;
             }
             let batch = cubes
                 .rolled_up(table.db(), &part, &cube, &used, &ctx)
                 .await?;
-            let (batch, next) = with_keys(&batch, &keys)?;
-            let batch = match &range {
-                Some(r) if min < lo || max >= hi => match r.dimension == next {
-                    true => sorted_buckets(&batch, next, lo, hi)?,
-                    false => in_buckets(&batch, r.dimension, lo, hi)?,
-                },
-                _ => batch,
-            };
-            let batch = match &part_filter {
-                Some(p) if batch.num_rows() > 0 => {
-                    let mask = p.evaluate(&batch)?.into_array(batch.num_rows())?;
-                    filter_record_batch(&batch, mask.as_boolean())?
-                }
-                _ => batch,
-            };
-            if batch.num_rows() > 0 {
-                batches.push(batch);
+            batches.push(selected(batch, min, max)?);
+        }
+        // In-memory batches: a large one is read like a part, from states
+        // made once and kept with it; small ones are read raw.
+        let time_column = table.table().def.time_column;
+        let (mut mem_raw, mut mem_edges) = (vec![], vec![]);
+        for (day, batch) in snapshot.mem_by_day() {
+            if batch.rows() < MEM_STATES_MIN_ROWS {
+                mem_raw.push((day, batch));
+                continue;
+            }
+            let states = cubes
+                .mem_states(&batch, &cube, &used, time_column, &ctx)
+                .await?;
+            let (min, max) = states.time;
+            if on_edge(min, max) {
+                mem_edges.push((day, batch));
+            }
+            if in_whole(min, max) {
+                batches.push(selected(states.rows.clone(), min, max)?);
             }
         }
+        batches.retain(|b| b.num_rows() > 0);
         cube.answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut streams = vec![];
-        // The memstore and the segments without a part, with the query's filter.
-        let memory = !snapshot.version.frozen.is_empty()
-            || snapshot.active.iter().any(|(_, b)| !b.is_empty());
-        if memory || !raw.is_empty() {
-            let unbuilt = pinned(&snapshot, raw, true);
+        // Small in-memory batches and the segments without a part, with the
+        // query's filter.
+        if !mem_raw.is_empty() || !raw.is_empty() {
+            let unbuilt = pinned(&snapshot, raw, mem_raw);
             streams.push(Self::raw(&cube, &table, unbuilt, filter.clone(), &ctx)?);
         }
         if let Some(r) = &range
-            && !on_edges.is_empty()
+            && !(on_edges.is_empty() && mem_edges.is_empty())
         {
             let filter = match (outside_buckets(r, lo, hi), &filter) {
                 (Some(edges), Some(f)) => {
@@ -362,7 +393,7 @@ impl CubeScanExec {
                 }
                 (edges, f) => edges.or(f.clone()),
             };
-            let edge = pinned(&snapshot, on_edges, false);
+            let edge = pinned(&snapshot, on_edges, mem_edges);
             streams.push(Self::raw(&cube, &table, edge, filter, &ctx)?);
         }
         let schema = cube.scan_schema.clone();
@@ -558,9 +589,20 @@ fn outside_buckets(r: &PhysicalRange, lo: i128, hi: i128) -> Option<Arc<dyn Phys
     }
 }
 
-/// A snapshot of `segments`, with the memstore's rows if `memory`.
-fn pinned(snapshot: &TableSnapshot, segments: Vec<Arc<Segment>>, memory: bool) -> TableSnapshot {
+/// A snapshot of `segments` and the in-memory batches `mem`.
+fn pinned(
+    snapshot: &TableSnapshot,
+    segments: Vec<Arc<Segment>>,
+    mem: Vec<(i32, Arc<MemBatch>)>,
+) -> TableSnapshot {
     let m = &snapshot.version.manifest;
+    let mut active: Vec<(i32, Vec<Arc<MemBatch>>)> = vec![];
+    for (day, batch) in mem {
+        match active.iter_mut().find(|(d, _)| *d == day) {
+            Some((_, batches)) => batches.push(batch),
+            None => active.push((day, vec![batch])),
+        }
+    }
     TableSnapshot {
         version: Arc::new(TableVersion {
             manifest: Arc::new(Manifest {
@@ -568,15 +610,9 @@ fn pinned(snapshot: &TableSnapshot, segments: Vec<Arc<Segment>>, memory: bool) -
                 flushed_seq: m.flushed_seq,
                 segments,
             }),
-            frozen: match memory {
-                true => snapshot.version.frozen.clone(),
-                false => vec![],
-            },
+            frozen: vec![],
         }),
-        active: match memory {
-            true => snapshot.active.clone(),
-            false => vec![],
-        },
+        active,
     }
 }
 

@@ -3,9 +3,9 @@
 //! Appends copy whole Arrow arrays into typed vectors pre-sized from what the
 //! previous buffer held (row count and string bytes, so there is no row-by-row
 //! re-growth). Readers never lock it for long: [`ActiveBuffer::snapshot`] turns
-//! only the rows appended since the last snapshot into a small immutable batch,
-//! so the copy done under the lock is proportional to new rows, not to the
-//! buffer.
+//! the rows appended since the last snapshot into an immutable batch, merged
+//! with the smaller batches before it, so a row is copied a logarithmic number
+//! of times and a snapshot never copies more than the buffer.
 
 use std::sync::Arc;
 
@@ -240,11 +240,25 @@ impl ActiveBuffer {
         self.max_seq = self.max_seq.max(seq);
     }
 
-    /// Immutable batches holding every row appended so far. Only rows added
-    /// since the previous call are copied.
+    /// Immutable batches holding every row appended so far. The rows added
+    /// since the previous call become a new batch, which takes the place of
+    /// the batches before it that are no larger than it (a binary counter):
+    /// the batches halve in size or more from the first, so a buffer is at
+    /// most about log2(rows) batches however often it is read, and its
+    /// large batches live long, with what is derived from them
+    /// ([`MemBatch::derived`]). Each row is copied about log2(rows) times
+    /// over the buffer's life, never more than the whole buffer at once
+    /// (as a freeze does).
     pub fn snapshot(&mut self) -> Vec<Arc<MemBatch>> {
         if self.rows > self.published_rows {
-            let batch = self.range(self.published_rows, self.rows);
+            let mut start = self.published_rows;
+            while let Some(last) = self.published.last()
+                && last.rows() <= self.rows - start
+            {
+                start -= last.rows();
+                self.published.pop();
+            }
+            let batch = self.range(start, self.rows);
             self.published.push(Arc::new(MemBatch::new(batch)));
             self.published_rows = self.rows;
         }

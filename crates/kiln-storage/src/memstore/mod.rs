@@ -6,9 +6,14 @@
 //! the current [`TableVersion`]; it is held to append rows, to swap
 //! pointers, and to copy rows that arrived since the last snapshot, never
 //! for a flush or a walk over the memstore. Memory is counted at insert.
+//!
+//! Every row in memory sits in an immutable [`MemBatch`], so what upper
+//! layers derive from a batch's rows (a cube's states) can be made once
+//! and kept with it ([`MemBatch::derived`]) for as long as the batch lives.
 
 mod active;
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -29,7 +34,7 @@ use crate::segment::batch_bytes;
 pub struct FrozenChunk {
     pub id: u64,
     pub day: i32,
-    pub batch: MemBatch,
+    pub batch: Arc<MemBatch>,
     pub bytes: usize,
 }
 
@@ -39,10 +44,24 @@ pub struct FrozenChunk {
 /// query: casting at every scan was half the CPU of point lookups over
 /// unflushed rows. The views share the string bytes; they add 16 bytes per
 /// string value, not counted in the memstore's bytes.
-#[derive(Debug)]
 pub struct MemBatch {
     pub batch: RecordBatch,
     viewed: OnceLock<RecordBatch>,
+    /// Values upper layers derived from the rows, by key ([`Self::derived`]).
+    derived: Mutex<Vec<(DerivedKey, Arc<dyn Any + Send + Sync>)>>,
+}
+
+/// A key of [`MemBatch::derived`]: the deriving layer's own (a cube's id
+/// and the dimensions read).
+pub type DerivedKey = (u64, u64);
+
+impl std::fmt::Debug for MemBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemBatch")
+            .field("rows", &self.batch.num_rows())
+            .field("derived", &self.derived.lock().len())
+            .finish()
+    }
 }
 
 impl MemBatch {
@@ -50,7 +69,47 @@ impl MemBatch {
         Self {
             batch,
             viewed: OnceLock::new(),
+            derived: Mutex::new(vec![]),
         }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    /// The keys of the values kept with this batch.
+    pub fn derived_keys(&self) -> Vec<DerivedKey> {
+        self.derived.lock().iter().map(|(k, _)| *k).collect()
+    }
+
+    /// The value kept with this batch under `key`, if one of type `T` is.
+    pub fn kept<T: Any + Send + Sync>(&self, key: DerivedKey) -> Option<Arc<T>> {
+        let derived = self.derived.lock();
+        let (_, v) = derived.iter().find(|(k, _)| *k == key)?;
+        v.clone().downcast::<T>().ok()
+    }
+
+    /// The value kept with this batch under `key`, made by `make` on first
+    /// use. It lives as long as the batch (until its rows are flushed, or
+    /// merged into a larger batch), and its memory is not counted in the
+    /// memstore's bytes: a deriving layer keeps values of a bounded share
+    /// of the rows (a cube's states are at most a row per row) under a
+    /// bounded set of keys.
+    pub fn derived<T: Any + Send + Sync>(
+        &self,
+        key: DerivedKey,
+        make: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let mut derived = self.derived.lock();
+        if let Some(v) = derived.iter().find(|(k, _)| *k == key)
+            && let Ok(v) = v.1.clone().downcast::<T>()
+        {
+            return v;
+        }
+        let v = Arc::new(make());
+        derived.retain(|(k, _)| *k != key);
+        derived.push((key, v.clone()));
+        v
     }
 
     /// The batch with its `Utf8` columns as `Utf8View` ([`view_schema`]).
@@ -92,6 +151,16 @@ pub struct TableSnapshot {
 }
 
 impl TableSnapshot {
+    /// Every in-memory batch with its day, frozen ones first.
+    pub fn mem_by_day(&self) -> Vec<(i32, Arc<MemBatch>)> {
+        let frozen = self.version.frozen.iter().map(|c| (c.day, c.batch.clone()));
+        let active = self
+            .active
+            .iter()
+            .flat_map(|(d, b)| b.iter().map(move |b| (*d, b.clone())));
+        frozen.chain(active).collect()
+    }
+
     /// In-memory batches of the days `keep` accepts.
     pub fn mem_batches(&self, keep: impl Fn(i32) -> bool) -> Vec<RecordBatch> {
         self.mem(keep)
@@ -114,7 +183,7 @@ impl TableSnapshot {
             .frozen
             .iter()
             .filter(|c| keep(c.day))
-            .map(|c| &c.batch);
+            .map(|c| c.batch.as_ref());
         let active = self
             .active
             .iter()
@@ -224,7 +293,7 @@ impl MemStore {
         let chunk = Arc::new(FrozenChunk {
             id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
             day,
-            batch: MemBatch::new(batch),
+            batch: Arc::new(MemBatch::new(batch)),
             bytes,
         });
         let mut frozen = st.version.frozen.clone();

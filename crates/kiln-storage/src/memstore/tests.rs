@@ -73,9 +73,51 @@ fn snapshots_see_every_applied_row_with_nulls_and_strings() {
         let got = all_rows(&def, &mem.snapshot());
         assert_eq!(got, concat_batches(&def.arrow_schema(), &expected).unwrap());
     }
-    // Only new rows are copied: one small batch per snapshot taken.
-    assert_eq!(mem.snapshot().active[0].1.len(), 10);
+    // Ten snapshots of ten rows each: the batches merged as a binary
+    // counter (10, 20, 20+10, 40, ... 80+20), not one per snapshot.
+    let sizes: Vec<usize> = mem.snapshot().active[0]
+        .1
+        .iter()
+        .map(|b| b.rows())
+        .collect();
+    assert_eq!(sizes, [80, 20]);
     assert!(mem.bytes() > 0);
+}
+
+#[test]
+fn large_batches_and_what_is_derived_from_them_outlive_snapshots() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 1 << 30);
+    let mut seq = 0;
+    let mut write = |rows: i64| {
+        seq += 1;
+        mem.apply(seq, &batch(&def, 100, seq as i64 * 1000, rows), 0);
+    };
+    write(64);
+    let first = mem.snapshot().active[0].1[0].clone();
+    let made = first.derived((7, 1), || first.rows() * 2);
+    assert_eq!(*made, 128);
+    // Smaller writes read after it leave the first batch as it is, with
+    // its derived value: not made again.
+    for _ in 0..5 {
+        write(10);
+        let batches = mem.snapshot().active[0].1.clone();
+        assert!(Arc::ptr_eq(&batches[0], &first));
+        assert!(batches.len() <= 4, "{} batches", batches.len());
+        let again = batches[0].derived((7, 1), || unreachable!("kept"));
+        assert!(Arc::ptr_eq(&again, &made));
+    }
+    assert_eq!(first.kept::<usize>((7, 1)).as_deref(), Some(&128));
+    assert!(first.kept::<u8>((7, 1)).is_none() && first.kept::<usize>((7, 3)).is_none());
+    // A key of another type or value makes its own.
+    assert_eq!(*first.derived((7, 2), || "other"), "other");
+    assert_eq!(*first.derived((7, 1), || 5u8), 5);
+    // Once the rows after it outgrow it, they merge with it into one batch.
+    write(64);
+    let batches = mem.snapshot().active[0].1.clone();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].rows(), 64 + 50 + 64);
+    assert!(!Arc::ptr_eq(&batches[0], &first));
 }
 
 #[test]

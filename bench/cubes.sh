@@ -10,11 +10,17 @@
 # `kiln gen abtest` and it is imported here). Each run gets a fresh copy of
 # DATA; the "on" copy gets the cubes, and their build time is printed with
 # their size against the table's segments. Each protocol warms up 10 s,
-# then runs SECS s at C clients. Prints one line per run:
-#   round cubes protocol q/s p50_ms p99_ms errors N
+# then runs SECS s at C clients. With STREAM=W:B[:R] (writers, rows per
+# request, at most R rows/s), `kiln bench write` streams rows into the
+# table through the warm-up and the run: dashboards over live data.
+# LOAD_BIN: the binary whose `kiln bench` loads the server (default
+# KILN_BIN), to compare servers under one load generator. Prints one line
+# per run:
+#   round cubes protocol q/s p50_ms p99_ms errors N [stream_rows/s R]
 set -eu
 R=${1:-1}
 BIN=${KILN_BIN:?set KILN_BIN to a release build of kiln}
+LOAD=${LOAD_BIN:-$BIN}
 C=${C:-50}; SECS=${SECS:-20}; DATA=${DATA:-/tmp/bench-data}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PROTOCOLS=${PROTOCOLS:-"pg-simple pg http"}
@@ -57,9 +63,20 @@ for r in $(seq "$R"); do for mode in ${MODES:-on off}; do
   for proto in $PROTOCOLS; do
     case $proto in http) URL=http://$HTTP ;; *) URL=postgres://127.0.0.1:$PG ;; esac
     W="--workload ${WORKLOAD:-dashboard}"
-    "$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration 10s --seed 3 $W >/dev/null 2>&1
-    line=$("$BIN" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration "${SECS}s" --seed 7 $W --json 2>/dev/null)
-    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d[-1] if isinstance(d,list) else d["levels"][-1]; print(round(l["qps"],1), l["p50_ms"], l["p99_ms"], "errors", l["errors"])' <<<"$line")"
+    if [ -n "${STREAM:-}" ]; then # a write stream through warm-up and run
+      IFS=: read -r sw sb sr <<<"$STREAM"
+      "$LOAD" bench write --url "http://$HTTP" --clients "$sw" --batch "$sb" --rate "${sr:-0}" \
+        --duration "$((SECS + 11))s" --seed "$r" --json >/tmp/cubes-stream.json 2>/dev/null &
+      SP=$!
+    fi
+    "$LOAD" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration 10s --seed 3 $W >/dev/null 2>&1
+    line=$("$LOAD" bench query --url "$URL" --protocol "$proto" --clients "$C" --duration "${SECS}s" --seed 7 $W --json 2>/dev/null)
+    stream=""
+    if [ -n "${STREAM:-}" ]; then
+      wait $SP
+      stream="stream_rows/s $(python3 -c 'import json; print(round(json.load(open("/tmp/cubes-stream.json"))["rows_per_sec"]))')"
+    fi
+    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d[-1] if isinstance(d,list) else d["levels"][-1]; print(round(l["qps"],1), l["p50_ms"], l["p99_ms"], "errors", l["errors"])' <<<"$line") $stream"
   done
   kill $P; wait $P 2>/dev/null || true
 done; done
@@ -77,7 +94,7 @@ for r in $(seq "$R"); do for mode in off on; do
       sql "$stmt" >/dev/null
     done
   fi
-  line=$("$BIN" bench write --url "http://$HTTP" --clients 16 --batch 1000 --duration "${SECS}s" --json 2>/dev/null)
+  line=$("$LOAD" bench write --url "http://$HTTP" --clients 16 --batch 1000 --duration "${SECS}s" --json 2>/dev/null)
   flush=$(curl -sf "http://$HTTP/metrics" | python3 -c '
 import sys
 m = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if l.startswith("kiln_flush_duration_seconds_")}

@@ -7,7 +7,7 @@
 #
 #   KILN_BIN=<release kiln> [DATA=dir] [ROWS=3000000] [SEED=1] [SORT_KEY=]
 #   [C=50] [SECS=20] [WARMUP=10] [PROTOCOLS="pg-simple pg http"]
-#   [MODES="on off"] bench/cubes2.sh ROUNDS
+#   [MODES="on off"] [STREAM=B:R] bench/cubes2.sh ROUNDS
 #
 # DATA (default /tmp/cubes2-data-$ROWS-$SEED) is made once if missing: a
 # server on it, `cubes2 load` (ROWS rows through POST /v1/write), then a
@@ -25,9 +25,11 @@
 # A mode with the suffix -nopart (on-nopart, off-nopart) also turns the
 # partial-aggregate cache off (--partial-cache-bytes 0), which otherwise
 # serves repeated charts of the "off" runs from per-segment partials.
-# Each protocol warms up WARMUP s, then runs SECS s at C clients. Prints one
-# line per run:
-#   round mode protocol q/s p50_ms p99_ms errors N
+# Each protocol warms up WARMUP s, then runs SECS s at C clients. With
+# STREAM=B:R, `cubes2 stream` writes new visits to the data's last two days
+# through the warm-up and the run (B rows per request, at most R rows/s):
+# dashboards over live data. Prints one line per run:
+#   round mode protocol q/s p50_ms p99_ms errors N [stream_rows/s R]
 set -eu
 R=${1:-1}
 : "${KILN_BIN:?set KILN_BIN to a release build of kiln}"
@@ -111,9 +113,19 @@ for r in $(seq "$R"); do for mode in $MODES; do
   sleep "${PREWARM:-5}" # the segment cache's prewarm
   for proto in $PROTOCOLS; do
     case $proto in http) URL=http://$KILN_HTTP ;; *) URL=$PGURL ;; esac
+    if [ -n "${STREAM:-}" ]; then
+      IFS=: read -r sb sr <<<"$STREAM"
+      "$TOOL" stream --http "$KILN_HTTP" --batch "$sb" --rate "$sr" --duration "$((WARMUP + SECS + 1))s" >"$RUN.stream" &
+      SP=$!
+    fi
     "$TOOL" run --protocol "$proto" --url "$URL" --clients "$C" --duration "${WARMUP}s" --seed 3 $OFF >/dev/null
     line=$("$TOOL" run --protocol "$proto" --url "$URL" --clients "$C" --duration "${SECS}s" --seed 7 $OFF)
-    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["qps"], d["p50_ms"], d["p99_ms"], "errors", d["errors"])' <<<"$line")"
+    stream=""
+    if [ -n "${STREAM:-}" ]; then
+      wait $SP
+      stream="stream_rows/s $(python3 -c 'import json,sys; print(json.load(sys.stdin)["rows_per_sec"])' <"$RUN.stream")"
+    fi
+    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["qps"], d["p50_ms"], d["p99_ms"], "errors", d["errors"])' <<<"$line") $stream"
   done
   [ ${mode%-nopart} = off ] || echo "# answered by cubes: $(sql "SELECT name, queries_answered FROM system.cubes ORDER BY name")"
   stop

@@ -242,24 +242,12 @@ func load(httpAddr string, n int, seed uint64, batch int, sortKey string) error 
 		buf.Reset()
 		return nil
 	}
-	header := func() { buf.WriteString("ts,site_id,country,device,session_id,latency_ms\n") }
+	header := func() { buf.WriteString(csvHeader) }
 	header()
 	var line []byte
 	for d, target := range dayTargets(n) {
 		for _, x := range g.day(d, target) {
-			line = line[:0]
-			line = strconv.AppendInt(line, x.tsMs, 10)
-			line = append(line, ',')
-			line = strconv.AppendInt(line, x.site, 10)
-			line = append(line, ',')
-			line = append(line, countries[x.country]...)
-			line = append(line, ',')
-			line = append(line, devices[x.device]...)
-			line = append(line, ',')
-			line = strconv.AppendInt(line, x.session, 10)
-			line = append(line, ',')
-			line = strconv.AppendInt(line, x.latency, 10)
-			line = append(line, '\n')
+			line = appendCSV(line[:0], x)
 			buf.Write(line)
 			pending++
 			if pending == batch {
@@ -286,6 +274,63 @@ func load(httpAddr string, n int, seed uint64, batch int, sortKey string) error 
 	}
 	fmt.Fprintf(os.Stderr, "loaded %d rows (%d sessions) in %.1f s; count(*) = %d\n",
 		written, g.sessions, time.Since(started).Seconds(), n)
+	return nil
+}
+
+const csvHeader = "ts,site_id,country,device,session_id,latency_ms\n"
+
+// appendCSV: one row as a CSV line.
+func appendCSV(line []byte, x row) []byte {
+	line = strconv.AppendInt(line, x.tsMs, 10)
+	line = append(line, ',')
+	line = strconv.AppendInt(line, x.site, 10)
+	line = append(line, ',')
+	line = append(line, countries[x.country]...)
+	line = append(line, ',')
+	line = append(line, devices[x.device]...)
+	line = append(line, ',')
+	line = strconv.AppendInt(line, x.session, 10)
+	line = append(line, ',')
+	line = strconv.AppendInt(line, x.latency, 10)
+	return append(line, '\n')
+}
+
+// stream: a steady stream of new visits for dur, at most rate rows/s in
+// requests of batch rows, each request one day of the last `days` days of
+// the data (live traffic lands on recent days). Prints the rows/s written.
+func stream(httpAddr string, rate, batch int, dur time.Duration, seed uint64, days int) error {
+	base := httpBase(httpAddr)
+	client := &http.Client{Timeout: time.Minute}
+	g := newGenerator(seed)
+	every := time.Duration(float64(time.Second) * float64(batch) / float64(rate))
+	started := time.Now()
+	next := started
+	written := 0
+	var buf bytes.Buffer
+	var line []byte
+	for i := 0; time.Since(started) < dur; i++ {
+		time.Sleep(time.Until(next))
+		if next = next.Add(every); next.Before(time.Now()) {
+			next = time.Now() // behind: no burst to catch up
+		}
+		buf.Reset()
+		buf.WriteString(csvHeader)
+		for _, x := range g.day(numDays-1-i%days, batch) {
+			line = appendCSV(line[:0], x)
+			buf.Write(line)
+		}
+		resp, err := client.Post(base+"/v1/write/visits?timestamp_unit=ms", "text/csv", bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("write: HTTP %d: %s", resp.StatusCode, body)
+		}
+		written += batch
+	}
+	fmt.Printf("{\"rows_per_sec\":%.0f}\n", float64(written)/time.Since(started).Seconds())
 	return nil
 }
 

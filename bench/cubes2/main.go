@@ -40,6 +40,15 @@ func main() {
 		sortKey := fs.String("sort-key", "", "the table's sort_key (none by default)")
 		fs.Parse(args)
 		err = load(*addr, *rows, *seed, *batch, *sortKey)
+	case "stream":
+		addr := fs.String("http", "127.0.0.1:8080", "Kiln's HTTP address (host:port)")
+		rate := fs.Int("rate", 20_000, "rows per second at most")
+		batch := fs.Int("batch", 200, "rows per write request")
+		dur := fs.Duration("duration", 30*time.Second, "how long to write")
+		seed := fs.Uint64("seed", 99, "data seed (not the loaded data's)")
+		days := fs.Int("days", 2, "the last days of the data written to")
+		fs.Parse(args)
+		err = stream(*addr, *rate, *batch, *dur, *seed, *days)
 	case "run":
 		protocol := fs.String("protocol", "pg", "pg, pg-simple or http")
 		url := fs.String("url", "", "postgres://... or http://host:port")
@@ -75,6 +84,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: cubes2 load|run|check [flags] (cubes2 CMD -h for the flags)")
+	fmt.Fprintln(os.Stderr, "usage: cubes2 load|stream|run|check [flags] (cubes2 CMD -h for the flags)")
 	os.Exit(2)
 }

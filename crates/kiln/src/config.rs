@@ -216,6 +216,10 @@ pub struct BenchWriteArgs {
     /// Seed of the generated rows.
     #[arg(long, env = "KILN_BENCH_SEED", default_value_t = 1)]
     pub seed: u64,
+    /// Rows per second to send at most, spread evenly over the writers (a
+    /// steady stream); 0: as fast as the server answers.
+    #[arg(long, env = "KILN_BENCH_RATE", default_value_t = 0)]
+    pub rate: u64,
     /// Print one JSON object on stdout instead of the tables.
     #[arg(long, env = "KILN_BENCH_JSON", default_value_t = false)]
     pub json: bool,

@@ -143,6 +143,26 @@ fn gen_load_then_bench_query_and_write() {
         }
         assert_eq!(count(&s, "abtest"), want, "ack={ack}");
     }
+    // A steady stream: at most --rate rows a second, over all writers.
+    let out = ok_stdout(&[
+        "bench",
+        "write",
+        "--url",
+        &http,
+        "--clients",
+        "2",
+        "--batch",
+        "10",
+        "--duration",
+        "2s",
+        "--rate",
+        "500",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    let rows = v["total"]["queries"].as_u64().unwrap() * 10;
+    // Two seconds at 500 rows/s, and each writer's first request.
+    assert!(rows > 0 && rows <= 2 * 500 + 2 * 10, "{v}");
 
     // A server that is not there is an error, not a hang or a zero table.
     let out = kiln(&[

@@ -68,6 +68,8 @@ pub struct WriteLoad {
     pub ack: String,
     pub format: BodyFormat,
     pub seed: u64,
+    /// Rows per second at most, over all writers (0: no limit).
+    pub rate: u64,
 }
 
 /// What a write run measured: one row per second, and the whole run.
@@ -145,11 +147,21 @@ pub async fn run(load: &WriteLoad, on_second: &mut dyn FnMut(&LevelReport)) -> R
         let (client, bodies, target) = (client.clone(), bodies.clone(), target.clone());
         let (second, stop, rows) = (second.clone(), stop.clone(), rows.clone());
         let (ct, batch) = (load.format.content_type(), load.batch as u64);
+        // Each writer's requests, evenly spaced and staggered between writers.
+        let every = (load.rate > 0).then(|| {
+            Duration::from_secs_f64((load.clients as u64 * batch) as f64 / load.rate as f64)
+        });
+        let mut next = every.map(|e| started + e.mul_f64(c as f64 / load.clients as f64));
         tasks.push(tokio::spawn(async move {
             let mut total = histogram();
             let (mut errors, mut first_error) = (0u64, None);
             let mut i = c;
             while !stop.load(Ordering::Relaxed) {
+                if let (Some(at), Some(every)) = (next.as_mut(), every) {
+                    tokio::time::sleep_until((*at).into()).await;
+                    // Behind schedule: no burst to catch up.
+                    *at = (*at + every).max(Instant::now());
+                }
                 let body = bodies[i % bodies.len()].clone();
                 i += load_stride(bodies.len());
                 let t = Instant::now();

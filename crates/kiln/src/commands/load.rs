@@ -109,6 +109,7 @@ pub async fn write(args: BenchWriteArgs) -> Result<(), BoxError> {
             WriteFormat::Arrow => load::BodyFormat::Arrow,
         },
         seed: args.seed,
+        rate: args.rate,
     };
     let json = args.json;
     if !json {

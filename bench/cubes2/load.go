@@ -224,18 +224,8 @@ func load(httpAddr string, n int, seed uint64, batch int, sortKey string) error 
 		if pending == 0 {
 			return nil
 		}
-		resp, err := client.Post(base+"/v1/write/visits?timestamp_unit=ms", "text/csv", bytes.NewReader(buf.Bytes()))
-		if err != nil {
+		if err := postRows(client, base, buf.Bytes(), pending); err != nil {
 			return err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("write: HTTP %d: %s", resp.StatusCode, body)
-		}
-		var ack struct{ Rows int }
-		if err := json.Unmarshal(body, &ack); err != nil || ack.Rows != pending {
-			return fmt.Errorf("write: expected %d rows acknowledged, got %s", pending, body)
 		}
 		written += pending
 		pending = 0
@@ -274,6 +264,25 @@ func load(httpAddr string, n int, seed uint64, batch int, sortKey string) error 
 	}
 	fmt.Fprintf(os.Stderr, "loaded %d rows (%d sessions) in %.1f s; count(*) = %d\n",
 		written, g.sessions, time.Since(started).Seconds(), n)
+	return nil
+}
+
+// postRows: writes a CSV body of `rows` visits and checks that all of
+// them were acknowledged.
+func postRows(client *http.Client, base string, body []byte, rows int) error {
+	resp, err := client.Post(base+"/v1/write/visits?timestamp_unit=ms", "text/csv", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("write: HTTP %d: %s", resp.StatusCode, answer)
+	}
+	var ack struct{ Rows int }
+	if err := json.Unmarshal(answer, &ack); err != nil || ack.Rows != rows {
+		return fmt.Errorf("write: expected %d rows acknowledged, got %s", rows, answer)
+	}
 	return nil
 }
 
@@ -319,14 +328,8 @@ func stream(httpAddr string, rate, batch int, dur time.Duration, seed uint64, da
 			line = appendCSV(line[:0], x)
 			buf.Write(line)
 		}
-		resp, err := client.Post(base+"/v1/write/visits?timestamp_unit=ms", "text/csv", bytes.NewReader(buf.Bytes()))
-		if err != nil {
+		if err := postRows(client, base, buf.Bytes(), batch); err != nil {
 			return err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("write: HTTP %d: %s", resp.StatusCode, body)
 		}
 		written += batch
 	}

@@ -313,7 +313,8 @@ impl CubeScanExec {
             false => [(a, lo), (hi, b)].into_iter().collect(),
         };
         let edges: Vec<_> = edges.into_iter().filter(|(x, y)| x < y).collect();
-        // Rows of times [min, max] have rows on the edges, or in whole buckets.
+        // Whether rows timed within [min, max] may fall on the range's
+        // edges, or in its whole buckets.
         let on_edge = |min: i128, max: i128| edges.iter().any(|(x, y)| max >= *x && min < *y);
         let in_whole = |min: i128, max: i128| lo < hi && max >= lo && min < hi;
         let selected = |batch: RecordBatch, min: i128, max: i128| -> Result<RecordBatch> {

@@ -43,7 +43,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use kiln_storage::memstore::{MemBatch, TableVersion};
-use kiln_storage::{Manifest, Segment, TableSnapshot};
+use kiln_storage::{Manifest, NANOS_PER_DAY, Segment, TableSnapshot};
 
 use super::Cubes;
 use super::plan::CubePlan;
@@ -359,6 +359,12 @@ impl CubeScanExec {
         let time_column = table.table().def.time_column;
         let (mut mem_raw, mut mem_edges) = (vec![], vec![]);
         for (day, batch) in snapshot.mem_by_day() {
+            // A day the range cannot reach: no states made, nothing sliced.
+            let first = i128::from(day) * i128::from(NANOS_PER_DAY);
+            let last = first + i128::from(NANOS_PER_DAY) - 1;
+            if !on_edge(first, last) && !in_whole(first, last) {
+                continue;
+            }
             if batch.rows() < MEM_STATES_MIN_ROWS {
                 mem_raw.push((day, batch));
                 continue;

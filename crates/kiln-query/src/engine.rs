@@ -435,16 +435,16 @@ impl Engine {
             .await
     }
 
-    /// [`Engine::run`] of a statement without parameters whose text's
-    /// template learns its shape if it runs through one
-    /// ([`crate::plan_cache::texts`]).
+    /// [`Engine::run`] of a statement whose text's template learns its
+    /// shape if it runs through one ([`crate::plan_cache::texts`]).
     pub async fn run_learning(
         &self,
         query: &Query,
         stmt: DfStatement,
+        params: &[ScalarValue],
         learn: Learn<'_>,
     ) -> Result<Streamed> {
-        self.guarded(query, self.plan_and_start(stmt, &[], query, Some(learn)))
+        self.guarded(query, self.plan_and_start(stmt, params, query, Some(learn)))
             .await
     }
 

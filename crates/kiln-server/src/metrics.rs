@@ -289,7 +289,7 @@ impl Metrics {
             ),
             plan_unparsed_runs: counter(
                 PLAN_UNPARSED_RUNS,
-                "Queries with their values written in run through the shape their text's template learned, unparsed.",
+                "Queries run unparsed through the shape their text's template learned: with their values written in, or the same text sent with its values apart (HTTP params).",
             ),
             plan_short_runs: counter(
                 PLAN_SHORT_RUNS,

@@ -195,4 +195,35 @@ fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
     }
     assert_eq!(unparsed() - runs, 2.0);
     assert_eq!(s.rows(&text(9, "a")), serde_json::json!([[1, "z", "k"]]));
+
+    // The same text sent with its values apart (HTTP params) runs
+    // unparsed from its third request on (kept at the second), each with
+    // its own values; a request with a value missing is parsed and names it.
+    let with_params = |params: Value| {
+        let body = serde_json::json!({
+            "sql": "SELECT count(*), min(name) FROM d WHERE id >= $1 AND name <> $2",
+            "params": params,
+        });
+        let (status, body) = s.request(
+            "POST",
+            "/v1/sql",
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        (status, serde_json::from_slice::<Value>(&body).unwrap())
+    };
+    let runs = unparsed();
+    for (id, name) in values {
+        let (status, answer) = with_params(serde_json::json!([id, name]));
+        assert_eq!(status, 200, "{answer}");
+        let sql = format!(
+            "SELECT count(*), min(name) FROM d WHERE id >= {id} AND name <> '{}'",
+            name.replace('\'', "''")
+        );
+        assert_eq!(answer["rows"], s.rows(&parsed(&sql)), "{sql}");
+    }
+    assert_eq!(unparsed() - runs, (values.len() - 2) as f64);
+    let (status, answer) = with_params(serde_json::json!([1]));
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("$2"), "{answer}");
 }

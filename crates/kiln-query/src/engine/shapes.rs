@@ -27,12 +27,21 @@ pub struct Learn<'a> {
 
 impl Engine {
     /// `text`'s template as `door` reads it, if texts may skip parsing
-    /// ([`crate::plan_cache::texts`]).
-    pub fn template<'a>(&self, door: Door, text: &'a str) -> Option<Template<'a>> {
+    /// ([`crate::plan_cache::texts`]): with its values written in, or
+    /// `with_params` (sent apart, for its `$1`, `$2`...).
+    pub fn template<'a>(
+        &self,
+        door: Door,
+        text: &'a str,
+        with_params: bool,
+    ) -> Option<Template<'a>> {
         if !self.plans.lifts_literals() || self.check_size(text).is_err() {
             return None;
         }
-        Template::of(door, text)
+        match with_params {
+            true => Template::with_params(door, text),
+            false => Template::of(door, text),
+        }
     }
 
     /// What `template`'s text runs as, if its template was learned.
@@ -40,10 +49,17 @@ impl Engine {
         self.plans.texts().get(template)
     }
 
-    /// Runs a text through the shape its template learned; None where
-    /// that shape is no longer kept or the text's values do not bind as
-    /// its literals: the text is then to be parsed and run.
-    pub async fn run_text(&self, query: &Query, hit: &TextHit) -> Result<Option<Streamed>> {
+    /// Runs a text through the shape its template learned, with `params`
+    /// if it was sent with them, else with its own literals; None where
+    /// that shape is no longer kept, the text's values do not bind as its
+    /// literals or `params` are not as many as its placeholders: the text
+    /// is then to be parsed and run.
+    pub async fn run_text(
+        &self,
+        query: &Query,
+        hit: &TextHit,
+        params: &[ScalarValue],
+    ) -> Result<Option<Streamed>> {
         if query.transaction().is_some() {
             return Ok(None);
         }
@@ -57,7 +73,11 @@ impl Engine {
                 _ => return Ok(None),
             }
         };
-        let Some(values) = shape.bind(&hit.literals) else {
+        let values = match params.is_empty() {
+            true => shape.bind(&hit.literals),
+            false => bind_params(&shape, params)?,
+        };
+        let Some(values) = values else {
             return Ok(None);
         };
         self.plans.ran_unparsed();
@@ -129,12 +149,17 @@ impl Engine {
                 }
                 None => return Ok(None),
             },
-            false => params
-                .iter()
-                .zip(&shape.types)
-                .enumerate()
-                .map(|(i, (v, t))| cast_param(i, v, t))
-                .collect::<datafusion::common::Result<Vec<_>>>()?,
+            false => match bind_params(&shape, params)? {
+                Some(values) => {
+                    if let Some(learn) = learn {
+                        self.plans
+                            .texts()
+                            .learn(learn.template, &text, &[], learn.labels);
+                    }
+                    values
+                }
+                None => return Ok(None),
+            },
         };
         self.run_kept(query, &text, &shape, values).await.map(Some)
     }
@@ -164,4 +189,20 @@ impl Engine {
             stream,
         })
     }
+}
+
+/// `params` cast to the types of `shape`'s placeholders; None unless they
+/// are as many (the text is then planned as written, which names what is
+/// missing).
+fn bind_params(shape: &Shape, params: &[ScalarValue]) -> Result<Option<Vec<ScalarValue>>> {
+    if params.len() != shape.types.len() {
+        return Ok(None);
+    }
+    let values = params
+        .iter()
+        .zip(&shape.types)
+        .enumerate()
+        .map(|(i, (v, t))| cast_param(i, v, t))
+        .collect::<datafusion::common::Result<Vec<_>>>()?;
+    Ok(Some(values))
 }

@@ -127,8 +127,9 @@ pub struct PlanCounts {
     /// Generic plan instances planned: a statement's first ones, and new
     /// ones when none was idle or settings, share of cores or tables changed.
     pub instances_planned: u64,
-    /// Queries with their values written in that ran through the shape
-    /// their text's template learned, unparsed ([`texts`]).
+    /// Queries that ran through the shape their text's template learned,
+    /// unparsed ([`texts`]): texts with their values written in, and
+    /// texts sent again with their values apart.
     pub unparsed_runs: u64,
     /// Generic runs started on the thread that read them, expected short.
     pub short_runs: u64,

@@ -146,17 +146,14 @@ async fn run_sql(
         let streamed = engine.run_own(&query, own).await?;
         return respond(streamed, format, started).await;
     }
-    // A text like one already run through a kept shape runs unparsed
-    // (`kiln_query::plan_cache::texts`).
-    let template = match params.is_empty() {
-        true => engine.template(Door::Http, &text),
-        false => None,
-    };
+    // A text like one already run through a kept shape (or the same
+    // text, sent with params) runs unparsed (`kiln_query::plan_cache::texts`).
+    let template = engine.template(Door::Http, &text, !params.is_empty());
     let mut query = None;
     if let Some(hit) = template.as_ref().and_then(|t| engine.text_hit(t)) {
         // Learned only from a statement that reads a table: not light.
         let q = engine.begin_with(Origin::HTTP, &text, begin(false)).await?;
-        if let Some(streamed) = engine.run_text(&q, &hit).await? {
+        if let Some(streamed) = engine.run_text(&q, &hit, &params).await? {
             return respond(streamed, format, started).await;
         }
         query = Some(q);
@@ -187,7 +184,7 @@ async fn run_sql(
                     template,
                     labels: None,
                 };
-                engine.run_learning(&query, stmt, learn).await?
+                engine.run_learning(&query, stmt, &params, learn).await?
             }
             None => engine.run(&query, stmt, &params).await?,
         };

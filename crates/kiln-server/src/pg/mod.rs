@@ -333,14 +333,14 @@ impl SimpleQueryHandler for PgSimple {
         let template = match client.transaction_status() == TransactionStatus::Idle
             && !SqlParser::reads_text(query)
         {
-            true => self.engine.template(Door::Pg, query),
+            true => self.engine.template(Door::Pg, query, false),
             false => None,
         };
         let mut query_handle = None;
         if let Some(hit) = template.as_ref().and_then(|t| self.engine.text_hit(t)) {
             // Learned only from a statement that reads a table: not light.
             let q = begin(&self.engine, query, client, false).await?;
-            if let Some(streamed) = self.engine.run_text(&q, &hit).await.map_err(to_pg)? {
+            if let Some(streamed) = self.engine.run_text(&q, &hit, &[]).await.map_err(to_pg)? {
                 let labels = hit.learned.labels.as_ref();
                 return Ok(vec![respond(
                     streamed,
@@ -391,7 +391,7 @@ impl SimpleQueryHandler for PgSimple {
                         template,
                         labels: labels.clone(),
                     };
-                    self.engine.run_learning(q, stmt, learn).await
+                    self.engine.run_learning(q, stmt, &[], learn).await
                 }
                 None => self.engine.run(q, stmt, &[]).await,
             }

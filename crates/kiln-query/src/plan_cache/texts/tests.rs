@@ -1,4 +1,5 @@
 use arrow::util::pretty::pretty_format_batches;
+use datafusion::common::ScalarValue;
 use kiln_storage::{Db, StorageConfig};
 
 use super::*;
@@ -170,20 +171,32 @@ async fn rows(streamed: Streamed) -> String {
 /// Runs `text` as a door does: through its template's shape if learned
 /// (then true), otherwise parsed, learning its template.
 async fn through_door(engine: &Engine, text: &str) -> (String, bool) {
-    let template = engine.template(Door::Http, text).unwrap();
+    with_params(engine, text, &[]).await.unwrap()
+}
+
+/// [`through_door`] for a text sent with `params` (none: its values
+/// written in).
+async fn with_params(
+    engine: &Engine,
+    text: &str,
+    params: &[ScalarValue],
+) -> crate::Result<(String, bool)> {
+    let template = engine
+        .template(Door::Http, text, !params.is_empty())
+        .unwrap();
     let query = engine.begin(Origin::HTTP, text).await.unwrap();
     if let Some(hit) = engine.text_hit(&template)
-        && let Some(streamed) = engine.run_text(&query, &hit).await.unwrap()
+        && let Some(streamed) = engine.run_text(&query, &hit, params).await?
     {
-        return (rows(streamed).await, true);
+        return Ok((rows(streamed).await, true));
     }
     let stmt = engine.parse(text).unwrap().pop().unwrap();
     let learn = Learn {
         template: &template,
         labels: None,
     };
-    let streamed = engine.run_learning(&query, stmt, learn).await.unwrap();
-    (rows(streamed).await, false)
+    let streamed = engine.run_learning(&query, stmt, params, learn).await?;
+    Ok((rows(streamed).await, false))
 }
 
 async fn parsed(engine: &Engine, text: &str) -> String {
@@ -232,6 +245,53 @@ async fn texts_of_a_learned_template_run_unparsed_with_their_own_values() {
     let (answer, hit) = through_door(&e, &text("1", "b")).await;
     assert!(!hit);
     assert_eq!(answer, parsed(&e, &text("1", "b")).await);
+}
+
+/// A text sent with its values apart runs unparsed from its second run
+/// on, with each run's own values; its template is the whole text, so
+/// any other text, even one written as its values, is not a hit.
+#[tokio::test]
+async fn texts_sent_with_params_run_unparsed_with_their_own_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let text = "SELECT id, v FROM kv WHERE id >= $1 AND v <> $2 ORDER BY id";
+    let params = |id: i64, v: &str| [ScalarValue::Int64(Some(id)), ScalarValue::from(v)];
+    let written = |id: i64, v: &str| {
+        format!("SELECT id, v FROM kv WHERE id >= {id} AND v <> '{v}' ORDER BY id")
+    };
+    // Kept at its second run, learned then.
+    for (id, v) in [(1, "a"), (2, "a")] {
+        let (answer, hit) = with_params(&e, text, &params(id, v)).await.unwrap();
+        assert!(!hit);
+        assert_eq!(answer, parsed(&e, &written(id, v)).await);
+    }
+    for (id, v) in [(1, "b"), (3, "x"), (0, "it's"), (2, "c")] {
+        let (answer, hit) = with_params(&e, text, &params(id, v)).await.unwrap();
+        assert!(hit, "{id} {v}");
+        let v = v.replace('\'', "''");
+        assert_eq!(answer, parsed(&e, &written(id, &v)).await, "{id} {v}");
+    }
+    assert_ne!(
+        Template::with_params(Door::Http, text).unwrap().key,
+        Template::of(Door::Http, &written(1, "a")).unwrap().key
+    );
+    assert!(Template::of(Door::Http, text).is_none());
+    // As many values as placeholders, or the text is parsed, which names
+    // what is missing or left over.
+    let err = with_params(&e, text, &params(1, "a")[..1])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("$2"), "{err}");
+    let three = [params(1, "a").to_vec(), vec![ScalarValue::Int64(Some(7))]].concat();
+    let counted = e.plans().counts().unparsed_runs;
+    let _ = with_params(&e, text, &three).await;
+    assert_eq!(e.plans().counts().unparsed_runs, counted);
+    // A value that does not cast to its placeholder's type is refused,
+    // naming it.
+    let err = with_params(&e, text, &[ScalarValue::from("x"), ScalarValue::from("a")])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("$1"), "{err}");
 }
 
 #[test]

@@ -282,17 +282,14 @@ impl Cubes {
         // A batch keeps a few rollups per cube, so its memory stays a
         // small multiple of its states whatever sets queries read; other
         // sets read the states themselves (a rollup only saves work).
-        type Cell = OnceCell<Arc<MemStates>>;
-        let rolled = match batch.kept::<Cell>((id, key)) {
-            Some(rolled) => rolled,
-            None => {
-                let kept = batch.derived_keys();
-                let rollups = kept.iter().filter(|(c, k)| *c == id && *k != u64::MAX);
-                if rollups.count() >= MEM_ROLLUPS {
-                    return Ok(all.clone());
-                }
-                batch.derived((id, key), Cell::new)
-            }
+        let rollup = |(c, k): &(u64, u64)| *c == id && *k != u64::MAX;
+        let Some(rolled) = batch.derived_within(
+            (id, key),
+            OnceCell::<Arc<MemStates>>::new,
+            rollup,
+            MEM_ROLLUPS,
+        ) else {
+            return Ok(all.clone());
         };
         let rolled = rolled
             .get_or_try_init(|| async {

@@ -100,16 +100,34 @@ impl MemBatch {
         key: DerivedKey,
         make: impl FnOnce() -> T,
     ) -> Arc<T> {
+        self.derived_within(key, make, |_| false, 1)
+            .expect("no key counts against the bound")
+    }
+
+    /// [`Self::derived`], except that a new value is made only while fewer
+    /// than `most` of the keys kept are `counted`: None otherwise. The
+    /// check and the keeping are one step, so queries racing to add values
+    /// cannot pass the bound together.
+    pub fn derived_within<T: Any + Send + Sync>(
+        &self,
+        key: DerivedKey,
+        make: impl FnOnce() -> T,
+        counted: impl Fn(&DerivedKey) -> bool,
+        most: usize,
+    ) -> Option<Arc<T>> {
         let mut derived = self.derived.lock();
         if let Some(v) = derived.iter().find(|(k, _)| *k == key)
             && let Ok(v) = v.1.clone().downcast::<T>()
         {
-            return v;
+            return Some(v);
+        }
+        derived.retain(|(k, _)| *k != key);
+        if derived.iter().filter(|(k, _)| counted(k)).count() >= most {
+            return None;
         }
         let v = Arc::new(make());
-        derived.retain(|(k, _)| *k != key);
         derived.push((key, v.clone()));
-        v
+        Some(v)
     }
 
     /// The batch with its `Utf8` columns as `Utf8View` ([`view_schema`]).

@@ -112,6 +112,19 @@ fn large_batches_and_what_is_derived_from_them_outlive_snapshots() {
     // A key of another type or value makes its own.
     assert_eq!(*first.derived((7, 2), || "other"), "other");
     assert_eq!(*first.derived((7, 1), || 5u8), 5);
+    // Within a bound: keys (7, _) kept are (7, 1) and (7, 2), so a third
+    // is refused at a bound of two and made at three; a kept one is found.
+    let sevens = |k: &DerivedKey| k.0 == 7;
+    assert!(first.derived_within((7, 3), || 1u8, sevens, 2).is_none());
+    assert_eq!(
+        first.derived_within((7, 2), || "new", sevens, 2).as_deref(),
+        Some(&"other")
+    );
+    assert_eq!(
+        first.derived_within((7, 3), || 1u8, sevens, 3).as_deref(),
+        Some(&1)
+    );
+    assert_eq!(first.derived_keys().len(), 3);
     // Once the rows after it outgrow it, they merge with it into one batch.
     write(64);
     let batches = mem.snapshot().active[0].1.clone();

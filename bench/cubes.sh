@@ -13,6 +13,8 @@
 # then runs SECS s at C clients. With STREAM=W:B[:R] (writers, rows per
 # request, at most R rows/s), `kiln bench write` streams rows into the
 # table through the warm-up and the run: dashboards over live data.
+# PROTOCOLS (default "pg-simple pg http"; also pg-typed: the simple
+# protocol with the range's bounds as TIMESTAMP '...').
 # LOAD_BIN: the binary whose `kiln bench` loads the server (default
 # KILN_BIN), to compare servers under one load generator. Prints one line
 # per run:

@@ -30,6 +30,7 @@ type conn interface {
 type pgConn struct {
 	c      *pgx.Conn
 	simple bool
+	typed  bool
 }
 
 // connectPg: a pgx connection; simple: QueryExecModeSimpleProtocol (the
@@ -60,7 +61,7 @@ func (p *pgConn) do(ctx context.Context, c call) error {
 	var rows pgx.Rows
 	var err error
 	if p.simple {
-		rows, err = p.c.Query(ctx, c.inline())
+		rows, err = p.c.Query(ctx, c.inline(p.typed))
 	} else {
 		rows, err = p.c.Query(ctx, c.sql(), c.args()...)
 	}
@@ -104,12 +105,13 @@ func (h *httpConn) close() {}
 
 func openConn(ctx context.Context, protocol, url string, cubesOff bool, hc *http.Client) (conn, error) {
 	switch protocol {
-	case "pg", "pg-simple":
-		c, err := connectPg(ctx, url, protocol == "pg-simple", cubesOff)
+	case "pg", "pg-simple", "pg-typed":
+		simple := protocol != "pg"
+		c, err := connectPg(ctx, url, simple, cubesOff)
 		if err != nil {
 			return nil, err
 		}
-		return &pgConn{c: c, simple: protocol == "pg-simple"}, nil
+		return &pgConn{c: c, simple: simple, typed: protocol == "pg-typed"}, nil
 	case "http":
 		u := httpBase(url) + "/v1/sql?format=ndjson"
 		if cubesOff {
@@ -117,7 +119,7 @@ func openConn(ctx context.Context, protocol, url string, cubesOff bool, hc *http
 		}
 		return &httpConn{client: hc, url: u}, nil
 	}
-	return nil, fmt.Errorf("unknown protocol %q (pg, pg-simple, http)", protocol)
+	return nil, fmt.Errorf("unknown protocol %q (pg, pg-simple, pg-typed, http)", protocol)
 }
 
 type result struct {

@@ -184,12 +184,19 @@ func (c call) jsonParams() []any {
 }
 
 // inline: the text with the values written in, as a BI tool sends it over
-// the simple protocol.
-func (c call) inline() string {
+// the simple protocol; typed: the range's bounds as TIMESTAMP '...', as
+// Tableau and Looker write them.
+func (c call) inline(typed bool) string {
+	ts := func(t time.Time) string {
+		if typed {
+			return "TIMESTAMP " + quote(tsText(t))
+		}
+		return quote(tsText(t))
+	}
 	s := c.sql()
 	s = strings.ReplaceAll(s, "$4", quote(c.country))
-	s = strings.ReplaceAll(s, "$3", quote(tsText(c.to)))
-	s = strings.ReplaceAll(s, "$2", quote(tsText(c.from)))
+	s = strings.ReplaceAll(s, "$3", ts(c.to))
+	s = strings.ReplaceAll(s, "$2", ts(c.from))
 	return strings.ReplaceAll(s, "$1", fmt.Sprint(c.site))
 }
 

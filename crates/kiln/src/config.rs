@@ -145,6 +145,9 @@ pub enum BenchProtocol {
     Pg,
     /// PostgreSQL wire, simple query protocol, values written into the SQL.
     PgSimple,
+    /// The same with the range's bounds typed (`TIMESTAMP '...'`), as
+    /// Tableau and Looker write them.
+    PgTyped,
     /// `POST /v1/sql` with JSON parameters.
     Http,
 }

@@ -27,6 +27,9 @@ pub enum Protocol {
     /// PostgreSQL wire, simple query protocol with the values written into
     /// the SQL text, as BI tools send it.
     PgSimple,
+    /// The same with the range's bounds typed (`TIMESTAMP '...'`), as
+    /// Tableau and Looker write them.
+    PgTyped,
     /// `POST /v1/sql` with `{"sql", "params"}`.
     Http,
 }
@@ -164,6 +167,7 @@ enum Conn {
     },
     PgSimple {
         client: Client,
+        typed: bool,
     },
     Http {
         client: reqwest::Client,
@@ -189,8 +193,9 @@ impl Conn {
                 }
                 Ok(Conn::Pg { client, statements })
             }
-            Protocol::PgSimple => Ok(Conn::PgSimple {
+            Protocol::PgSimple | Protocol::PgTyped => Ok(Conn::PgSimple {
                 client: pg_connect(&load.url).await?,
+                typed: load.protocol == Protocol::PgTyped,
             }),
             Protocol::Http => Ok(Conn::Http {
                 client: super::http::client(None)?.build()?,
@@ -210,8 +215,8 @@ impl Conn {
                     .map_err(|e| Error::Config(pg_message(&e)))?;
                 Ok(())
             }
-            Conn::PgSimple { client } => {
-                let sql = call.inline(statement(&queries[call.query]));
+            Conn::PgSimple { client, typed } => {
+                let sql = call.inline(statement(&queries[call.query]), *typed);
                 client
                     .simple_query(&sql)
                     .await

@@ -105,10 +105,16 @@ impl Call {
     }
 
     /// `sql` with `$1`, `$2`, `$3` replaced by this call's values as
-    /// literals: the text a BI tool sends over the simple protocol.
-    pub fn inline(&self, sql: &str) -> String {
-        sql.replace("$3", &format!("'{}'", self.to_text()))
-            .replace("$2", &format!("'{}'", self.from_text()))
+    /// literals: the text a BI tool sends over the simple protocol. With
+    /// `typed`, the range's bounds are typed (`TIMESTAMP '...'`), as
+    /// Tableau and Looker write them.
+    pub fn inline(&self, sql: &str, typed: bool) -> String {
+        let time = |t: String| match typed {
+            true => format!("TIMESTAMP '{t}'"),
+            false => format!("'{t}'"),
+        };
+        sql.replace("$3", &time(self.to_text()))
+            .replace("$2", &time(self.from_text()))
             .replace("$1", &self.experiment.to_string())
     }
 }
@@ -241,9 +247,15 @@ mod tests {
             from_ns: DEFAULT_START_NS,
             to_ns: DEFAULT_START_NS + DAY_NS,
         };
+        let sql = "WHERE e = $1 AND ts >= $2 AND ts < CAST($3 AS TIMESTAMP)";
         assert_eq!(
-            c.inline("WHERE e = $1 AND ts >= $2 AND ts < CAST($3 AS TIMESTAMP)"),
+            c.inline(sql, false),
             "WHERE e = 17 AND ts >= '2026-11-01 00:00:00' AND ts < CAST('2026-11-02 00:00:00' AS TIMESTAMP)"
+        );
+        assert_eq!(
+            c.inline(sql, true),
+            "WHERE e = 17 AND ts >= TIMESTAMP '2026-11-01 00:00:00' \
+             AND ts < CAST(TIMESTAMP '2026-11-02 00:00:00' AS TIMESTAMP)"
         );
     }
 

@@ -22,15 +22,27 @@
 //! (`int_col = 1.5` keeps its literal, as it compares as a fraction), a
 //! string that converts (DataFusion converts the literal the same way).
 //! Otherwise the query is planned as written.
+//!
+//! A string the query gives a type (`TIMESTAMP '...'`, `DATE '...'`,
+//! `CAST('...' AS TIMESTAMP)`, `'...'::date`, in parentheses or not), as
+//! BI tools write time ranges, is lifted too: otherwise every new range
+//! would be a new shape, planned afresh. It binds as the planner makes it:
+//! the string as its type, then as the placeholder's type where the
+//! comparison converts it there (a `DATE` against a `TIMESTAMP` column);
+//! where the comparison would convert the column instead, the query is
+//! planned as written. Only types whose meaning depends on nothing else
+//! are lifted (`TIMESTAMP` without a time zone, `DATE`).
 
 use std::sync::Arc;
 
 use arrow::compute::{CastOptions, cast_with_options};
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, Query, SetExpr, Statement, TableFactor, UnaryOperator, Value,
+    self, BinaryOperator, CastKind, Expr, Query, SetExpr, Statement, TableFactor, TimezoneInfo,
+    TypedString, UnaryOperator, Value,
 };
 use kiln_storage::{Db, Table};
 
@@ -41,6 +53,9 @@ pub enum Literal {
     Number(String),
     /// A quoted string.
     String(String),
+    /// A quoted string given a type, with the type the planner makes of it
+    /// (module docs).
+    Typed(String, DataType),
 }
 
 /// Replaces the literals of `stmt`'s filters by placeholders `$1..$n`, in
@@ -156,8 +171,39 @@ fn literal(e: &Expr) -> Option<Literal> {
                 Some(Literal::Number(format!("-{n}")))
             }
             Literal::Number(n) => Some(Literal::Number(n)),
-            Literal::String(_) => None,
+            _ => None,
         },
+        Expr::Nested(inner) => literal(inner),
+        Expr::TypedString(TypedString {
+            data_type, value, ..
+        }) => match &value.value {
+            Value::SingleQuotedString(s) => Some(Literal::Typed(s.clone(), typed(data_type)?)),
+            _ => None,
+        },
+        Expr::Cast {
+            kind: CastKind::Cast | CastKind::DoubleColon,
+            expr,
+            data_type,
+            array: false,
+            format: None,
+        } => match literal(expr)? {
+            Literal::String(s) => Some(Literal::Typed(s, typed(data_type)?)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The type DataFusion's planner gives a value of SQL type `t`, for the
+/// types whose meaning depends on no setting: `TIMESTAMP` (nanoseconds,
+/// no time zone) and `DATE`.
+fn typed(t: &ast::DataType) -> Option<DataType> {
+    match t {
+        ast::DataType::Timestamp(
+            None | Some(9),
+            TimezoneInfo::None | TimezoneInfo::WithoutTimeZone,
+        ) => Some(DataType::Timestamp(TimeUnit::Nanosecond, None)),
+        ast::DataType::Date => Some(DataType::Date32),
         _ => None,
     }
 }
@@ -231,6 +277,17 @@ fn value(literal: &Literal, to: &DataType) -> Option<ScalarValue> {
     };
     match literal {
         Literal::String(s) => cast(&ScalarValue::Utf8(Some(s.clone())), to),
+        Literal::Typed(s, t) => {
+            // The comparison converts the value, not the column, to `to`.
+            if comparison_coercion(to, t).as_ref() != Some(to) {
+                return None;
+            }
+            let v = cast(&ScalarValue::Utf8(Some(s.clone())), t)?;
+            match t == to {
+                true => Some(v),
+                false => cast(&v, to),
+            }
+        }
         Literal::Number(n) => {
             if !to.is_numeric() {
                 return None;

@@ -32,6 +32,9 @@
 //! `$`, quoted identifiers and line comments, which the tokenizers read
 //! the same way (non-ASCII outside quotes, and CR in a comment, which
 //! ends it in PostgreSQL's tokenizer, leave a text without a template).
+//! A string the query gives a type (`TIMESTAMP '...'`) is masked like
+//! any other; its type stays in the key, and the placeholder learns the
+//! type the lift gave its value ([`Literal::Typed`]).
 //! A door whose parser looks at the text itself first (datafusion-
 //! postgres's client query list, `search_path`) keeps those texts off
 //! this path ([`Door`] callers check).
@@ -49,6 +52,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use arrow::datatypes::DataType;
 use dashmap::DashMap;
 
 use super::literals::Literal;
@@ -250,8 +254,9 @@ pub struct Learned {
     /// Each literal of the template: `None` if it is a placeholder's
     /// value, otherwise the text it must be.
     fixed: Vec<Option<Box<str>>>,
-    /// The literal of each placeholder, `$1` first.
-    lifted: Vec<usize>,
+    /// The literal of each placeholder, `$1` first, with the type the
+    /// text gives it, if any ([`Literal::Typed`]).
+    lifted: Vec<(usize, Option<DataType>)>,
     /// The statement's PostgreSQL column labels, if the door uses them.
     pub labels: Option<Labels>,
 }
@@ -294,12 +299,15 @@ impl TextShapes {
         let literals = learned
             .lifted
             .iter()
-            .map(|&i| {
-                let t = &tokens[i];
-                match (t.kind, t.negative) {
-                    (Kind::Number, true) => Literal::Number(format!("-{}", t.raw)),
-                    (Kind::Number, false) => Literal::Number(t.raw.to_string()),
-                    (Kind::String, _) => Literal::String(t.value().into_owned()),
+            .map(|(i, typed)| {
+                let t = &tokens[*i];
+                match (t.kind, t.negative, typed) {
+                    (Kind::Number, true, _) => Literal::Number(format!("-{}", t.raw)),
+                    (Kind::Number, false, _) => Literal::Number(t.raw.to_string()),
+                    (Kind::String, _, None) => Literal::String(t.value().into_owned()),
+                    (Kind::String, _, Some(ty)) => {
+                        Literal::Typed(t.value().into_owned(), ty.clone())
+                    }
                 }
             })
             .collect();
@@ -328,12 +336,13 @@ impl TextShapes {
         }
         let mut at = Vec::with_capacity(lifted.len());
         for literal in lifted {
-            let (kind, value, negative) = match literal {
+            let (kind, value, negative, typed) = match literal {
                 Literal::Number(n) => match n.strip_prefix('-') {
-                    Some(n) => (Kind::Number, n, true),
-                    None => (Kind::Number, n.as_str(), false),
+                    Some(n) => (Kind::Number, n, true, None),
+                    None => (Kind::Number, n.as_str(), false, None),
                 },
-                Literal::String(s) => (Kind::String, s.as_str(), false),
+                Literal::String(s) => (Kind::String, s.as_str(), false, None),
+                Literal::Typed(s, t) => (Kind::String, s.as_str(), false, Some(t.clone())),
             };
             let Some(&Some(i)) = by_value.get(value) else {
                 return;
@@ -343,7 +352,7 @@ impl TextShapes {
                 return;
             }
             fixed[i] = None;
-            at.push(i);
+            at.push((i, typed));
         }
         let learned = Arc::new(Learned {
             shape: shape.to_string(),

@@ -21,6 +21,7 @@ pub async fn query(args: BenchQueryArgs) -> Result<(), BoxError> {
         protocol: match args.protocol {
             BenchProtocol::Pg => Protocol::Pg,
             BenchProtocol::PgSimple => Protocol::PgSimple,
+            BenchProtocol::PgTyped => Protocol::PgTyped,
             BenchProtocol::Http => Protocol::Http,
         },
         clients: args.clients.clone(),

@@ -74,7 +74,13 @@ fn literals_that_decide_the_plan_stay() {
         "SELECT * FROM t WHERE a IN (SELECT b FROM u WHERE c = 1)",
         "SELECT * FROM t WHERE CASE WHEN a = 1 THEN true END",
         "SELECT * FROM t WHERE a = NULL OR b = true",
-        "SELECT * FROM t WHERE ts > TIMESTAMP '2026-01-01'",
+        // Typed strings whose meaning depends on a setting, or not strings.
+        "SELECT * FROM t WHERE ts > TIMESTAMP WITH TIME ZONE '2026-01-01'",
+        "SELECT * FROM t WHERE ts > TIMESTAMP(3) '2026-01-01'",
+        "SELECT * FROM t WHERE ts > TRY_CAST('2026-01-01' AS TIMESTAMP)",
+        "SELECT * FROM t WHERE a = CAST('7' AS BIGINT)",
+        "SELECT * FROM t WHERE ts > CAST(5 AS TIMESTAMP)",
+        "SELECT * FROM t WHERE ts > CAST('2026-01-01' AS TIMESTAMP) - INTERVAL '1 day'",
         "SELECT * FROM t ORDER BY a LIMIT 10 OFFSET 5",
         "INSERT INTO t VALUES (1)",
     ] {
@@ -82,6 +88,34 @@ fn literals_that_decide_the_plan_stay() {
         assert!(literals.is_empty(), "{sql} lifted {literals:?}");
         assert!(!text.contains('$'), "{text}");
     }
+}
+
+fn typed(s: &str, t: DataType) -> Literal {
+    Literal::Typed(s.into(), t)
+}
+
+#[test]
+fn strings_given_a_type_are_lifted_with_it() {
+    let ns = DataType::Timestamp(TimeUnit::Nanosecond, None);
+    let (text, literals) = lifted(
+        "SELECT count(*) FROM t WHERE ts >= TIMESTAMP '2026-01-01' \
+         AND (ts) < (CAST('2026-01-08 06:00:00' AS TIMESTAMP)) \
+         AND d BETWEEN DATE '2026-01-01' AND '2026-01-05'::date AND e = (7)",
+    );
+    assert_eq!(
+        text,
+        "SELECT count(*) FROM t WHERE ts >= $1 AND (ts) < $2 AND d BETWEEN $3 AND $4 AND e = $5"
+    );
+    assert_eq!(
+        literals,
+        [
+            typed("2026-01-01", ns.clone()),
+            typed("2026-01-08 06:00:00", ns),
+            typed("2026-01-01", DataType::Date32),
+            typed("2026-01-05", DataType::Date32),
+            n("7"),
+        ]
+    );
 }
 
 #[test]
@@ -127,7 +161,39 @@ fn a_value_is_bound_only_where_it_compares_as_written() {
                 None,
             )),
         ),
-        (s("2026-13-40"), ns, None),
+        (s("2026-13-40"), ns.clone(), None),
+        // A typed string: as its type, then as the placeholder's where the
+        // comparison converts the value (a date against a timestamp column
+        // is its midnight); where it would convert the column, or the
+        // string is no value of its type, it is planned as written.
+        (
+            typed("2026-01-02 03:00:00", ns.clone()),
+            ns.clone(),
+            Some(ScalarValue::TimestampNanosecond(
+                Some(1_767_322_800_000_000_000),
+                None,
+            )),
+        ),
+        (
+            typed("2026-01-02", DataType::Date32),
+            ns.clone(),
+            Some(ScalarValue::TimestampNanosecond(
+                Some(1_767_312_000_000_000_000),
+                None,
+            )),
+        ),
+        (
+            typed("2026-01-02", DataType::Date32),
+            DataType::Date32,
+            Some(ScalarValue::Date32(Some(20_455))),
+        ),
+        (
+            typed("2026-01-02 03:00:00", ns.clone()),
+            DataType::Date32,
+            None,
+        ),
+        (typed("2026-01-02", DataType::Date32), DataType::Utf8, None),
+        (typed("2026-13-40", ns.clone()), ns, None),
     ];
     for (literal, to, expected) in cases {
         assert_eq!(value(&literal, &to), expected, "{literal:?} as {to}");
@@ -221,6 +287,42 @@ mod engine {
             rows(&engine, "SELECT v FROM kv WHERE id = 1 ORDER BY v").await,
             ["41"]
         );
+    }
+
+    #[tokio::test]
+    async fn typed_time_bounds_share_a_kept_plan_and_answer_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = engine(tmp.path(), "VARCHAR").await;
+        engine
+            .execute(
+                "INSERT INTO kv VALUES ('2026-11-01 10:00:00', 1, 'a'), ('2026-11-02 10:00:00', 2, 'b'), \
+                 ('2026-11-03 10:00:00', 3, 'c')",
+            )
+            .await
+            .unwrap();
+        for round in 0..3 * TRIALS as i64 {
+            let day = 1 + round % 3;
+            // From 10:00 of `day` (a TIMESTAMP) to a DATE's midnight.
+            let sql = format!(
+                "SELECT count(*) FROM kv WHERE ts >= TIMESTAMP '2026-11-0{day} 10:00:00' \
+                 AND ts < DATE '2026-11-0{}'",
+                day + 1
+            );
+            assert_eq!(rows(&engine, &sql).await, ["1"], "{sql}");
+            // From a DATE's midnight to just past the last row, PostgreSQL's
+            // cast; then a second later, which misses it.
+            for (end, n) in [("10:00:00.5", 4 - day), ("09:59:59", 3 - day)] {
+                let sql = format!(
+                    "SELECT count(*) FROM kv WHERE ts >= CAST('2026-11-0{day}' AS DATE) \
+                     AND ts < '2026-11-03 {end}'::timestamp"
+                );
+                assert_eq!(rows(&engine, &sql).await, [n.to_string()], "{sql}");
+            }
+        }
+        let key = "\0SELECT count(*) FROM kv WHERE ts >= $1 AND ts < $2";
+        assert!(matches!(engine.plans().shape(key), Kept::Shape(_)), "{key}");
+        let s = engine.plans().statements.get(key).map(|s| s.clone());
+        assert!(s.is_some_and(|s| s.choice.load(Ordering::Relaxed) != UNDECIDED));
     }
 
     #[tokio::test]

@@ -12,8 +12,9 @@
 //!   (`format` bounds its own);
 //! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
 //!   leaves its type's range instead of wrapping around;
-//! - PostgreSQL spellings (`pg_format.rs`): `to_char` with PostgreSQL's
-//!   template patterns and TimescaleDB's `time_bucket`; `json_build_object`
+//! - PostgreSQL spellings (`pg_format.rs`): `to_char`, `to_timestamp` and
+//!   `to_date` with PostgreSQL's template patterns and TimescaleDB's
+//!   `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
 //!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`); `number * INTERVAL`
 //!   (`kiln_interval_mul`, `pg_interval.rs`); `format` (`pg_text_format.rs`);

@@ -1,28 +1,36 @@
-//! PostgreSQL's spelling of two time functions dashboards use:
+//! PostgreSQL's spelling of the time functions dashboards use:
 //!
-//! - `to_char(timestamp, 'YYYY-MM-DD HH24:MI:SS')` with PostgreSQL's
-//!   template patterns (DataFusion's `to_char` takes strftime patterns;
-//!   a format containing `%` is still passed through as one);
+//! - `to_char(timestamp, 'YYYY-MM-DD HH24:MI:SS')`,
+//!   `to_timestamp(text, 'YYYY-MM-DD HH24:MI:SS.US')` and
+//!   `to_date(text, 'YYYY-MM-DD')` with PostgreSQL's template patterns
+//!   (DataFusion's take strftime patterns; a format containing `%` is
+//!   still passed through as one). Superset writes every time filter on a
+//!   PostgreSQL database with the last two;
 //! - `time_bucket(interval, timestamp)`, TimescaleDB's name for
 //!   DataFusion's `date_bin`, with TimescaleDB's origin (Monday
 //!   2000-01-03), so weekly buckets start on Mondays.
 //!
-//! Both wrap the session's own function, keeping its signature, coercions
-//! and return type.
+//! Each wraps the session's own function, keeping its signature, coercions,
+//! return type and volatility (so a call on constants is still folded into
+//! a constant when a query is planned).
 
 use arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 
-/// The wrapped functions over the session's `to_char` and `date_bin`.
+/// The wrapped functions over the session's `to_char`, `to_timestamp`,
+/// `to_date` and `date_bin`.
 pub fn wrap(registered: impl Fn(&str) -> Option<std::sync::Arc<ScalarUDF>>) -> Vec<ScalarUDF> {
     let mut out = vec![];
-    if let Some(inner) = registered("to_char") {
-        out.push(super::udf(PgToChar {
-            inner: inner.as_ref().clone(),
-        }));
+    for name in ["to_char", "to_timestamp", "to_date"] {
+        if let Some(inner) = registered(name) {
+            out.push(super::udf(PgPatterns {
+                inner: inner.as_ref().clone(),
+            }));
+        }
     }
     if let Some(inner) = registered("date_bin") {
         out.push(super::udf(TimeBucket {
@@ -124,12 +132,14 @@ pub fn translate(pattern: &str) -> String {
     out
 }
 
+/// A function whose formats (every argument after the first, when a
+/// constant) may be PostgreSQL's template patterns.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct PgToChar {
+struct PgPatterns {
     inner: ScalarUDF,
 }
 
-impl ScalarUDFImpl for PgToChar {
+impl ScalarUDFImpl for PgPatterns {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -148,8 +158,16 @@ impl ScalarUDFImpl for PgToChar {
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         self.inner.coerce_types(arg_types)
     }
+    /// `to_timestamp`'s type follows the session's time zone.
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let inner = self.inner.inner().with_updated_config(config)?;
+        Some(super::udf(PgPatterns { inner }))
+    }
     fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if let Some(ColumnarValue::Scalar(format)) = args.args.get_mut(1) {
+        for format in args.args.iter_mut().skip(1) {
+            let ColumnarValue::Scalar(format) = format else {
+                continue;
+            };
             let pg = match format {
                 ScalarValue::Utf8(Some(f))
                 | ScalarValue::LargeUtf8(Some(f))

@@ -39,6 +39,17 @@ def main(port):
             assert tuple(got) == (10, 27.5), got
     with engine.connect() as c:
         assert c.execute(sa.text("SELECT count(*) FROM sa_t WHERE id = 99")).scalar() == 0
+    # Superset's time filter on a PostgreSQL database (its engine spec's
+    # convert_dttm): TO_TIMESTAMP and TO_DATE with PostgreSQL's templates.
+    window = (
+        "SELECT count(*) FROM sa_t WHERE ts >= TO_TIMESTAMP('{} 00:00:00.000000', "
+        "'YYYY-MM-DD HH24:MI:SS.US') AND ts < TO_TIMESTAMP('{} 00:00:00.000000', "
+        "'YYYY-MM-DD HH24:MI:SS.US') AND ts >= TO_DATE('2026-01-31', 'YYYY-MM-DD')"
+    )
+    with engine.connect() as c:
+        for day, n in (("2026-02-01", 10), ("2026-02-02", 0)):
+            got = c.execute(sa.text(window.format(day, "2026-02-03"))).scalar()
+            assert got == n, (day, got)
     print("ok")
 
 

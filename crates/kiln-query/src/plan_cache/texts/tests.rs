@@ -87,16 +87,27 @@ fn a_typed_string_keeps_its_type_and_its_template_its_type_word() {
     let shapes = TextShapes::default();
     let first = "SELECT count(*) FROM t WHERE ts >= TIMESTAMP '2026-01-01' AND s = '2026-01-02'";
     let t = Template::of(Door::Pg, first).unwrap();
-    shapes.learn(&t, "shape", &[typed("2026-01-01"), string("2026-01-02")], None);
+    shapes.learn(
+        &t,
+        "shape",
+        &[typed("2026-01-01"), string("2026-01-02")],
+        None,
+    );
     let other = first.replace("01-01", "03-04").replace("01-02", "03-05");
-    let hit = shapes.get(&Template::of(Door::Pg, &other).unwrap()).unwrap();
+    let hit = shapes
+        .get(&Template::of(Door::Pg, &other).unwrap())
+        .unwrap();
     assert_eq!(hit.literals, [typed("2026-03-04"), string("2026-03-05")]);
     // Without its type word, or with another, it is another template.
     for other in [
         other.replace("TIMESTAMP ", ""),
         other.replace("TIMESTAMP", "DATE"),
     ] {
-        assert!(shapes.get(&Template::of(Door::Pg, &other).unwrap()).is_none());
+        assert!(
+            shapes
+                .get(&Template::of(Door::Pg, &other).unwrap())
+                .is_none()
+        );
     }
 }
 

@@ -233,10 +233,9 @@ mod engine {
             .unwrap();
     }
 
-    #[tokio::test]
-    async fn queries_differing_in_literals_share_a_kept_plan_and_answer_as_written() {
-        let tmp = tempfile::tempdir().unwrap();
-        let engine = engine(tmp.path(), "VARCHAR").await;
+    /// `kv` with a row at 10:00 on each of 2026-11-01, -02 and -03.
+    async fn three_days(dir: &std::path::Path) -> Engine {
+        let engine = engine(dir, "VARCHAR").await;
         engine
             .execute(
                 "INSERT INTO kv VALUES ('2026-11-01 10:00:00', 1, 'a'), ('2026-11-02 10:00:00', 2, 'b'), \
@@ -244,6 +243,13 @@ mod engine {
             )
             .await
             .unwrap();
+        engine
+    }
+
+    #[tokio::test]
+    async fn queries_differing_in_literals_share_a_kept_plan_and_answer_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = three_days(tmp.path()).await;
         let shape = "\0SELECT v FROM kv WHERE id = $1 ORDER BY v";
         let range = "\0SELECT count(*) FROM kv WHERE ts >= $1 AND ts < $2";
         // Enough runs for the custom and the generic trials, then more.
@@ -292,14 +298,7 @@ mod engine {
     #[tokio::test]
     async fn typed_time_bounds_share_a_kept_plan_and_answer_as_written() {
         let tmp = tempfile::tempdir().unwrap();
-        let engine = engine(tmp.path(), "VARCHAR").await;
-        engine
-            .execute(
-                "INSERT INTO kv VALUES ('2026-11-01 10:00:00', 1, 'a'), ('2026-11-02 10:00:00', 2, 'b'), \
-                 ('2026-11-03 10:00:00', 3, 'c')",
-            )
-            .await
-            .unwrap();
+        let engine = three_days(tmp.path()).await;
         for round in 0..3 * TRIALS as i64 {
             let day = 1 + round % 3;
             // From 10:00 of `day` (a TIMESTAMP) to a DATE's midnight.

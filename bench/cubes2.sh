@@ -25,8 +25,9 @@
 # A mode with the suffix -nopart (on-nopart, off-nopart) also turns the
 # partial-aggregate cache off (--partial-cache-bytes 0), which otherwise
 # serves repeated charts of the "off" runs from per-segment partials.
-# PROTOCOLS may also name pg-typed: the simple protocol with the range's
-# bounds as TIMESTAMP '...', as Tableau and Looker write them.
+# PROTOCOLS may also name pg-typed and pg-superset: the simple protocol with
+# the range's bounds as TIMESTAMP '...' (Tableau, Looker) or as
+# TO_TIMESTAMP('...', 'YYYY-MM-DD HH24:MI:SS.US') (Superset).
 # Each protocol warms up WARMUP s, then runs SECS s at C clients. With
 # STREAM=B:R, `cubes2 stream` writes new visits to the data's last two days
 # through the warm-up and the run (B rows per request, at most R rows/s):

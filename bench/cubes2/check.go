@@ -50,7 +50,7 @@ func check(url string, seed uint64, n int, requireCube bool) error {
 		cube := cubeName(planOn)
 		fmt.Fprintf(os.Stderr, "explain %-20s country=%-5v cube=%s\n", c.template().name, c.country != "", cube)
 		if cube == "" && requireCube {
-			fmt.Fprintf(os.Stderr, "NOT ANSWERED BY A CUBE: %s\n%s\n%s\n", c, c.inline(false), planOn)
+			fmt.Fprintf(os.Stderr, "NOT ANSWERED BY A CUBE: %s\n%s\n%s\n", c, c.inline(plainBounds), planOn)
 			failed++
 		}
 		if cubeName(planOff) != "" {
@@ -71,8 +71,8 @@ func check(url string, seed uint64, n int, requireCube bool) error {
 		if err != nil {
 			return fmt.Errorf("%s (cubes on): %w", c, err)
 		}
-		// Every other instance with typed bounds (TIMESTAMP '...').
-		s, err := fetchSimple(ctx, on, c.inline(i%2 == 1))
+		// Bounds written in each of the ways BI tools write them, in turn.
+		s, err := fetchSimple(ctx, on, c.inline(bounds(i%3)))
 		if err != nil {
 			return fmt.Errorf("%s (cubes on, simple protocol): %w", c, err)
 		}
@@ -121,7 +121,7 @@ func answered(ctx context.Context, c *pgx.Conn) (int64, error) {
 }
 
 func explain(ctx context.Context, c *pgx.Conn, call call) (string, error) {
-	rows, err := fetchSimple(ctx, c, "EXPLAIN "+call.inline(false))
+	rows, err := fetchSimple(ctx, c, "EXPLAIN "+call.inline(plainBounds))
 	if err != nil {
 		return "", err
 	}

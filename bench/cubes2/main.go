@@ -10,7 +10,7 @@
 // see workload.go.
 //
 //	cubes2 load  --http HOST:PORT --rows N --seed S [--batch 50000] [--sort-key COLS]
-//	cubes2 run   --protocol pg|pg-simple|pg-typed|http --url URL --clients C --duration D --seed S [--cubes on|off]
+//	cubes2 run   --protocol pg|pg-simple|pg-typed|pg-superset|http --url URL --clients C --duration D --seed S [--cubes on|off]
 //	cubes2 check --url postgres://... --seed S [--n 60] [--require-cube]
 //
 // run prints one JSON line: {"qps", "p50_ms", "p99_ms", "errors", "queries"};
@@ -50,7 +50,7 @@ func main() {
 		fs.Parse(args)
 		err = stream(*addr, *rate, *batch, *dur, *seed, *days)
 	case "run":
-		protocol := fs.String("protocol", "pg", "pg, pg-simple, pg-typed (bounds as TIMESTAMP '...') or http")
+		protocol := fs.String("protocol", "pg", "pg, pg-simple, pg-typed (bounds as TIMESTAMP '...'), pg-superset (bounds as TO_TIMESTAMP('...', template)) or http")
 		url := fs.String("url", "", "postgres://... or http://host:port")
 		clients := fs.Int("clients", 50, "concurrent clients")
 		dur := fs.Duration("duration", 20*time.Second, "measured time")

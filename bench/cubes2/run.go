@@ -30,7 +30,7 @@ type conn interface {
 type pgConn struct {
 	c      *pgx.Conn
 	simple bool
-	typed  bool
+	bounds bounds
 }
 
 // connectPg: a pgx connection; simple: QueryExecModeSimpleProtocol (the
@@ -61,7 +61,7 @@ func (p *pgConn) do(ctx context.Context, c call) error {
 	var rows pgx.Rows
 	var err error
 	if p.simple {
-		rows, err = p.c.Query(ctx, c.inline(p.typed))
+		rows, err = p.c.Query(ctx, c.inline(p.bounds))
 	} else {
 		rows, err = p.c.Query(ctx, c.sql(), c.args()...)
 	}
@@ -105,13 +105,14 @@ func (h *httpConn) close() {}
 
 func openConn(ctx context.Context, protocol, url string, cubesOff bool, hc *http.Client) (conn, error) {
 	switch protocol {
-	case "pg", "pg-simple", "pg-typed":
+	case "pg", "pg-simple", "pg-typed", "pg-superset":
 		simple := protocol != "pg"
 		c, err := connectPg(ctx, url, simple, cubesOff)
 		if err != nil {
 			return nil, err
 		}
-		return &pgConn{c: c, simple: simple, typed: protocol == "pg-typed"}, nil
+		b := map[string]bounds{"pg-typed": typedBounds, "pg-superset": supersetBounds}[protocol]
+		return &pgConn{c: c, simple: simple, bounds: b}, nil
 	case "http":
 		u := httpBase(url) + "/v1/sql?format=ndjson"
 		if cubesOff {
@@ -119,7 +120,7 @@ func openConn(ctx context.Context, protocol, url string, cubesOff bool, hc *http
 		}
 		return &httpConn{client: hc, url: u}, nil
 	}
-	return nil, fmt.Errorf("unknown protocol %q (pg, pg-simple, pg-typed, http)", protocol)
+	return nil, fmt.Errorf("unknown protocol %q (pg, pg-simple, pg-typed, pg-superset, http)", protocol)
 }
 
 type result struct {

@@ -183,13 +183,27 @@ func (c call) jsonParams() []any {
 	return a
 }
 
+// How the range's bounds are written into a text: as strings (Grafana),
+// typed strings (TIMESTAMP '...', Tableau and Looker) or strings parsed by
+// a template (Superset on PostgreSQL).
+type bounds int
+
+const (
+	plainBounds bounds = iota
+	typedBounds
+	supersetBounds
+)
+
 // inline: the text with the values written in, as a BI tool sends it over
-// the simple protocol; typed: the range's bounds as TIMESTAMP '...', as
-// Tableau and Looker write them.
-func (c call) inline(typed bool) string {
+// the simple protocol, its bounds written as b says.
+func (c call) inline(b bounds) string {
 	ts := func(t time.Time) string {
-		if typed {
+		switch b {
+		case typedBounds:
 			return "TIMESTAMP " + quote(tsText(t))
+		case supersetBounds:
+			s := t.UTC().Format("2006-01-02 15:04:05.000000")
+			return "TO_TIMESTAMP(" + quote(s) + ", 'YYYY-MM-DD HH24:MI:SS.US')"
 		}
 		return quote(tsText(t))
 	}

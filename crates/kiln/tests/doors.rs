@@ -197,27 +197,39 @@ fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
     assert_eq!(s.rows(&text(9, "a")), serde_json::json!([[1, "z", "k"]]));
 
     // Time bounds written as typed strings (`TIMESTAMP '...'`, `DATE
-    // '...'`), as Tableau and Looker write them, run unparsed too.
-    let typed = |from: u32, to: u32| {
-        format!(
-            "SELECT count(*), min(name) FROM d WHERE ts >= TIMESTAMP '2026-05-0{from} 00:00:00' \
-             AND ts < DATE '2026-05-0{to}'"
-        )
-    };
+    // '...'`), as Tableau and Looker write them, and parsed by a template,
+    // as Superset writes them, run unparsed too.
+    let forms: [fn(u32, u32) -> String; 2] = [
+        |from, to| {
+            format!(
+                "SELECT count(*), min(name) FROM d WHERE ts >= TIMESTAMP '2026-05-0{from} 00:00:00' \
+                 AND ts < DATE '2026-05-0{to}'"
+            )
+        },
+        |from, to| {
+            format!(
+                "SELECT count(*), min(name) FROM d WHERE ts >= \
+                 TO_TIMESTAMP('2026-05-0{from} 00:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US') \
+                 AND ts < TO_DATE('2026-05-0{to}', 'YYYY-MM-DD')"
+            )
+        },
+    ];
     let ranges = [(1, 2), (1, 5), (2, 4), (3, 5), (4, 5), (2, 3)];
-    let runs = unparsed();
-    for (from, to) in ranges {
-        let sql = typed(from, to);
-        assert_eq!(s.rows(&sql), s.rows(&parsed(&sql)), "HTTP {sql}");
+    for form in forms {
+        let runs = unparsed();
+        for (from, to) in ranges {
+            let sql = form(from, to);
+            assert_eq!(s.rows(&sql), s.rows(&parsed(&sql)), "HTTP {sql}");
+        }
+        let http = unparsed() - runs;
+        assert_eq!(http, (ranges.len() - 2) as f64, "{}", form(1, 2));
+        for (from, to) in ranges {
+            let sql = form(from, to);
+            assert_eq!(psql(&sql), psql(&parsed(&sql)), "psql {sql}");
+        }
+        assert_eq!(unparsed() - runs - http, (ranges.len() - 1) as f64);
+        assert_eq!(s.rows(&form(1, 5)), serde_json::json!([[5, "a"]]));
     }
-    let http = unparsed() - runs;
-    assert_eq!(http, (ranges.len() - 2) as f64);
-    for (from, to) in ranges {
-        let sql = typed(from, to);
-        assert_eq!(psql(&sql), psql(&parsed(&sql)), "psql {sql}");
-    }
-    assert_eq!(unparsed() - runs - http, (ranges.len() - 1) as f64);
-    assert_eq!(s.rows(&typed(1, 5)), serde_json::json!([[5, "a"]]));
 
     // The same text sent with its values apart (HTTP params) runs
     // unparsed from its third request on (kept at the second), each with

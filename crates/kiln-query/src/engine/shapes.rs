@@ -130,7 +130,7 @@ impl Engine {
                 let planned = state
                     .statement_to_plan(DfStatement::Statement(Box::new(shaped)))
                     .await;
-                let shape = planned.ok().and_then(|plan| Shape::new(plan, n));
+                let shape = planned.ok().and_then(|plan| Shape::new(plan, &literals, n));
                 match self.plans.keep_shape(key.clone(), shape) {
                     Some(shape) => shape,
                     None => return Ok(None),

@@ -32,17 +32,28 @@
 //! where the comparison would convert the column instead, the query is
 //! planned as written. Only types whose meaning depends on nothing else
 //! are lifted (`TIMESTAMP` without a time zone, `DATE`).
+//!
+//! Superset writes a time filter on a PostgreSQL database as a string
+//! parsed by a template, `TO_TIMESTAMP('...', 'YYYY-MM-DD HH24:MI:SS.US')`
+//! (or `TO_DATE`): the string (the call's first argument) is lifted, the
+//! templates stay. Its placeholder, an argument no comparison types, takes
+//! the type the string had, text, so the call parses the same string when
+//! the plan runs.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::expr::Placeholder;
 use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
 use datafusion::sql::sqlparser::ast::{
-    self, BinaryOperator, CastKind, Expr, Query, SetExpr, Statement, TableFactor, TimezoneInfo,
-    TypedString, UnaryOperator, Value,
+    self, BinaryOperator, CastKind, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Query, SetExpr, Statement, TableFactor, TimezoneInfo, TypedString,
+    UnaryOperator, Value,
 };
 use kiln_storage::{Db, Table};
 
@@ -152,7 +163,67 @@ fn is_comparison(op: &BinaryOperator) -> bool {
 }
 
 fn is_value(e: &Expr) -> bool {
-    matches!(e, Expr::Value(_)) || literal(e).is_some()
+    matches!(e, Expr::Value(_)) || literal(e).is_some() || parsed(e).is_some()
+}
+
+/// The string `e` parses, if it is `to_timestamp` or `to_date` of a
+/// quoted string with quoted templates (module docs).
+fn parsed(e: &Expr) -> Option<&Expr> {
+    let Expr::Function(Function {
+        name,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(list),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group,
+        ..
+    }) = e
+    else {
+        return None;
+    };
+    let [ast::ObjectNamePart::Identifier(name)] = name.0.as_slice() else {
+        return None;
+    };
+    let known = ["to_timestamp", "to_date"];
+    if name.quote_style.is_some()
+        || !known.iter().any(|k| name.value.eq_ignore_ascii_case(k))
+        || !within_group.is_empty()
+        || list.duplicate_treatment.is_some()
+        || !list.clauses.is_empty()
+    {
+        return None;
+    }
+    fn string(a: &FunctionArg) -> Option<&Expr> {
+        match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e @ Expr::Value(v))) => {
+                matches!(v.value, Value::SingleQuotedString(_)).then_some(e)
+            }
+            _ => None,
+        }
+    }
+    let (first, templates) = list.args.split_first()?;
+    templates
+        .iter()
+        .all(|t| string(t).is_some())
+        .then_some(())?;
+    string(first)
+}
+
+/// [`parsed`]'s string, to replace.
+fn parsed_mut(e: &mut Expr) -> Option<&mut Expr> {
+    parsed(e)?;
+    let Expr::Function(Function {
+        args: FunctionArguments::List(list),
+        ..
+    }) = e
+    else {
+        return None;
+    };
+    match list.args.first_mut()? {
+        FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Some(e),
+        _ => None,
+    }
 }
 
 /// `e` as a liftable literal: a number (signed) or a quoted string.
@@ -208,8 +279,13 @@ fn typed(t: &ast::DataType) -> Option<DataType> {
     }
 }
 
-/// Makes `e`, if a liftable literal, the next placeholder.
+/// Makes `e`, if a liftable literal, the next placeholder; the string of
+/// a time parsed from one ([`parsed`]) too.
 fn replace(e: &mut Expr, out: &mut Vec<Literal>) {
+    let e = match parsed_mut(e) {
+        Some(string) => string,
+        None => e,
+    };
     if let Some(l) = literal(e) {
         out.push(l);
         *e = Expr::Value(Value::Placeholder(format!("${}", out.len())).into());
@@ -227,14 +303,28 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// The shape of `logical`, planned with `n` lifted literals; none
-    /// unless every placeholder's type is inferred and nothing else in the
-    /// plan is a placeholder.
-    pub fn new(logical: LogicalPlan, n: usize) -> Option<Self> {
-        let inferred = logical.get_parameter_types().ok()?;
+    /// The shape of `logical`, planned with `n` placeholders, the values
+    /// of `lifted` if any; none unless every placeholder's type is known
+    /// and nothing else in the plan is a placeholder. A type is inferred,
+    /// or, for a quoted string no comparison types (an argument of
+    /// `to_timestamp`), the string's own: text.
+    pub fn new(logical: LogicalPlan, lifted: &[Literal], n: usize) -> Option<Self> {
+        let mut inferred = logical.get_parameter_types().ok()?;
         if inferred.len() != n {
             return None;
         }
+        let mut untyped = HashMap::new();
+        for (i, l) in lifted.iter().enumerate() {
+            let id = format!("${}", i + 1);
+            if let (Some(None), Literal::String(_)) = (inferred.get(&id), l) {
+                untyped.insert(id.clone(), DataType::Utf8);
+                inferred.insert(id, Some(DataType::Utf8));
+            }
+        }
+        let logical = match untyped.is_empty() {
+            true => logical,
+            false => typed_placeholders(logical, &untyped)?,
+        };
         let types = (1..=n)
             .map(|i| inferred.get(&format!("${i}")).cloned().flatten())
             .collect::<Option<Vec<_>>>()?;
@@ -262,6 +352,30 @@ impl Shape {
             .map(|(l, t)| value(l, t))
             .collect()
     }
+}
+
+/// `logical` with each placeholder named in `types` given that type.
+fn typed_placeholders(
+    logical: LogicalPlan,
+    types: &HashMap<String, DataType>,
+) -> Option<LogicalPlan> {
+    let typed = logical.transform_up_with_subqueries(|plan| {
+        plan.map_expressions(|e| {
+            e.transform_up(|e| match e {
+                datafusion::logical_expr::Expr::Placeholder(Placeholder { id, field: None })
+                    if types.contains_key(&id) =>
+                {
+                    let field = arrow::datatypes::Field::new("", types[&id].clone(), true);
+                    let p = Placeholder::new_with_field(id, Some(Arc::new(field)));
+                    Ok(Transformed::yes(
+                        datafusion::logical_expr::Expr::Placeholder(p),
+                    ))
+                }
+                e => Ok(Transformed::no(e)),
+            })
+        })
+    });
+    typed.ok().map(|t| t.data)
 }
 
 /// `literal` as a value of `to`, if it is the same value there.

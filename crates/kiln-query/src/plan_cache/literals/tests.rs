@@ -119,6 +119,39 @@ fn strings_given_a_type_are_lifted_with_it() {
 }
 
 #[test]
+fn a_string_parsed_by_a_template_is_lifted_and_its_templates_stay() {
+    let (text, literals) = lifted(
+        "SELECT count(*) FROM t WHERE ts >= TO_TIMESTAMP('2026-01-01 00:00:00.000000', \
+         'YYYY-MM-DD HH24:MI:SS.US') AND to_date('2026-01-08', 'YYYY-MM-DD', 'DD.MM.YYYY') > ts \
+         AND ts < to_timestamp('2026-01-09')",
+    );
+    assert_eq!(
+        text,
+        "SELECT count(*) FROM t WHERE ts >= TO_TIMESTAMP($1, 'YYYY-MM-DD HH24:MI:SS.US') \
+         AND to_date($2, 'YYYY-MM-DD', 'DD.MM.YYYY') > ts AND ts < to_timestamp($3)"
+    );
+    assert_eq!(
+        literals,
+        [
+            s("2026-01-01 00:00:00.000000"),
+            s("2026-01-08"),
+            s("2026-01-09")
+        ]
+    );
+    for sql in [
+        "SELECT * FROM t WHERE ts > to_timestamp(c, 'YYYY')",
+        "SELECT * FROM t WHERE ts > to_timestamp('2026', c)",
+        "SELECT * FROM t WHERE ts > to_timestamp(1767225600)",
+        "SELECT * FROM t WHERE ts > \"to_timestamp\"('2026-01-01')",
+        "SELECT * FROM t WHERE ts > to_char('2026-01-01', 'YYYY')",
+    ] {
+        let (text, literals) = lifted(sql);
+        assert!(literals.is_empty(), "{sql} lifted {literals:?}");
+        assert!(!text.contains('$'), "{text}");
+    }
+}
+
+#[test]
 fn a_value_is_bound_only_where_it_compares_as_written() {
     let ns = DataType::Timestamp(TimeUnit::Nanosecond, None);
     let cases: Vec<(Literal, DataType, Option<ScalarValue>)> = vec![
@@ -203,6 +236,7 @@ fn a_value_is_bound_only_where_it_compares_as_written() {
 mod engine {
     use std::sync::atomic::Ordering;
 
+    use arrow::datatypes::DataType;
     use datafusion::common::ScalarValue;
     use kiln_storage::{Db, StorageConfig};
 
@@ -322,6 +356,35 @@ mod engine {
         assert!(matches!(engine.plans().shape(key), Kept::Shape(_)), "{key}");
         let s = engine.plans().statements.get(key).map(|s| s.clone());
         assert!(s.is_some_and(|s| s.choice.load(Ordering::Relaxed) != UNDECIDED));
+    }
+
+    /// Superset's time filter: the strings `TO_TIMESTAMP` and `TO_DATE`
+    /// parse are placeholders of type text, parsed when the plan runs.
+    #[tokio::test]
+    async fn superset_time_filters_share_a_kept_plan_and_answer_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = three_days(tmp.path()).await;
+        for round in 0..3 * TRIALS as i64 {
+            let day = 1 + round % 3;
+            for (end, n) in [("10:00:00.500000", 4 - day), ("09:59:59.000000", 3 - day)] {
+                let sql = format!(
+                    "SELECT count(*) FROM kv WHERE ts >= TO_DATE('0{day}.11.2026', 'DD.MM.YYYY') \
+                     AND ts < TO_TIMESTAMP('2026-11-03 {end}', 'YYYY-MM-DD HH24:MI:SS.US')"
+                );
+                assert_eq!(rows(&engine, &sql).await, [n.to_string()], "{sql}");
+            }
+        }
+        let key = "\0SELECT count(*) FROM kv WHERE ts >= TO_DATE($1, 'DD.MM.YYYY') \
+                   AND ts < TO_TIMESTAMP($2, 'YYYY-MM-DD HH24:MI:SS.US')";
+        let Kept::Shape(shape) = engine.plans().shape(key) else {
+            panic!("{key} not kept")
+        };
+        assert_eq!(shape.types, [DataType::Utf8, DataType::Utf8]);
+        // A string that does not parse fails as it does planned as written.
+        let bad = "SELECT count(*) FROM kv WHERE ts >= TO_DATE('31.02.2026', 'DD.MM.YYYY') \
+                   AND ts < TO_TIMESTAMP('2026-11-03 10:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US')";
+        let e = engine.execute(bad).await.err().expect("refused");
+        assert!(e.to_string().contains("31.02.2026"), "{e}");
     }
 
     #[tokio::test]

@@ -81,6 +81,12 @@ fn literals_that_decide_the_plan_stay() {
         "SELECT * FROM t WHERE a = CAST('7' AS BIGINT)",
         "SELECT * FROM t WHERE ts > CAST(5 AS TIMESTAMP)",
         "SELECT * FROM t WHERE ts > CAST('2026-01-01' AS TIMESTAMP) - INTERVAL '1 day'",
+        // Strings parsed by a template: only a quoted string by quoted ones.
+        "SELECT * FROM t WHERE ts > to_timestamp(c, 'YYYY')",
+        "SELECT * FROM t WHERE ts > to_timestamp('2026', c)",
+        "SELECT * FROM t WHERE ts > to_timestamp(1767225600)",
+        "SELECT * FROM t WHERE ts > \"to_timestamp\"('2026-01-01')",
+        "SELECT * FROM t WHERE ts > to_char('2026-01-01', 'YYYY')",
         "SELECT * FROM t ORDER BY a LIMIT 10 OFFSET 5",
         "INSERT INTO t VALUES (1)",
     ] {
@@ -138,17 +144,6 @@ fn a_string_parsed_by_a_template_is_lifted_and_its_templates_stay() {
             s("2026-01-09")
         ]
     );
-    for sql in [
-        "SELECT * FROM t WHERE ts > to_timestamp(c, 'YYYY')",
-        "SELECT * FROM t WHERE ts > to_timestamp('2026', c)",
-        "SELECT * FROM t WHERE ts > to_timestamp(1767225600)",
-        "SELECT * FROM t WHERE ts > \"to_timestamp\"('2026-01-01')",
-        "SELECT * FROM t WHERE ts > to_char('2026-01-01', 'YYYY')",
-    ] {
-        let (text, literals) = lifted(sql);
-        assert!(literals.is_empty(), "{sql} lifted {literals:?}");
-        assert!(!text.contains('$'), "{text}");
-    }
 }
 
 #[test]
@@ -383,7 +378,9 @@ mod engine {
         // A string that does not parse fails as it does planned as written.
         let bad = "SELECT count(*) FROM kv WHERE ts >= TO_DATE('31.02.2026', 'DD.MM.YYYY') \
                    AND ts < TO_TIMESTAMP('2026-11-03 10:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US')";
-        let e = engine.execute(bad).await.err().expect("refused");
+        let Err(e) = engine.execute(bad).await else {
+            panic!("refused")
+        };
         assert!(e.to_string().contains("31.02.2026"), "{e}");
     }
 

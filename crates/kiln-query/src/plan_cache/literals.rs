@@ -47,9 +47,9 @@ use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::logical_expr::expr::Placeholder;
 use datafusion::logical_expr::type_coercion::binary::comparison_coercion;
+use datafusion::logical_expr::{Expr as PlanExpr, LogicalPlan};
 use datafusion::sql::sqlparser::ast::{
     self, BinaryOperator, CastKind, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArguments, Query, SetExpr, Statement, TableFactor, TimezoneInfo, TypedString,
@@ -203,10 +203,9 @@ fn parsed(e: &Expr) -> Option<&Expr> {
         }
     }
     let (first, templates) = list.args.split_first()?;
-    templates
-        .iter()
-        .all(|t| string(t).is_some())
-        .then_some(())?;
+    if !templates.iter().all(|t| string(t).is_some()) {
+        return None;
+    }
     string(first)
 }
 
@@ -362,14 +361,12 @@ fn typed_placeholders(
     let typed = logical.transform_up_with_subqueries(|plan| {
         plan.map_expressions(|e| {
             e.transform_up(|e| match e {
-                datafusion::logical_expr::Expr::Placeholder(Placeholder { id, field: None })
+                PlanExpr::Placeholder(Placeholder { id, field: None })
                     if types.contains_key(&id) =>
                 {
                     let field = arrow::datatypes::Field::new("", types[&id].clone(), true);
                     let p = Placeholder::new_with_field(id, Some(Arc::new(field)));
-                    Ok(Transformed::yes(
-                        datafusion::logical_expr::Expr::Placeholder(p),
-                    ))
+                    Ok(Transformed::yes(PlanExpr::Placeholder(p)))
                 }
                 e => Ok(Transformed::no(e)),
             })

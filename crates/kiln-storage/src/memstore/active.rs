@@ -2,10 +2,12 @@
 //!
 //! Appends copy whole Arrow arrays into typed vectors pre-sized from what the
 //! previous buffer held (row count and string bytes, so there is no row-by-row
-//! re-growth). Readers never lock it for long: [`ActiveBuffer::snapshot`] turns
-//! the rows appended since the last snapshot into an immutable batch, merged
-//! with the smaller batches before it, so a row is copied a logarithmic number
-//! of times and a snapshot never copies more than the buffer.
+//! re-growth). Readers never lock it for long: [`ActiveBuffer::snapshot`] moves
+//! the rows appended since the last snapshot out of the vectors into an
+//! immutable batch (the vectors become its buffers, uncopied), merged with the
+//! smaller batches before it, so a row is copied a logarithmic number of times
+//! and a snapshot never copies more than the buffer. Each row is held once:
+//! in the vectors until a reader sees it, in a batch from then on.
 
 use std::sync::Arc;
 
@@ -15,9 +17,11 @@ use arrow::array::{
     Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray, PrimitiveArray, RecordBatch,
     StringArray,
 };
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::compute::concat_batches;
 use arrow::datatypes::{
-    DataType, Date32Type, Float64Type, Int32Type, Int64Type, SchemaRef, TimestampNanosecondType,
+    ArrowNativeType, DataType, Date32Type, Float64Type, Int32Type, Int64Type, SchemaRef,
+    TimestampNanosecondType,
 };
 
 /// Validity bits, created only once a NULL arrives.
@@ -39,10 +43,16 @@ impl Validity {
             }
         }
     }
-    fn slice(&self, a: usize, b: usize) -> Option<NullBuffer> {
-        let bits = self.0.as_ref()?;
-        let buf = BooleanBuffer::from_iter((a..b).map(|i| bits.get_bit(i)));
-        Some(NullBuffer::new(buf)).filter(|n| n.null_count() > 0)
+
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
+        self.0.as_ref().map_or(0, |b| b.capacity() / 8)
+    }
+
+    /// The bits appended, leaving none.
+    fn take(&mut self) -> Option<NullBuffer> {
+        let bits = self.0.take()?.finish();
+        Some(NullBuffer::new(bits)).filter(|n| n.null_count() > 0)
     }
 }
 
@@ -61,15 +71,22 @@ enum Column {
     },
 }
 
-fn prim<T: ArrowPrimitiveType>(
-    v: &[T::Native],
-    a: usize,
-    b: usize,
-    n: Option<NullBuffer>,
-) -> ArrayRef {
+/// `v`'s values as a buffer, `v` left empty with room for as many: the
+/// vector becomes the buffer, uncopied unless it holds more than twice
+/// the room it uses (a pre-sized vector read early).
+fn moved<T: ArrowNativeType>(v: &mut Vec<T>) -> Buffer {
+    let mut out = std::mem::replace(v, Vec::with_capacity(v.len()));
+    if out.capacity() > 2 * out.len() {
+        out.shrink_to_fit();
+    }
+    Buffer::from_vec(out)
+}
+
+fn prim<T: ArrowPrimitiveType>(v: &mut Vec<T::Native>, n: &mut Validity) -> ArrayRef {
+    let len = v.len();
     Arc::new(PrimitiveArray::<T>::new(
-        ScalarBuffer::from(v[a..b].to_vec()),
-        n,
+        ScalarBuffer::new(moved(v), 0, len),
+        n.take(),
     ))
 }
 
@@ -96,13 +113,7 @@ impl Column {
         }
     }
 
-    fn string_bytes(&self) -> usize {
-        match self {
-            Column::Utf8 { data, .. } => data.len(),
-            _ => 0,
-        }
-    }
-
+    /// Appends `arr`; `len` is how many rows the column holds before it.
     fn append(&mut self, len: usize, arr: &ArrayRef) {
         let n = arr.len();
         let nulls = arr.nulls();
@@ -147,32 +158,45 @@ impl Column {
         }
     }
 
-    /// Copies rows `a..b` into an immutable array.
-    fn slice(&self, a: usize, b: usize) -> ArrayRef {
+    /// Bytes the column's vectors hold, used or not.
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
         match self {
-            Column::Bool(bits, v) => {
-                let vals = BooleanBuffer::from_iter((a..b).map(|i| bits.get_bit(i)));
-                Arc::new(BooleanArray::new(vals, v.slice(a, b)))
-            }
-            Column::I32(x, v) => prim::<Int32Type>(x, a, b, v.slice(a, b)),
-            Column::I64(x, v) => prim::<Int64Type>(x, a, b, v.slice(a, b)),
-            Column::F64(x, v) => prim::<Float64Type>(x, a, b, v.slice(a, b)),
-            Column::Date(x, v) => prim::<Date32Type>(x, a, b, v.slice(a, b)),
-            Column::Ts(x, v) => prim::<TimestampNanosecondType>(x, a, b, v.slice(a, b)),
+            Column::Bool(b, v) => b.capacity() / 8 + v.held_bytes(),
+            Column::I32(x, v) | Column::Date(x, v) => x.capacity() * 4 + v.held_bytes(),
+            Column::I64(x, v) | Column::Ts(x, v) => x.capacity() * 8 + v.held_bytes(),
+            Column::F64(x, v) => x.capacity() * 8 + v.held_bytes(),
+            Column::Utf8 {
+                offsets,
+                data,
+                validity,
+            } => offsets.capacity() * 4 + data.capacity() + validity.held_bytes(),
+        }
+    }
+
+    /// The rows appended, as an immutable array, leaving the column empty.
+    fn take(&mut self) -> ArrayRef {
+        match self {
+            Column::Bool(bits, v) => Arc::new(BooleanArray::new(bits.finish(), v.take())),
+            Column::I32(x, v) => prim::<Int32Type>(x, v),
+            Column::I64(x, v) => prim::<Int64Type>(x, v),
+            Column::F64(x, v) => prim::<Float64Type>(x, v),
+            Column::Date(x, v) => prim::<Date32Type>(x, v),
+            Column::Ts(x, v) => prim::<TimestampNanosecondType>(x, v),
             Column::Utf8 {
                 offsets,
                 data,
                 validity,
             } => {
-                let (s, e) = (offsets[a], offsets[b]);
-                let offs: Vec<i32> = offsets[a..=b].iter().map(|o| o - s).collect();
-                // SAFETY-free path: offsets are monotonic and data came from valid UTF-8 arrays.
-                let arr = StringArray::new(
-                    OffsetBuffer::new(ScalarBuffer::from(offs)),
-                    Buffer::from(data[s as usize..e as usize].to_vec()),
-                    validity.slice(a, b),
-                );
-                Arc::new(arr)
+                let n = offsets.len();
+                let offs = ScalarBuffer::new(moved(offsets), 0, n);
+                offsets.push(0);
+                // Offsets from 0, copied from valid string arrays' offsets.
+                Arc::new(StringArray::new(
+                    OffsetBuffer::new(offs),
+                    moved(data),
+                    validity.take(),
+                ))
             }
         }
     }
@@ -182,6 +206,7 @@ impl Column {
 #[derive(Debug)]
 pub struct ActiveBuffer {
     schema: SchemaRef,
+    /// The rows appended since the last snapshot.
     columns: Vec<Column>,
     rows: usize,
     bytes: usize,
@@ -231,8 +256,9 @@ impl ActiveBuffer {
 
     /// Appends a batch already conformed to the table schema.
     pub fn append(&mut self, seq: u64, batch: &RecordBatch, bytes: usize) {
+        let unpublished = self.rows - self.published_rows;
         for (c, arr) in self.columns.iter_mut().zip(batch.columns()) {
-            c.append(self.rows, arr);
+            c.append(unpublished, arr);
         }
         self.rows += batch.num_rows();
         self.bytes += bytes;
@@ -251,31 +277,52 @@ impl ActiveBuffer {
     /// (as a freeze does).
     pub fn snapshot(&mut self) -> Vec<Arc<MemBatch>> {
         if self.rows > self.published_rows {
-            let mut start = self.published_rows;
+            let new = self.take_unpublished();
+            let mut merged = vec![];
+            let mut rows = new.num_rows();
             while let Some(last) = self.published.last()
-                && last.rows() <= self.rows - start
+                && last.rows() <= rows
             {
-                start -= last.rows();
-                self.published.pop();
+                rows += last.rows();
+                merged.extend(self.published.pop());
             }
-            let batch = self.range(start, self.rows);
+            let batch = match merged.is_empty() {
+                true => new,
+                false => {
+                    let older = merged.iter().rev().map(|b| &b.batch);
+                    concat_batches(&self.schema, older.chain([&new]))
+                        .expect("batches of one buffer share its schema")
+                }
+            };
             self.published.push(Arc::new(MemBatch::new(batch)));
-            self.published_rows = self.rows;
         }
         self.published.clone()
     }
 
-    fn range(&self, a: usize, b: usize) -> RecordBatch {
-        let cols = self.columns.iter().map(|c| c.slice(a, b)).collect();
+    /// Bytes the buffer holds: its vectors' and its batches' buffers.
+    #[cfg(test)]
+    pub(super) fn held_bytes(&self) -> usize {
+        let columns: usize = self.columns.iter().map(Column::held_bytes).sum();
+        let batches: usize = self
+            .published
+            .iter()
+            .map(|b| b.batch.get_array_memory_size())
+            .sum();
+        columns + batches
+    }
+
+    /// The rows appended since the last snapshot, moved out of the columns.
+    fn take_unpublished(&mut self) -> RecordBatch {
+        let cols = self.columns.iter_mut().map(Column::take).collect();
+        self.published_rows = self.rows;
         RecordBatch::try_new(self.schema.clone(), cols).expect("active buffer matches its schema")
     }
 
-    /// Turns the whole buffer into one immutable batch and returns a fresh,
-    /// pre-sized buffer in its place.
-    pub fn freeze(&mut self) -> RecordBatch {
-        let batch = self.range(0, self.rows);
-        let widths: Vec<usize> = self.columns.iter().map(Column::string_bytes).collect();
-        *self = ActiveBuffer::new(self.schema.clone(), self.rows, &widths);
-        batch
+    /// Every row appended, as one immutable batch: what the buffer holds
+    /// once frozen.
+    pub fn freeze(mut self) -> RecordBatch {
+        let new = self.take_unpublished();
+        let batches = self.published.iter().map(|b| &b.batch).chain([&new]);
+        concat_batches(&self.schema, batches).expect("batches of one buffer share its schema")
     }
 }

@@ -299,7 +299,7 @@ impl MemStore {
     }
 
     fn freeze_locked(&self, st: &mut State, day: i32) {
-        let Some(mut buf) = st.active.remove(&day) else {
+        let Some(buf) = st.active.remove(&day) else {
             return;
         };
         if buf.rows() == 0 {

@@ -216,3 +216,28 @@ fn query_form_has_string_views_and_is_made_once_per_batch() {
         assert!(Arc::ptr_eq(a.column(1), b.column(1)));
     }
 }
+
+#[test]
+fn a_buffer_read_after_every_write_holds_each_row_once() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 1 << 30);
+    let mut expected = vec![];
+    for k in 0..200 {
+        let b = batch(&def, 100, k * 50, 50);
+        mem.apply(k as u64 + 1, &b, 0);
+        expected.push(b);
+        mem.snapshot();
+    }
+    // The rows a snapshot has published leave the buffer's vectors: they
+    // are held in its batches only (before, the vectors kept every row
+    // too, twice the bytes appended).
+    let held = mem.state.lock().active[&100].held_bytes();
+    let appended = mem.bytes();
+    assert!(held < appended * 5 / 4, "{held} bytes held for {appended} appended");
+    let all = concat_batches(&def.arrow_schema(), &expected).unwrap();
+    assert_eq!(all_rows(&def, &mem.snapshot()), all);
+    // Frozen, the buffer's rows are one batch, in order.
+    let set = mem.begin_flush();
+    assert_eq!(set.chunks.len(), 1);
+    assert_eq!(set.chunks[0].batch.batch, all);
+}

@@ -72,11 +72,12 @@ enum Column {
 }
 
 /// `v`'s values as a buffer, `v` left empty with room for as many: the
-/// vector becomes the buffer, uncopied unless it holds more than twice
-/// the room it uses (a pre-sized vector read early).
+/// vector becomes the buffer, uncopied unless its room exceeds its values
+/// by more than an eighth (growth slack, a pre-sized vector read early),
+/// which a batch would keep for its life.
 fn moved<T: ArrowNativeType>(v: &mut Vec<T>) -> Buffer {
     let mut out = std::mem::replace(v, Vec::with_capacity(v.len()));
-    if out.capacity() > 2 * out.len() {
+    if out.capacity() > out.len() + out.len() / 8 {
         out.shrink_to_fit();
     }
     Buffer::from_vec(out)

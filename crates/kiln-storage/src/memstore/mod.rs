@@ -82,13 +82,6 @@ impl MemBatch {
         self.derived.lock().iter().map(|(k, _)| *k).collect()
     }
 
-    /// The value kept with this batch under `key`, if one of type `T` is.
-    pub fn kept<T: Any + Send + Sync>(&self, key: DerivedKey) -> Option<Arc<T>> {
-        let derived = self.derived.lock();
-        let (_, v) = derived.iter().find(|(k, _)| *k == key)?;
-        v.clone().downcast::<T>().ok()
-    }
-
     /// The value kept with this batch under `key`, made by `make` on first
     /// use. It lives as long as the batch (until its rows are flushed, or
     /// merged into a larger batch), and its memory is not counted in the

@@ -21,7 +21,8 @@ HTTP=127.0.0.1:18193; PG=15543; DIR=/tmp/memstore-run
 rm -rf "$DIR"
 "$BIN" serve --data-dir "$DIR" --http-addr $HTTP --pg-addr 127.0.0.1:$PG 2>/tmp/memstore-server.log &
 P=$!
-trap 'kill $P 2>/dev/null || true' EXIT
+LOADS=""
+trap 'kill $P $LOADS 2>/dev/null || true' EXIT
 for _ in $(seq 200); do curl -sf "http://$HTTP/ready" >/dev/null && break; sleep 0.3; done
 sql() { curl -sf -H 'Content-Type: application/sql' --data-binary "$1" "http://$HTTP/v1/sql"; }
 sql "$(cat "$ROOT/bench/sql/abtest.kiln.sql")" >/dev/null

@@ -243,3 +243,68 @@ fn a_buffer_read_after_every_write_holds_each_row_once() {
     assert_eq!(set.chunks.len(), 1);
     assert_eq!(set.chunks[0].batch.batch, all);
 }
+
+/// `n` rows from `start` without a NULL in any column.
+fn dense(def: &TableDef, day: i64, start: i64, n: i64) -> RecordBatch {
+    let ids: Vec<i64> = (start..start + n).collect();
+    RecordBatch::try_new(
+        def.arrow_schema(),
+        vec![
+            Arc::new(TimestampNanosecondArray::from_iter_values(
+                ids.iter().map(|i| day * NANOS_PER_DAY + i),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                ids.iter().map(|i| format!("dense string {i}")),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                ids.iter().map(|i| *i as f64),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                ids.iter().map(|i| Some(i % 2 == 1)),
+            )),
+            Arc::new(Int64Array::from_iter_values(ids.iter().copied())),
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+fn rows_stay_whole_however_appends_snapshots_and_freezes_interleave() {
+    let def = def();
+    // A freeze every few dozen writes.
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 8192);
+    let mut expected = vec![];
+    let mut x = 0x9e37_79b9_u64;
+    let mut next = |m: u64| {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (x >> 33) % m
+    };
+    let mut start = 0;
+    for seq in 1..=400 {
+        // Writes with and without NULLs, of 1 to 40 rows; a NULL may come
+        // after rows without any in the same unread stretch.
+        let n = next(40) as i64 + 1;
+        let b = match next(3) {
+            0 => dense(&def, 100, start, n),
+            _ => batch(&def, 100, start, n),
+        };
+        start += n;
+        mem.apply(seq, &b, 0);
+        expected.push(b);
+        if next(4) == 0 {
+            let got = all_rows(&def, &mem.snapshot());
+            assert_eq!(
+                got,
+                concat_batches(&def.arrow_schema(), &expected).unwrap(),
+                "after write {seq}"
+            );
+        }
+    }
+    let snap = mem.snapshot();
+    assert!(snap.version.frozen.len() > 2, "freezes happened");
+    let all = concat_batches(&def.arrow_schema(), &expected).unwrap();
+    assert_eq!(all_rows(&def, &snap), all);
+    let set = mem.begin_flush();
+    let flushed: Vec<_> = set.chunks.iter().map(|c| c.batch.batch.clone()).collect();
+    assert_eq!(concat_batches(&def.arrow_schema(), &flushed).unwrap(), all);
+}

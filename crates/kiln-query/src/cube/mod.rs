@@ -265,7 +265,7 @@ impl Cubes {
         let all = batch.derived((id, u64::MAX), OnceCell::<Arc<MemStates>>::new);
         let all = all
             .get_or_try_init(|| async {
-                let rows = cube.states_of(batch.viewed().clone()).await?;
+                let rows = cube.states_of(cube.read(batch.viewed())?).await?;
                 let rows = cube.for_scan(rollup::sorted(rows, cube.def.dimensions.len())?)?;
                 let ts = batch.batch.column(time_column);
                 let ts = ts.as_primitive::<TimestampNanosecondType>();
@@ -451,6 +451,7 @@ impl CubeBuilder for PartBuilder {
             reason: e,
         };
         Some(Box::pin(async move {
+            let rows = plan.read(&rows).map_err(|e| failed(e.to_string()))?;
             let rows = kiln_storage::memstore::view_strings(&rows);
             plan.states_of(rows)
                 .await

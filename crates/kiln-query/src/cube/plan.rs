@@ -63,10 +63,13 @@ pub struct CubePlan {
     /// DataFusion's optimizer leaves a query's (analyzed, simplified).
     pub dimensions: Vec<Expr>,
     pub measures: Vec<Measure>,
-    /// The partial aggregation over the table's (view) schema.
+    /// The table's columns the dimensions and measures read, in table
+    /// order ([`Self::read`]).
+    pub projection: Vec<usize>,
+    /// The partial aggregation over those columns (view schema).
     group_by: PhysicalGroupBy,
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
-    /// The table's view schema, the input of `aggregate`.
+    /// Those columns of the table's view schema, the input of `aggregate`.
     input: SchemaRef,
     /// What a part holds: dimension columns, then each measure's states.
     pub schema: SchemaRef,
@@ -179,7 +182,9 @@ impl CubePlan {
         dimensions: Vec<Expr>,
         funcs: Vec<AggregateFunction>,
     ) -> Result<Self> {
-        let input = view_schema(&table.schema);
+        let view = view_schema(&table.schema);
+        let projection = read_columns(&view, &dimensions, &funcs);
+        let input = Arc::new(view.project(&projection)?);
         let df_schema = DFSchema::try_from(input.as_ref().clone())?;
         let props = state.execution_props();
         let planning = PhysicalPlanningContext::default();
@@ -285,6 +290,7 @@ impl CubePlan {
             def,
             dimensions,
             measures,
+            projection,
             group_by,
             aggregates,
             input,
@@ -313,8 +319,16 @@ impl CubePlan {
         self.ordinals.iter().map(|(_, o)| o.bytes()).sum()
     }
 
-    /// The cube's states over `rows` (of the table's view schema), every
-    /// group aggregated: a part's rows ([`Self::schema`]), unsorted.
+    /// The columns of `rows` (of the table's schema, strings viewed or not)
+    /// the cube reads: what [`Self::states_of`] and [`Self::aggregate`]
+    /// take. A scan reading only these copies only these.
+    pub fn read(&self, rows: &RecordBatch) -> DfResult<RecordBatch> {
+        Ok(rows.project(&self.projection)?)
+    }
+
+    /// The cube's states over `rows` (as [`Self::read`] returns them, strings
+    /// viewed), every group aggregated: a part's rows ([`Self::schema`]),
+    /// unsorted.
     pub async fn states_of(&self, rows: RecordBatch) -> DfResult<RecordBatch> {
         let input = MemorySourceConfig::try_new_exec(&[vec![rows]], self.input.clone(), None)?;
         let states = self
@@ -331,8 +345,9 @@ impl CubePlan {
         Ok(concat_batches(&self.schema, &batches)?)
     }
 
-    /// The cube's states over `rows` (an input of the table's view schema):
-    /// dimension values and each measure's partial state, per group.
+    /// The cube's states over `rows` (an input of [`Self::read`]'s columns,
+    /// strings viewed): dimension values and each measure's partial state,
+    /// per group.
     pub fn aggregate(&self, rows: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(AggregateExec::try_new(
             AggregateMode::Partial,
@@ -395,6 +410,35 @@ fn check_measure(sql: &str, f: &AggregateFunction) -> Result<()> {
         return Err(Error::Sql(format!("measure {sql}: not deterministic")));
     }
     Ok(())
+}
+
+/// The indexes of `schema`'s columns that `dimensions` and `funcs` read,
+/// ascending; at least one, so that a batch of them still counts its rows
+/// (`count(*)` with no dimension reads none).
+pub(super) fn read_columns(
+    schema: &Schema,
+    dimensions: &[Expr],
+    funcs: &[AggregateFunction],
+) -> Vec<usize> {
+    let mut names = std::collections::HashSet::new();
+    let exprs = dimensions.iter().chain(funcs.iter().flat_map(|f| {
+        (f.params.args.iter())
+            .chain(f.params.filter.as_deref())
+            .chain(f.params.order_by.iter().map(|o| &o.expr))
+    }));
+    for e in exprs {
+        for c in e.column_refs() {
+            names.insert(c.name.clone());
+        }
+    }
+    let read: Vec<usize> = (schema.fields().iter().enumerate())
+        .filter(|(_, f)| names.contains(f.name()))
+        .map(|(i, _)| i)
+        .collect();
+    match read.is_empty() {
+        true => vec![0],
+        false => read,
+    }
 }
 
 /// Whether every function `e` calls gives the same result for the same

@@ -417,7 +417,7 @@ impl CubeScanExec {
         filter: Option<Arc<dyn PhysicalExpr>>,
         ctx: &Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let rows = table.scan_pinned(snapshot, filter, ctx)?;
+        let rows = table.scan_pinned(snapshot, &cube.projection, filter, ctx)?;
         let rows: Arc<dyn ExecutionPlan> = match rows.output_partitioning().partition_count() {
             1 => rows,
             _ => Arc::new(CoalescePartitionsExec::new(rows)),

@@ -372,3 +372,28 @@ async fn queries_missing_the_same_part_make_it_once() {
     assert_eq!(made.load(Ordering::SeqCst), 1);
     assert!(cubes.making.is_empty());
 }
+
+#[test]
+fn a_cube_reads_only_the_columns_its_dimensions_and_measures_name() {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::functions_aggregate::expr_fn::{count, sum};
+    use datafusion::logical_expr::{Expr, col, lit};
+
+    let schema = Schema::new(
+        ["a", "b", "c", "d", "e"]
+            .map(|n| Field::new(n, DataType::Int64, true))
+            .to_vec(),
+    );
+    let func = |e: Expr| match e {
+        Expr::AggregateFunction(f) => f,
+        e => panic!("{e}"),
+    };
+    let dims = [col("e").gt(lit(0)), col("b")];
+    let read = super::plan::read_columns(&schema, &dims, &[func(sum(col("d") + col("b")))]);
+    assert_eq!(read, [1, 3, 4]);
+    // `count(*)` alone names no column: one is still read, to count rows.
+    assert_eq!(
+        super::plan::read_columns(&schema, &[], &[func(count(lit(1)))]),
+        [0]
+    );
+}

@@ -101,12 +101,13 @@ impl KilnTable {
     }
 
     /// A scan of `snapshot`, pinned by the caller, planned now from an
-    /// execution's context rather than by DataFusion's planner: all
-    /// columns, the rows passing `predicate` (over the view schema), one
-    /// partition. A cube reads its raw rows with it.
+    /// execution's context rather than by DataFusion's planner: the
+    /// `projection`'s columns of the rows passing `predicate` (over the
+    /// whole view schema), one partition. A cube reads its raw rows with it.
     pub(crate) fn scan_pinned(
         &self,
         snapshot: TableSnapshot,
+        projection: &[usize],
         predicate: Option<Arc<dyn PhysicalExpr>>,
         ctx: &TaskContext,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
@@ -120,7 +121,7 @@ impl KilnTable {
         let spec = ScanSpec {
             store: ctx.runtime_env().object_store(&store_url)?,
             store_url,
-            projection: None,
+            projection: Some(projection.to_vec()),
             limit: None,
             target: 1,
             conjuncts: predicate

@@ -33,6 +33,13 @@
 //! planned as written. Only types whose meaning depends on nothing else
 //! are lifted (`TIMESTAMP` without a time zone, `DATE`).
 //!
+//! A typed string shifted by a written interval (`CAST('...' AS
+//! TIMESTAMP) - INTERVAL '1 day'`, `DATE '...' + INTERVAL '7 days'`), as
+//! dashboards write a range relative to its end, is lifted as well: the
+//! string becomes a placeholder inside a cast to the same type, and binds
+//! as text, which the cast converts when the plan runs, as the planner
+//! converted the literal. The interval stays: it is part of the shape.
+//!
 //! Superset writes a time filter on a PostgreSQL database as a string
 //! parsed by a template, `TO_TIMESTAMP('...', 'YYYY-MM-DD HH24:MI:SS.US')`
 //! (or `TO_DATE`): the string (the call's first argument) is lifted, the
@@ -279,7 +286,8 @@ fn typed(t: &ast::DataType) -> Option<DataType> {
 }
 
 /// Makes `e`, if a liftable literal, the next placeholder; the string of
-/// a time parsed from one ([`parsed`]) too.
+/// a time parsed from one ([`parsed`]) or shifted by an interval
+/// ([`shifted_mut`]) too.
 fn replace(e: &mut Expr, out: &mut Vec<Literal>) {
     let e = match parsed_mut(e) {
         Some(string) => string,
@@ -287,7 +295,81 @@ fn replace(e: &mut Expr, out: &mut Vec<Literal>) {
     };
     if let Some(l) = literal(e) {
         out.push(l);
-        *e = Expr::Value(Value::Placeholder(format!("${}", out.len())).into());
+        *e = placeholder(out.len());
+    } else if let Some(time) = shifted_mut(e)
+        && let Some((value, data_type)) = time_string(time)
+    {
+        out.push(Literal::String(value.to_string()));
+        *time = Expr::Cast {
+            kind: CastKind::Cast,
+            expr: Box::new(placeholder(out.len())),
+            data_type: data_type.clone(),
+            array: false,
+            format: None,
+        };
+    }
+}
+
+/// The `n`th placeholder, `$n`.
+fn placeholder(n: usize) -> Expr {
+    Expr::Value(Value::Placeholder(format!("${n}")).into())
+}
+
+/// A string the query gives a type [`typed`] lifts (`TIMESTAMP '...'`,
+/// `CAST('...' AS DATE)`, `'...'::timestamp`): the string and the type.
+fn time_string(e: &Expr) -> Option<(&str, &ast::DataType)> {
+    let (value, data_type) = match e {
+        Expr::Nested(inner) => return time_string(inner),
+        Expr::TypedString(TypedString {
+            data_type, value, ..
+        }) => (&value.value, data_type),
+        Expr::Cast {
+            kind: CastKind::Cast | CastKind::DoubleColon,
+            expr,
+            data_type,
+            array: false,
+            format: None,
+        } => match expr.as_ref() {
+            Expr::Value(v) => (&v.value, data_type),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    typed(data_type)?;
+    match value {
+        Value::SingleQuotedString(s) => Some((s, data_type)),
+        _ => None,
+    }
+}
+
+/// In a time shifted by a written interval (`TIMESTAMP '...' - INTERVAL
+/// '1 day'`, `CAST('...' AS DATE) + INTERVAL '7 days'`, in parentheses or
+/// not), the typed string ([`time_string`]), to replace: its string
+/// becomes a placeholder inside a cast to the same type, bound as text,
+/// so the plan converts it as the query did (module docs).
+fn shifted_mut(e: &mut Expr) -> Option<&mut Expr> {
+    let Expr::BinaryOp { left, op, right } = e else {
+        return match e {
+            Expr::Nested(inner) => shifted_mut(inner),
+            _ => None,
+        };
+    };
+    let is_interval = |e: &Expr| {
+        let mut e = e;
+        while let Expr::Nested(inner) = e {
+            e = inner;
+        }
+        matches!(e, Expr::Interval(i) if matches!(i.value.as_ref(),
+            Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_))))
+    };
+    match op {
+        BinaryOperator::Plus | BinaryOperator::Minus
+            if is_interval(right) && time_string(left).is_some() =>
+        {
+            Some(left)
+        }
+        BinaryOperator::Plus if is_interval(left) && time_string(right).is_some() => Some(right),
+        _ => None,
     }
 }
 

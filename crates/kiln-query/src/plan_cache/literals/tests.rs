@@ -80,7 +80,6 @@ fn literals_that_decide_the_plan_stay() {
         "SELECT * FROM t WHERE ts > TRY_CAST('2026-01-01' AS TIMESTAMP)",
         "SELECT * FROM t WHERE a = CAST('7' AS BIGINT)",
         "SELECT * FROM t WHERE ts > CAST(5 AS TIMESTAMP)",
-        "SELECT * FROM t WHERE ts > CAST('2026-01-01' AS TIMESTAMP) - INTERVAL '1 day'",
         // Strings parsed by a template: only a quoted string by quoted ones.
         "SELECT * FROM t WHERE ts > to_timestamp(c, 'YYYY')",
         "SELECT * FROM t WHERE ts > to_timestamp('2026', c)",
@@ -121,6 +120,31 @@ fn strings_given_a_type_are_lifted_with_it() {
             typed("2026-01-05", DataType::Date32),
             n("7"),
         ]
+    );
+}
+
+#[test]
+fn a_typed_string_shifted_by_an_interval_is_lifted_inside_its_cast() {
+    let (text, literals) = lifted(
+        "SELECT count(*) FROM t WHERE ts >= CAST('2026-01-08' AS TIMESTAMP) - INTERVAL '1 day' \
+         AND ts < (INTERVAL '7 days' + (DATE '2026-01-01')) \
+         AND ts >= '2026-01-02'::timestamp + INTERVAL '6' HOUR \
+         AND ts < ts + INTERVAL '1 day' AND ts > CAST(x AS TIMESTAMP) - INTERVAL '1 day' \
+         AND ts > TIMESTAMPTZ '2026-01-01' - INTERVAL '1 day' \
+         AND ts > TIMESTAMP '2026-01-01' - '1 day'",
+    );
+    assert_eq!(
+        text,
+        "SELECT count(*) FROM t WHERE ts >= CAST($1 AS TIMESTAMP) - INTERVAL '1 day' \
+         AND ts < (INTERVAL '7 days' + CAST($2 AS DATE)) \
+         AND ts >= CAST($3 AS TIMESTAMP) + INTERVAL '6' HOUR \
+         AND ts < ts + INTERVAL '1 day' AND ts > CAST(x AS TIMESTAMP) - INTERVAL '1 day' \
+         AND ts > TIMESTAMPTZ '2026-01-01' - INTERVAL '1 day' \
+         AND ts > TIMESTAMP '2026-01-01' - '1 day'"
+    );
+    assert_eq!(
+        literals,
+        [s("2026-01-08"), s("2026-01-01"), s("2026-01-02")]
     );
 }
 
@@ -351,6 +375,37 @@ mod engine {
         assert!(matches!(engine.plans().shape(key), Kept::Shape(_)), "{key}");
         let s = engine.plans().statements.get(key).map(|s| s.clone());
         assert!(s.is_some_and(|s| s.choice.load(Ordering::Relaxed) != UNDECIDED));
+    }
+
+    /// A range written relative to its end, `CAST('...' AS TIMESTAMP) -
+    /// INTERVAL`: the string is a placeholder of type text inside the cast.
+    #[tokio::test]
+    async fn time_bounds_shifted_by_an_interval_share_a_kept_plan_and_answer_as_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let engine = three_days(tmp.path()).await;
+        for round in 0..3 * TRIALS as i64 {
+            let day = 2 + round % 3;
+            // The day before `day`, to just past its row or just before.
+            for (end, n) in [("10:00:00.5", 1), ("09:59:59", 0)] {
+                let sql = format!(
+                    "SELECT count(*) FROM kv WHERE ts >= CAST('2026-11-0{day}' AS TIMESTAMP) \
+                     - INTERVAL '1 day' AND ts < TIMESTAMP '2026-11-0{day} {end}' - INTERVAL '1 day'"
+                );
+                assert_eq!(rows(&engine, &sql).await, [n.to_string()], "{sql}");
+            }
+        }
+        let key = "\0SELECT count(*) FROM kv WHERE ts >= CAST($1 AS TIMESTAMP) - INTERVAL '1 day' \
+                   AND ts < CAST($2 AS TIMESTAMP) - INTERVAL '1 day'";
+        let Kept::Shape(shape) = engine.plans().shape(key) else {
+            panic!("{key} not kept")
+        };
+        assert_eq!(shape.types, [DataType::Utf8, DataType::Utf8]);
+        let bad = "SELECT count(*) FROM kv WHERE ts >= CAST('2026-11-31' AS TIMESTAMP) \
+                   - INTERVAL '1 day' AND ts < TIMESTAMP '2026-11-03' - INTERVAL '1 day'";
+        let Err(e) = engine.execute(bad).await else {
+            panic!("refused")
+        };
+        assert!(e.to_string().contains("2026-11-31"), "{e}");
     }
 
     /// Superset's time filter: the strings `TO_TIMESTAMP` and `TO_DATE`

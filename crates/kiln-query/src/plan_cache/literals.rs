@@ -251,22 +251,10 @@ fn literal(e: &Expr) -> Option<Literal> {
             _ => None,
         },
         Expr::Nested(inner) => literal(inner),
-        Expr::TypedString(TypedString {
-            data_type, value, ..
-        }) => match &value.value {
-            Value::SingleQuotedString(s) => Some(Literal::Typed(s.clone(), typed(data_type)?)),
-            _ => None,
-        },
-        Expr::Cast {
-            kind: CastKind::Cast | CastKind::DoubleColon,
-            expr,
-            data_type,
-            array: false,
-            format: None,
-        } => match literal(expr)? {
-            Literal::String(s) => Some(Literal::Typed(s, typed(data_type)?)),
-            _ => None,
-        },
+        Expr::TypedString(_) | Expr::Cast { .. } => {
+            let (s, data_type) = time_string(e)?;
+            Some(Literal::Typed(s.to_string(), typed(data_type)?))
+        }
         _ => None,
     }
 }
@@ -329,10 +317,16 @@ fn time_string(e: &Expr) -> Option<(&str, &ast::DataType)> {
             data_type,
             array: false,
             format: None,
-        } => match expr.as_ref() {
-            Expr::Value(v) => (&v.value, data_type),
-            _ => return None,
-        },
+        } => {
+            let mut expr = expr.as_ref();
+            while let Expr::Nested(inner) = expr {
+                expr = inner;
+            }
+            match expr {
+                Expr::Value(v) => (&v.value, data_type),
+                _ => return None,
+            }
+        }
         _ => return None,
     };
     typed(data_type)?;

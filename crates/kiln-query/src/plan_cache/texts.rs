@@ -25,9 +25,15 @@
 //! comments, `$n`, `?`, `#` and backticks. Parsing does not look at
 //! literal values, and the lifted ones are values compared in filters,
 //! which no rewrite reads; every other literal must be the same text. A
-//! placeholder is tied to the literal it came from by value: the value
-//! must occur once among the text's literals, or the text is not
-//! learned. That ties it right because the scanner sees every literal the
+//! placeholder is tied to the literals it may have come from by value
+//! (kind, sign and text): the value must be as many placeholders' as it
+//! is literals of the text, or the text is not learned. A value written
+//! more than once (a range's end, `ts >= CAST('<end>' AS TIMESTAMP) -
+//! INTERVAL '1 day' AND ts < '<end>'`) leaves unknown which placeholder
+//! came from which of its literals, so the template learns them as
+//! equal: a later text hits only if those literals are equal again, and
+//! each of the placeholders binds their value. That ties each
+//! placeholder right because the scanner sees every literal the
 //! tokenizer does: it hides only words of ASCII letters, digits, `_` and
 //! `$`, quoted identifiers and line comments, which the tokenizers read
 //! the same way (non-ASCII outside quotes, and CR in a comment, which
@@ -86,7 +92,7 @@ impl Door {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     Number,
     String,
@@ -257,6 +263,9 @@ pub struct Learned {
     /// The literal of each placeholder, `$1` first, with the type the
     /// text gives it, if any ([`Literal::Typed`]).
     lifted: Vec<(usize, Option<DataType>)>,
+    /// Sets of literals that must be equal: each held a value written
+    /// more than once, all of them placeholders' (module docs).
+    equal: Vec<Box<[usize]>>,
     /// The statement's PostgreSQL column labels, if the door uses them.
     pub labels: Option<Labels>,
 }
@@ -294,6 +303,10 @@ impl TextShapes {
                         .iter()
                         .zip(tokens)
                         .all(|(f, t)| f.as_deref().is_none_or(|f| f == t.raw))
+                    && v.equal.iter().all(|set| {
+                        let first = tokens[set[0]].raw;
+                        set[1..].iter().all(|&i| tokens[i].raw == first)
+                    })
             })?
             .clone();
         let literals = learned
@@ -316,7 +329,8 @@ impl TextShapes {
 
     /// Learns `template` from its text, which ran through the shape
     /// `shape` with `lifted` as its placeholders' values; nothing if a
-    /// value cannot be tied to exactly one of the text's literals.
+    /// value is not as many placeholders' as it is literals of the text
+    /// (module docs).
     pub(crate) fn learn(
         &self,
         template: &Template,
@@ -326,13 +340,11 @@ impl TextShapes {
     ) {
         let tokens = &template.tokens;
         let mut fixed: Vec<Option<Box<str>>> = tokens.iter().map(|t| Some(t.raw.into())).collect();
-        // Each value's literal, or None if it occurs more than once.
-        let mut by_value: HashMap<Cow<str>, Option<usize>> = HashMap::new();
+        // The literals of each value, and how many placeholders it is.
+        let mut by_value: HashMap<(Kind, bool, Cow<str>), (Vec<usize>, usize)> = HashMap::new();
         for (i, t) in tokens.iter().enumerate() {
-            by_value
-                .entry(t.value())
-                .and_modify(|at| *at = None)
-                .or_insert(Some(i));
+            let value = (t.kind, t.negative, t.value());
+            by_value.entry(value).or_default().0.push(i);
         }
         let mut at = Vec::with_capacity(lifted.len());
         for literal in lifted {
@@ -344,20 +356,33 @@ impl TextShapes {
                 Literal::String(s) => (Kind::String, s.as_str(), false, None),
                 Literal::Typed(s, t) => (Kind::String, s.as_str(), false, Some(t.clone())),
             };
-            let Some(&Some(i)) = by_value.get(value) else {
+            let Some((literals, placeholders)) =
+                by_value.get_mut(&(kind, negative, Cow::Borrowed(value)))
+            else {
                 return;
             };
-            let t = &tokens[i];
-            if t.kind != kind || t.negative != negative || fixed[i].is_none() {
-                return;
+            *placeholders += 1;
+            at.push((literals[0], typed));
+        }
+        let mut equal = vec![];
+        for (literals, placeholders) in by_value.into_values() {
+            match placeholders {
+                0 => continue,
+                n if n != literals.len() => return,
+                _ => {}
             }
-            fixed[i] = None;
-            at.push((i, typed));
+            for &i in &literals {
+                fixed[i] = None;
+            }
+            if literals.len() > 1 {
+                equal.push(literals.into_boxed_slice());
+            }
         }
         let learned = Arc::new(Learned {
             shape: shape.to_string(),
             fixed,
             lifted: at,
+            equal,
             labels,
         });
         // One more variant kept, unless it replaces one.

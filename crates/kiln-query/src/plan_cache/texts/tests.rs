@@ -163,20 +163,95 @@ fn a_learned_template_gives_each_text_its_own_values() {
 }
 
 #[test]
-fn a_value_not_tied_to_exactly_one_literal_is_not_learned() {
+fn a_value_not_as_many_placeholders_as_literals_is_not_learned() {
     let shapes = TextShapes::default();
     let learn = |text: &str, lifted: &[Literal]| {
         shapes.learn(&Template::of(Door::Http, text).unwrap(), "s", lifted, None);
         shapes.len()
     };
-    // The value 5 occurs twice: which one is the placeholder's is unknown.
+    // The value 5 occurs twice, once lifted: which one is unknown.
     assert_eq!(learn("SELECT v + 5 FROM t WHERE id = 5", &[number("5")]), 0);
+    // Lifted more often than written.
+    assert_eq!(
+        learn("SELECT v FROM t WHERE id = 5", &[number("5"), number("5")]),
+        0
+    );
     // Not a literal of the text, or not of its kind or sign.
     assert_eq!(learn("SELECT v FROM t WHERE id = 5", &[number("6")]), 0);
     assert_eq!(learn("SELECT v FROM t WHERE id = '5'", &[number("5")]), 0);
     assert_eq!(learn("SELECT v FROM t WHERE id = 5", &[number("-5")]), 0);
     assert_eq!(learn("SELECT v FROM t WHERE id = -5", &[number("5")]), 0);
     assert_eq!(learn("SELECT v FROM t WHERE id = 5", &[number("5")]), 1);
+}
+
+#[test]
+fn a_value_written_twice_binds_both_placeholders_while_its_literals_stay_equal() {
+    let shapes = TextShapes::default();
+    let text = |id: &str, end: &str, other: &str| {
+        format!(
+            "SELECT count(*) FROM t WHERE id = {id} AND ts >= CAST('{end}' AS TIMESTAMP) \
+             - INTERVAL '1 day' AND ts < '{end}' AND n = -{id} AND k = '{other}'"
+        )
+    };
+    let first = text("5", "2026-11-14", "5");
+    let lifted = [
+        number("5"),
+        string("2026-11-14"),
+        string("2026-11-14"),
+        number("-5"),
+        string("5"),
+    ];
+    shapes.learn(
+        &Template::of(Door::Http, &first).unwrap(),
+        "s",
+        &lifted,
+        None,
+    );
+    assert_eq!(shapes.len(), 1);
+    // The same value of another kind or sign is another value: 5, -5 and
+    // '5' are each written once.
+    let get = |t: &str| shapes.get(&Template::of(Door::Http, t).unwrap());
+    let hit = get(&text("7", "2026-11-02 10:00:00.5", "x")).unwrap();
+    assert_eq!(
+        hit.literals,
+        [
+            number("7"),
+            string("2026-11-02 10:00:00.5"),
+            string("2026-11-02 10:00:00.5"),
+            number("-7"),
+            string("x"),
+        ]
+    );
+    // Where the end's two literals differ, which placeholder is which is
+    // unknown: no hit.
+    let apart = first.replacen("2026-11-14", "2026-11-13", 1);
+    assert!(get(&apart).is_none());
+    // Learned from values written once each, the variant replaces the
+    // one with equal literals, and binds both kinds of text.
+    let lifted = [
+        number("5"),
+        string("2026-11-13"),
+        string("2026-11-14"),
+        number("-5"),
+        string("5"),
+    ];
+    shapes.learn(
+        &Template::of(Door::Http, &apart).unwrap(),
+        "s",
+        &lifted,
+        None,
+    );
+    let hit = get(&first.replacen("2026-11-14", "2026-11-01", 1)).unwrap();
+    assert_eq!(
+        hit.literals[1..3],
+        [string("2026-11-01"), string("2026-11-14")]
+    );
+    let hit = get(&text("8", "2026-11-03", "y")).unwrap();
+    assert_eq!(
+        hit.literals[1..3],
+        [string("2026-11-03"), string("2026-11-03")]
+    );
+    assert_eq!(shapes.learned.iter().map(|v| v.len()).sum::<usize>(), 1);
 }
 
 async fn engine(dir: &std::path::Path) -> Engine {
@@ -277,6 +352,69 @@ async fn texts_of_a_learned_template_run_unparsed_with_their_own_values() {
     let (answer, hit) = through_door(&e, &text("1", "b")).await;
     assert!(!hit);
     assert_eq!(answer, parsed(&e, &text("1", "b")).await);
+}
+
+/// A range written relative to its end, which it names twice, runs
+/// unparsed from the shape's second text on, each text with its own end;
+/// one whose two ends differ is parsed, and then learned apart.
+#[tokio::test]
+async fn texts_writing_a_value_twice_run_unparsed_with_their_own_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    let text = |id: &str, start: &str, end: &str| {
+        format!(
+            "SELECT id, v FROM kv WHERE id <> {id} \
+             AND ts >= CAST('{start}' AS TIMESTAMP) - INTERVAL '1 day' AND ts < '{end}' ORDER BY id"
+        )
+    };
+    assert!(
+        !through_door(&e, &text("9", "2026-11-02", "2026-11-02"))
+            .await
+            .1
+    );
+    assert!(
+        !through_door(&e, &text("9", "2026-11-03", "2026-11-03"))
+            .await
+            .1
+    );
+    for (id, end) in [
+        ("1", "2026-11-02"),
+        ("9", "2026-11-02 00:00:00.000001"),
+        ("2", "2026-11-01 23:59:59"),
+        ("9", "2026-11-01"),
+    ] {
+        let sql = text(id, end, end);
+        let (answer, hit) = through_door(&e, &sql).await;
+        assert!(hit, "{sql}");
+        assert_eq!(answer, parsed(&e, &sql).await, "{sql}");
+    }
+    // The day before the end reads rows at its end too.
+    let (answer, _) = through_door(
+        &e,
+        &text(
+            "9",
+            "2026-11-02 00:00:00.000001",
+            "2026-11-02 00:00:00.000001",
+        ),
+    )
+    .await;
+    assert!(answer.contains("| 3  | c |"), "{answer}");
+    let apart = text("9", "2026-11-02", "2026-11-01 12:00:00");
+    let (answer, hit) = through_door(&e, &apart).await;
+    assert!(!hit);
+    assert_eq!(answer, parsed(&e, &apart).await);
+    assert!(
+        answer.contains("| 1  | a |") && !answer.contains("| 3  |"),
+        "{answer}"
+    );
+    for sql in [
+        text("9", "2026-11-04", "2026-11-02"),
+        text("1", "2026-11-02", "2026-11-02"),
+    ] {
+        let (answer, hit) = through_door(&e, &sql).await;
+        assert!(hit, "{sql}");
+        assert_eq!(answer, parsed(&e, &sql).await, "{sql}");
+    }
 }
 
 /// A text sent with its values apart runs unparsed from its second run

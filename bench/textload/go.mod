@@ -1,0 +1,3 @@
+module kiln/bench/textload
+
+go 1.21

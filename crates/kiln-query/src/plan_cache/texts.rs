@@ -118,6 +118,10 @@ impl Token<'_> {
     }
 }
 
+/// What ties a placeholder to a literal: its kind, sign and text (module
+/// docs).
+type Value<'a> = (Kind, bool, Cow<'a, str>);
+
 /// A text with its plain literals masked (module docs).
 #[derive(Debug)]
 pub struct Template<'a> {
@@ -341,7 +345,7 @@ impl TextShapes {
         let tokens = &template.tokens;
         let mut fixed: Vec<Option<Box<str>>> = tokens.iter().map(|t| Some(t.raw.into())).collect();
         // The literals of each value, and how many placeholders it is.
-        let mut by_value: HashMap<(Kind, bool, Cow<str>), (Vec<usize>, usize)> = HashMap::new();
+        let mut by_value: HashMap<Value, (Vec<usize>, usize)> = HashMap::new();
         for (i, t) in tokens.iter().enumerate() {
             let value = (t.kind, t.negative, t.value());
             by_value.entry(value).or_default().0.push(i);

@@ -339,7 +339,13 @@ async fn cube_answers_equal_raw_answers() {
             assert!(rollups.count() <= MEM_ROLLUPS, "{keys:?}");
         }
     }
+    // The states count in the memstore's bytes while their rows are in
+    // it, and leave with them.
+    let charged: usize = mem.iter().map(|(_, b)| b.charged()).sum();
+    let held = db.table("ev").unwrap().mem.bytes();
+    assert!(charged > 0 && held > charged, "{charged} of {held}");
     db.flush_all().await.unwrap();
+    assert_eq!(db.table("ev").unwrap().mem.bytes(), 0);
     // A cube over existing data: segments read raw until their parts are built.
     engine.execute(CUBES[2]).await.unwrap();
     answered += check(&engine, &mut rng, 30, "new cube, not built").await;

@@ -132,11 +132,12 @@ pub struct StorageConfig {
     #[arg(long, env = "KILN_MAX_ROW_BYTES", default_value = "1MiB")]
     pub max_row_bytes: ByteSize,
 
-    /// Rows held in memory before they are flushed, all tables together (a
-    /// size such as 4GiB or a share of memory such as 25%). Past it a write
-    /// waits for flushes to make room, up to 2 s, then is refused with 503
-    /// and Retry-After (SQLSTATE 53000): writers slow down instead of the
-    /// server running out of memory when flushes fall behind.
+    /// Rows held in memory before they are flushed, with the cube states
+    /// kept with them, all tables together (a size such as 4GiB or a
+    /// share of memory such as 25%). Past it a write waits for flushes to
+    /// make room, up to 2 s, then is refused with 503 and Retry-After
+    /// (SQLSTATE 53000): writers slow down instead of the server running
+    /// out of memory when flushes fall behind.
     #[arg(long, env = "KILN_MEMSTORE_MAX_BYTES", default_value = "25%")]
     pub memstore_max_bytes: ByteSize,
 

@@ -252,7 +252,9 @@ impl Cubes {
     /// `used`: like [`Self::rolled_up`] for a part, but made from the
     /// batch's rows on first read and kept with the batch
     /// ([`MemBatch::derived`]) until its rows are flushed or merged into a
-    /// larger batch. Queries asking at once wait for one of them to make it.
+    /// larger batch, counted in the memstore's bytes meanwhile
+    /// ([`MemBatch::charge`]). Queries asking at once wait for one of them
+    /// to make it.
     async fn mem_states(
         &self,
         batch: &MemBatch,
@@ -273,6 +275,7 @@ impl Cubes {
                     min(ts).map_or(i128::MAX, i128::from),
                     max(ts).map_or(i128::MIN, i128::from),
                 );
+                batch.charge(rows.get_array_memory_size());
                 Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
             })
             .await?;
@@ -294,6 +297,7 @@ impl Cubes {
         let rolled = rolled
             .get_or_try_init(|| async {
                 let rows = rollup::rollup(cube, all.rows.clone(), used, ctx.clone()).await?;
+                batch.charge(rows.get_array_memory_size());
                 Ok::<_, DataFusionError>(Arc::new(MemStates {
                     rows,
                     time: all.time,

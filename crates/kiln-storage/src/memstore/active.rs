@@ -10,6 +10,7 @@
 //! in the vectors until a reader sees it, in a batch from then on.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
 use super::MemBatch;
 use arrow::array::BooleanBufferBuilder;
@@ -214,14 +215,23 @@ pub struct ActiveBuffer {
     /// Rows already handed to readers as `published` batches.
     published_rows: usize,
     published: Vec<Arc<MemBatch>>,
+    /// The memstore's count of bytes held, for the batches' charges.
+    held: Arc<AtomicUsize>,
     /// Smallest and largest WAL sequence appended.
     pub min_seq: u64,
     pub max_seq: u64,
 }
 
 impl ActiveBuffer {
-    /// A buffer sized for `rows` rows and `string_bytes` bytes of string data per string column.
-    pub fn new(schema: SchemaRef, rows: usize, string_bytes: &[usize]) -> Self {
+    /// A buffer sized for `rows` rows and `string_bytes` bytes of string
+    /// data per string column, whose batches' charges count in `held`
+    /// ([`MemBatch::charge`]).
+    pub fn new(
+        schema: SchemaRef,
+        rows: usize,
+        string_bytes: &[usize],
+        held: Arc<AtomicUsize>,
+    ) -> Self {
         let columns = schema
             .fields()
             .iter()
@@ -241,6 +251,7 @@ impl ActiveBuffer {
             bytes: 0,
             published_rows: 0,
             published: vec![],
+            held,
             min_seq: u64::MAX,
             max_seq: 0,
         }
@@ -295,7 +306,11 @@ impl ActiveBuffer {
                         .expect("batches of one buffer share its schema")
                 }
             };
-            self.published.push(Arc::new(MemBatch::new(batch)));
+            for b in &merged {
+                b.release();
+            }
+            let batch = MemBatch::new(batch, self.held.clone());
+            self.published.push(Arc::new(batch));
         }
         self.published.clone()
     }
@@ -324,6 +339,11 @@ impl ActiveBuffer {
     pub fn freeze(mut self) -> RecordBatch {
         let new = self.take_unpublished();
         let batches = self.published.iter().map(|b| &b.batch).chain([&new]);
-        concat_batches(&self.schema, batches).expect("batches of one buffer share its schema")
+        let all =
+            concat_batches(&self.schema, batches).expect("batches of one buffer share its schema");
+        for b in &self.published {
+            b.release();
+        }
+        all
     }
 }

@@ -10,6 +10,9 @@
 //! Every row in memory sits in an immutable [`MemBatch`], so what upper
 //! layers derive from a batch's rows (a cube's states) can be made once
 //! and kept with it ([`MemBatch::derived`]) for as long as the batch lives.
+//! What they keep is counted with the rows ([`MemBatch::charge`]) while
+//! the batch is in the memstore: a table with many cubes holds states
+//! for each, and the memstore's limits must see them.
 
 mod active;
 
@@ -47,8 +50,21 @@ pub struct FrozenChunk {
 pub struct MemBatch {
     pub batch: RecordBatch,
     viewed: OnceLock<RecordBatch>,
-    /// Values upper layers derived from the rows, by key ([`Self::derived`]).
-    derived: Mutex<Vec<(DerivedKey, Arc<dyn Any + Send + Sync>)>>,
+    derived: Mutex<Derived>,
+    /// The memstore's count of bytes held, which takes what is charged to
+    /// this batch while it is in the memstore ([`Self::charge`]).
+    held: Arc<AtomicUsize>,
+}
+
+/// What upper layers derived from a batch's rows, and its count.
+#[derive(Default)]
+struct Derived {
+    /// The values, by key ([`MemBatch::derived`]).
+    values: Vec<(DerivedKey, Arc<dyn Any + Send + Sync>)>,
+    /// Bytes charged to the batch and counted in the memstore's bytes.
+    charged: usize,
+    /// Whether the batch has left the memstore: nothing more is counted.
+    released: bool,
 }
 
 /// A key of [`MemBatch::derived`]: the deriving layer's own (a cube's id
@@ -59,17 +75,19 @@ impl std::fmt::Debug for MemBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemBatch")
             .field("rows", &self.batch.num_rows())
-            .field("derived", &self.derived.lock().len())
+            .field("derived", &self.derived.lock().values.len())
             .finish()
     }
 }
 
 impl MemBatch {
-    pub fn new(batch: RecordBatch) -> Self {
+    /// A batch whose charges count in `held` ([`Self::charge`]).
+    pub(crate) fn new(batch: RecordBatch, held: Arc<AtomicUsize>) -> Self {
         Self {
             batch,
             viewed: OnceLock::new(),
-            derived: Mutex::new(vec![]),
+            derived: Mutex::default(),
+            held,
         }
     }
 
@@ -79,15 +97,42 @@ impl MemBatch {
 
     /// The keys of the values kept with this batch.
     pub fn derived_keys(&self) -> Vec<DerivedKey> {
-        self.derived.lock().iter().map(|(k, _)| *k).collect()
+        self.derived.lock().values.iter().map(|(k, _)| *k).collect()
+    }
+
+    /// Counts `bytes` that a value derived from this batch holds in the
+    /// memstore's bytes, so its flush threshold and limit see them, until
+    /// the batch leaves the memstore: its rows flushed, or merged into a
+    /// larger batch. Once it has left, nothing is counted: its values go
+    /// when the last query reading it ends.
+    pub fn charge(&self, bytes: usize) {
+        let mut derived = self.derived.lock();
+        if !derived.released {
+            derived.charged += bytes;
+            self.held.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes charged to this batch ([`Self::charge`]); counted in the
+    /// memstore's bytes while the batch is in the memstore.
+    pub fn charged(&self) -> usize {
+        self.derived.lock().charged
+    }
+
+    /// The batch leaves the memstore: what was charged to it is no longer
+    /// counted ([`Self::charge`]). Idempotent.
+    pub(crate) fn release(&self) {
+        let mut derived = self.derived.lock();
+        if !derived.released {
+            derived.released = true;
+            self.held.fetch_sub(derived.charged, Ordering::Relaxed);
+        }
     }
 
     /// The value kept with this batch under `key`, made by `make` on first
     /// use. It lives as long as the batch (until its rows are flushed, or
-    /// merged into a larger batch), and its memory is not counted in the
-    /// memstore's bytes: a deriving layer keeps values of a bounded share
-    /// of the rows (a cube's states are at most a row per row) under a
-    /// bounded set of keys.
+    /// merged into a larger batch). Its memory counts in the memstore's
+    /// bytes once the deriving layer charges it ([`Self::charge`]).
     pub fn derived<T: Any + Send + Sync>(
         &self,
         key: DerivedKey,
@@ -108,7 +153,8 @@ impl MemBatch {
         counted: impl Fn(&DerivedKey) -> bool,
         most: usize,
     ) -> Option<Arc<T>> {
-        let mut derived = self.derived.lock();
+        let mut guard = self.derived.lock();
+        let derived = &mut guard.values;
         if let Some(v) = derived.iter().find(|(k, _)| *k == key)
             && let Ok(v) = v.1.clone().downcast::<T>()
         {
@@ -225,7 +271,8 @@ pub struct MemStore {
     time_column: usize,
     freeze_bytes: usize,
     state: Mutex<State>,
-    bytes: AtomicUsize,
+    /// Rows as counted at insert, and what is charged to their batches.
+    bytes: Arc<AtomicUsize>,
     next_chunk: AtomicU64,
 }
 
@@ -255,12 +302,14 @@ impl MemStore {
                 flushing_from: None,
                 size_hint: (1024, vec![]),
             }),
-            bytes: AtomicUsize::new(0),
+            bytes: Arc::default(),
             next_chunk: AtomicU64::new(1),
         }
     }
 
-    /// Bytes held in memory (active and frozen), kept at insert and flush: O(1).
+    /// Bytes held in memory (active and frozen): rows as counted at insert,
+    /// and what is charged to their batches ([`MemBatch::charge`]); kept at
+    /// insert, charge and flush: O(1).
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
     }
@@ -278,7 +327,12 @@ impl MemStore {
                 active, size_hint, ..
             } = &mut *st;
             let buf = active.entry(day).or_insert_with(|| {
-                ActiveBuffer::new(self.schema.clone(), size_hint.0, &size_hint.1)
+                ActiveBuffer::new(
+                    self.schema.clone(),
+                    size_hint.0,
+                    &size_hint.1,
+                    self.bytes.clone(),
+                )
             });
             buf.append(seq, &part, n);
             if buf.bytes() >= self.freeze_bytes {
@@ -304,7 +358,7 @@ impl MemStore {
         let chunk = Arc::new(FrozenChunk {
             id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
             day,
-            batch: Arc::new(MemBatch::new(batch)),
+            batch: Arc::new(MemBatch::new(batch, self.bytes.clone())),
             bytes,
         });
         let mut frozen = st.version.frozen.clone();
@@ -387,6 +441,9 @@ impl MemStore {
             drop(st);
             let freed: usize = set.chunks.iter().map(|c| c.bytes).sum();
             self.bytes.fetch_sub(freed, Ordering::Relaxed);
+            for c in &set.chunks {
+                c.batch.release();
+            }
         }
     }
 

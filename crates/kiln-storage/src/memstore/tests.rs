@@ -133,6 +133,41 @@ fn large_batches_and_what_is_derived_from_them_outlive_snapshots() {
 }
 
 #[test]
+fn what_is_charged_to_a_batch_counts_until_the_batch_leaves_the_memstore() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 1 << 30);
+    mem.apply(1, &batch(&def, 100, 1000, 64), 0);
+    let first = mem.snapshot().active[0].1[0].clone();
+    let rows = mem.bytes();
+    first.charge(1000);
+    assert_eq!(mem.bytes(), rows + 1000);
+    // Merged into a larger batch, it has left: its charge is no longer
+    // counted, nor is a later one (a query that read it before).
+    mem.apply(2, &batch(&def, 100, 2000, 64), 0);
+    let rows = mem.bytes() - 1000;
+    let merged = mem.snapshot().active[0].1.clone();
+    assert_eq!(merged.len(), 1);
+    assert_eq!(mem.bytes(), rows);
+    first.charge(50);
+    assert_eq!(mem.bytes(), rows);
+    // A freeze makes one batch of the buffer's: the ones before leave.
+    merged[0].charge(300);
+    assert_eq!(mem.bytes(), rows + 300);
+    let set = mem.begin_flush();
+    assert_eq!(mem.bytes(), rows);
+    // A flushed batch leaves with its rows.
+    set.chunks[0].batch.charge(200);
+    assert_eq!(mem.bytes(), rows + 200);
+    let manifest = Manifest {
+        version: 1,
+        flushed_seq: set.through_seq,
+        segments: vec![],
+    };
+    mem.publish(manifest, Some(&set));
+    assert_eq!(mem.bytes(), 0);
+}
+
+#[test]
 fn freezing_and_flushing_keep_every_row_exactly_once() {
     let def = def();
     let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 2048);

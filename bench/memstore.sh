@@ -5,16 +5,17 @@
 # into it at RATE rows/s for SECS s while `kiln bench query` runs the
 # dashboard's aggregates at QUERY_CLIENTS clients (0: no queries), so the
 # memstore is read as it fills. Every 5 s, and once the stream stops, it
-# prints the table's memstore bytes (as counted at insert) and the
-# server's heap (counted at the allocator), and their ratio. SECS should
-# end before the first flush (--flush-bytes, 64 MiB by default): the last
-# line then compares the two over the same rows.
+# prints the table's memstore bytes (rows as counted at insert, and the
+# cubes' states kept with in-memory batches) and the server's heap
+# (counted at the allocator), and their ratio. SECS should end before the
+# first flush (--flush-bytes, 64 MiB by default): the last line then
+# compares the two over the same rows.
 #
-#   KILN_BIN=<release kiln> [RATE=25000] [SECS=20] [QUERY_CLIENTS=20]
+#   KILN_BIN=<release kiln> [RATE=25000] [SECS=15] [QUERY_CLIENTS=20]
 #   [CUBES=1] bench/memstore.sh
 set -eu
 BIN=${KILN_BIN:?set KILN_BIN to a release build of kiln}
-RATE=${RATE:-25000}; SECS=${SECS:-20}; QC=${QUERY_CLIENTS:-20}
+RATE=${RATE:-25000}; SECS=${SECS:-15}; QC=${QUERY_CLIENTS:-20}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HTTP=127.0.0.1:18193; PG=15543; DIR=/tmp/memstore-run
 

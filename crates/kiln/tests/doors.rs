@@ -197,9 +197,11 @@ fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
     assert_eq!(s.rows(&text(9, "a")), serde_json::json!([[1, "z", "k"]]));
 
     // Time bounds written as typed strings (`TIMESTAMP '...'`, `DATE
-    // '...'`), as Tableau and Looker write them, and parsed by a template,
-    // as Superset writes them, run unparsed too.
-    let forms: [fn(u32, u32) -> String; 2] = [
+    // '...'`), as Tableau and Looker write them, parsed by a template, as
+    // Superset writes them, or shifted by an interval with the end written
+    // twice, as dashboards write a range relative to its end, run unparsed
+    // too.
+    let forms: [fn(u32, u32) -> String; 3] = [
         |from, to| {
             format!(
                 "SELECT count(*), min(name) FROM d WHERE ts >= TIMESTAMP '2026-05-0{from} 00:00:00' \
@@ -211,6 +213,13 @@ fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
                 "SELECT count(*), min(name) FROM d WHERE ts >= \
                  TO_TIMESTAMP('2026-05-0{from} 00:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US') \
                  AND ts < TO_DATE('2026-05-0{to}', 'YYYY-MM-DD')"
+            )
+        },
+        |from, to| {
+            format!(
+                "SELECT count(*), min(name) FROM d WHERE ts >= '2026-05-0{from}' \
+                 AND ts < CAST('2026-05-0{to}' AS TIMESTAMP) - INTERVAL '0 days' \
+                 AND ts - INTERVAL '1 day' < '2026-05-0{to}'"
             )
         },
     ];

@@ -252,8 +252,8 @@ fn literal(e: &Expr) -> Option<Literal> {
         },
         Expr::Nested(inner) => literal(inner),
         Expr::TypedString(_) | Expr::Cast { .. } => {
-            let (s, data_type) = time_string(e)?;
-            Some(Literal::Typed(s.to_string(), typed(data_type)?))
+            let (s, _, data_type) = time_string(e)?;
+            Some(Literal::Typed(s.to_string(), data_type))
         }
         _ => None,
     }
@@ -285,7 +285,7 @@ fn replace(e: &mut Expr, out: &mut Vec<Literal>) {
         out.push(l);
         *e = placeholder(out.len());
     } else if let Some(time) = shifted_mut(e)
-        && let Some((value, data_type)) = time_string(time)
+        && let Some((value, data_type, _)) = time_string(time)
     {
         out.push(Literal::String(value.to_string()));
         *time = Expr::Cast {
@@ -303,11 +303,19 @@ fn placeholder(n: usize) -> Expr {
     Expr::Value(Value::Placeholder(format!("${n}")).into())
 }
 
+/// `e` without the parentheses around it.
+fn unnested(mut e: &Expr) -> &Expr {
+    while let Expr::Nested(inner) = e {
+        e = inner;
+    }
+    e
+}
+
 /// A string the query gives a type [`typed`] lifts (`TIMESTAMP '...'`,
-/// `CAST('...' AS DATE)`, `'...'::timestamp`): the string and the type.
-fn time_string(e: &Expr) -> Option<(&str, &ast::DataType)> {
-    let (value, data_type) = match e {
-        Expr::Nested(inner) => return time_string(inner),
+/// `CAST('...' AS DATE)`, `'...'::timestamp`): the string, the type as
+/// written and the type the planner makes of it.
+fn time_string(e: &Expr) -> Option<(&str, &ast::DataType, DataType)> {
+    let (value, data_type) = match unnested(e) {
         Expr::TypedString(TypedString {
             data_type, value, ..
         }) => (&value.value, data_type),
@@ -317,21 +325,14 @@ fn time_string(e: &Expr) -> Option<(&str, &ast::DataType)> {
             data_type,
             array: false,
             format: None,
-        } => {
-            let mut expr = expr.as_ref();
-            while let Expr::Nested(inner) = expr {
-                expr = inner;
-            }
-            match expr {
-                Expr::Value(v) => (&v.value, data_type),
-                _ => return None,
-            }
-        }
+        } => match unnested(expr) {
+            Expr::Value(v) => (&v.value, data_type),
+            _ => return None,
+        },
         _ => return None,
     };
-    typed(data_type)?;
     match value {
-        Value::SingleQuotedString(s) => Some((s, data_type)),
+        Value::SingleQuotedString(s) => Some((s, data_type, typed(data_type)?)),
         _ => None,
     }
 }
@@ -349,11 +350,7 @@ fn shifted_mut(e: &mut Expr) -> Option<&mut Expr> {
         };
     };
     let is_interval = |e: &Expr| {
-        let mut e = e;
-        while let Expr::Nested(inner) = e {
-            e = inner;
-        }
-        matches!(e, Expr::Interval(i) if matches!(i.value.as_ref(),
+        matches!(unnested(e), Expr::Interval(i) if matches!(i.value.as_ref(),
             Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_))))
     };
     match op {

@@ -16,9 +16,11 @@
 //! planned and checked) over [`merge`] (merging states), [`distinct`]
 //! (sorted-values states of integer distinct counts) over [`ordinals`]
 //! (their values' ordinals in memory), [`statement`]
-//! (the statements' syntax) and [`unit`] (time buckets).
+//! (the statements' syntax), [`grain`] (functions of a time bucket) over
+//! [`unit`] (time buckets).
 
 pub mod distinct;
+pub mod grain;
 pub mod merge;
 pub mod ordinals;
 pub mod plan;

@@ -5,8 +5,11 @@
 //! the cube's dimensions:
 //! - a group key, a filter conjunct, or an aggregate's `FILTER` condition
 //!   that is a dimension's expression, or an expression of dimensions and
-//!   constants (`region = 'eu'`, `upper(region)`), or `date_trunc` to a
-//!   unit made of whole buckets of a dimension's (day from hour);
+//!   constants (`region = 'eu'`, `upper(region)`), or a function of a
+//!   dimension's time bucket ([`super::grain`]): `date_trunc` to a unit
+//!   made of whole buckets of the dimension's (day from hour), `CAST(ts AS
+//!   DATE)`, `extract(hour FROM ts)`, `date_bin` or `time_bucket` with a
+//!   stride of whole buckets;
 //! - a range on the raw time column (`ts >= a`, `ts < b`, with literals or
 //!   parameters) when a dimension truncates that column: whole buckets come
 //!   from the cube, the edges from raw rows ([`super::scan`]);
@@ -27,7 +30,7 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result, ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::expr::{AggregateFunction, Case, ScalarFunction};
+use datafusion::logical_expr::expr::{AggregateFunction, Case};
 use datafusion::logical_expr::utils::split_conjunction_owned;
 use datafusion::logical_expr::{
     Aggregate, BinaryExpr, Expr, Extension, Filter, LogicalPlan, Operator, Projection,
@@ -36,6 +39,7 @@ use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContex
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 
 use super::Cubes;
+use super::grain::grain;
 use super::plan::{CubePlan, unqualify};
 use super::scan::{CubeScan, TimeRange};
 use super::unit::Unit;
@@ -246,6 +250,8 @@ fn has_subquery(e: &Expr) -> bool {
 /// The cube's dimensions as the rule matches them.
 struct Dimensions<'a> {
     cube: &'a CubePlan,
+    /// The table's schema, which the expressions derived are over.
+    schema: &'a DFSchema,
     qualifier: TableReference,
 }
 
@@ -262,18 +268,21 @@ impl Dimensions<'_> {
         if let Some(i) = self.cube.dimensions.iter().position(|d| d == e) {
             return Some(self.column(i));
         }
-        if let Some((unit, arg)) = date_trunc(e) {
+        // A function of the time bucket: of the dimension instead.
+        if let Some((grain, ts)) = grain(e, self.schema) {
             for (i, d) in self.cube.dimensions.iter().enumerate() {
                 if let Some((finer, darg)) = date_trunc(d)
-                    && darg == arg
-                    && unit.covers(finer)
-                    && let Expr::ScalarFunction(f) = e
+                    && darg == ts
+                    && grain.over(finer)
                 {
-                    let args = vec![f.args[0].clone(), self.column(i)];
-                    return Some(Expr::ScalarFunction(ScalarFunction::new_udf(
-                        f.func.clone(),
-                        args,
-                    )));
+                    let dimension = self.column(i);
+                    let out = e.clone().map_children(|c| {
+                        Ok(match &c == ts {
+                            true => Transformed::yes(dimension.clone()),
+                            false => Transformed::no(c),
+                        })
+                    });
+                    return out.ok().map(|t| t.data);
                 }
             }
         }
@@ -378,6 +387,7 @@ fn answer(
     }
     let dims = Dimensions {
         cube,
+        schema: &source.schema,
         qualifier: TableReference::bare(cube.def.name.clone()),
     };
     let unknown = |what: &str, e: &Expr| format!("{what} {e} is not derived from its dimensions");

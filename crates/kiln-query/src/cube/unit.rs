@@ -47,6 +47,19 @@ impl Unit {
         }
     }
 
+    /// The length of a bucket in nanoseconds, for units of fixed length
+    /// (a week too: without a time zone it is always 7 days).
+    pub fn fixed_ns(self) -> Option<i64> {
+        Some(match self {
+            Unit::Second => SECOND,
+            Unit::Minute => 60 * SECOND,
+            Unit::Hour => 3_600 * SECOND,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            _ => return None,
+        })
+    }
+
     /// The start of the bucket holding `ns`; `None` if it is out of range.
     pub fn floor(self, ns: i64) -> Option<i64> {
         let fixed = |w: i64| ns.div_euclid(w).checked_mul(w);

@@ -47,6 +47,8 @@ use datafusion::common::{Result, plan_err};
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
 use datafusion::prelude::SessionContext;
 
+pub(crate) use pg_format::TIME_BUCKET_ORIGIN_NS;
+
 /// Registers every Kiln function on `ctx`.
 pub fn register(ctx: &SessionContext) {
     for udaf in [

@@ -189,7 +189,7 @@ struct TimeBucket {
 
 /// TimescaleDB's default origin, 2000-01-03 00:00:00 (a Monday), in
 /// nanoseconds since the epoch.
-const ORIGIN_NS: i64 = 946_857_600_000_000_000;
+pub(crate) const TIME_BUCKET_ORIGIN_NS: i64 = 946_857_600_000_000_000;
 
 impl ScalarUDFImpl for TimeBucket {
     fn name(&self) -> &str {
@@ -210,7 +210,7 @@ impl ScalarUDFImpl for TimeBucket {
         }
         let origin = match args.args[1].data_type() {
             DataType::Timestamp(unit, tz) => {
-                let ns = ScalarValue::TimestampNanosecond(Some(ORIGIN_NS), tz.clone());
+                let ns = ScalarValue::TimestampNanosecond(Some(TIME_BUCKET_ORIGIN_NS), tz.clone());
                 ns.cast_to(&DataType::Timestamp(unit, tz))?
             }
             other => return exec_err!("time_bucket needs a timestamp, not {other}"),

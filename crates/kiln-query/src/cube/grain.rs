@@ -1,0 +1,137 @@
+//! Expressions of a timestamp that are constant over each bucket of a
+//! unit, and so equal the same expression of that timestamp truncated to
+//! the unit (or to a finer one): a cube with `date_trunc('hour', ts)`
+//! answers a query grouping or filtering by any of them.
+//!
+//! Why: BI tools seldom write `date_trunc`. Metabase groups by day with
+//! `CAST(ts AS DATE)` and by hour of day or day of week with `extract`;
+//! Grafana, on a TimescaleDB-flavoured source, buckets with
+//! `time_bucket('5m', ts)`; others write `date_bin`. Each is a function of
+//! the bucket alone, which is what a cube keeps.
+//!
+//! The forms, for a timestamp without time zone (a day is then always
+//! 86,400 s, and a date is the UTC one):
+//! - `date_trunc(unit, ts)`: constant over `unit`;
+//! - `CAST(ts AS DATE)`: over a day;
+//! - `date_part(field, ts)` (`extract`) for a calendar field: `year`,
+//!   `quarter`, `month`, `week` (ISO, Monday to Sunday), `day`, `dow`,
+//!   `isodow`, `doy`, `hour`, `minute`. Not `second` and finer parts, nor
+//!   `epoch`, whose fractions are finer than any bucket;
+//! - `date_bin(stride, ts [, origin])` and `time_bucket(stride, ts)`: over
+//!   any unit of fixed length (second to week) whose length divides the
+//!   stride and which has a bucket starting at the origin: each bin then
+//!   holds whole buckets.
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{DFSchema, ScalarValue};
+use datafusion::logical_expr::expr::Cast;
+use datafusion::logical_expr::{Expr, ExprSchemable};
+
+use super::unit::Unit;
+
+/// The buckets an expression of a timestamp is constant over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grain {
+    /// Each bucket of the unit.
+    Unit(Unit),
+    /// Each bin of `stride` nanoseconds from `origin`.
+    Bins { stride: i64, origin: i64 },
+}
+
+impl Grain {
+    /// Whether the expression is constant over each bucket of `finer`.
+    pub fn over(self, finer: Unit) -> bool {
+        match self {
+            Grain::Unit(u) => u.covers(finer),
+            Grain::Bins { stride, origin } => {
+                finer.fixed_ns().is_some_and(|len| stride % len == 0)
+                    && finer.floor(origin) == Some(origin)
+            }
+        }
+    }
+}
+
+/// `e`'s grain and the timestamp it is an expression of, if `e` is one of
+/// the module's forms.
+pub fn grain<'a>(e: &'a Expr, schema: &DFSchema) -> Option<(Grain, &'a Expr)> {
+    let naive = |ts: &Expr| matches!(ts.get_type(schema), Ok(DataType::Timestamp(_, None)));
+    match e {
+        Expr::Cast(Cast { expr, field }) if field.data_type() == &DataType::Date32 => {
+            naive(expr).then_some((Grain::Unit(Unit::Day), expr.as_ref()))
+        }
+        Expr::ScalarFunction(f) => {
+            let text = |a: &Expr| match a {
+                Expr::Literal(
+                    ScalarValue::Utf8(Some(s))
+                    | ScalarValue::Utf8View(Some(s))
+                    | ScalarValue::LargeUtf8(Some(s)),
+                    _,
+                ) => Some(s.to_ascii_lowercase()),
+                _ => None,
+            };
+            let (grain, ts) = match (f.name(), f.args.as_slice()) {
+                // Its unit is checked by the cube's own dimensions, which
+                // may be of a time zone: no type check.
+                ("date_trunc", [u, ts]) => {
+                    return Some((Grain::Unit(Unit::parse(&text(u)?)?), ts));
+                }
+                ("date_part", [field, ts]) => (Grain::Unit(field_unit(&text(field)?)?), ts),
+                ("date_bin", [stride, ts]) => (bins(stride, 0)?, ts),
+                ("date_bin", [stride, ts, Expr::Literal(origin, _)]) => {
+                    (bins(stride, nanos(origin)?)?, ts)
+                }
+                ("time_bucket", [stride, ts]) => (
+                    bins(stride, crate::functions::TIME_BUCKET_ORIGIN_NS)?,
+                    ts,
+                ),
+                _ => return None,
+            };
+            naive(ts).then_some((grain, ts))
+        }
+        _ => None,
+    }
+}
+
+/// The coarsest unit over which a `date_part` field is constant.
+fn field_unit(field: &str) -> Option<Unit> {
+    Some(match field {
+        "year" => Unit::Year,
+        "quarter" => Unit::Quarter,
+        "month" => Unit::Month,
+        "week" => Unit::Week,
+        "day" | "dow" | "isodow" | "doy" => Unit::Day,
+        "hour" => Unit::Hour,
+        "minute" => Unit::Minute,
+        _ => return None,
+    })
+}
+
+/// Bins of a positive fixed stride (no months) from `origin`.
+fn bins(stride: &Expr, origin: i64) -> Option<Grain> {
+    const DAY_NS: i128 = 86_400_000_000_000;
+    let ns = match stride {
+        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(i)), _) if i.months == 0 => {
+            i.days as i128 * DAY_NS + i.nanoseconds as i128
+        }
+        Expr::Literal(ScalarValue::IntervalDayTime(Some(i)), _) => {
+            i.days as i128 * DAY_NS + i.milliseconds as i128 * 1_000_000
+        }
+        _ => return None,
+    };
+    let stride = i64::try_from(ns).ok().filter(|s| *s > 0)?;
+    Some(Grain::Bins { stride, origin })
+}
+
+/// A timestamp literal without time zone in nanoseconds.
+fn nanos(v: &ScalarValue) -> Option<i64> {
+    match v {
+        ScalarValue::TimestampNanosecond(Some(x), None) => Some(*x),
+        ScalarValue::TimestampMicrosecond(Some(x), None) => x.checked_mul(1_000),
+        ScalarValue::TimestampMillisecond(Some(x), None) => x.checked_mul(1_000_000),
+        ScalarValue::TimestampSecond(Some(x), None) => x.checked_mul(1_000_000_000),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch, TimestampNanosecondArray};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, TimeUnit};
+use datafusion::datasource::MemTable;
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::prelude::SessionContext;
+
+use super::{Grain, grain};
+use crate::cube::unit::Unit;
+
+const UNITS: [Unit; 8] = [
+    Unit::Second,
+    Unit::Minute,
+    Unit::Hour,
+    Unit::Day,
+    Unit::Week,
+    Unit::Month,
+    Unit::Quarter,
+    Unit::Year,
+];
+
+/// Instants every 7 min 13.5 s over 400 days from 2025-12-01 (two new
+/// years, every kind of week, month and quarter boundary), and some before
+/// 1970, where truncation rounds down through negative values.
+fn context() -> SessionContext {
+    const START: i64 = 1_764_547_200_000_000_000; // 2025-12-01
+    const STEP: i64 = 433_500_000_000;
+    let mut ns: Vec<i64> = (0..400 * 86_400_000_000_000 / STEP)
+        .map(|i| START + i * STEP)
+        .collect();
+    ns.extend((0..2_000).map(|i| -86_400_000_000_000 * 40 + i * STEP));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("ts", DataType::Timestamp(TimeUnit::Nanosecond, None), false),
+        Field::new(
+            "tz",
+            DataType::Timestamp(TimeUnit::Nanosecond, Some("+02:00".into())),
+            false,
+        ),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(TimestampNanosecondArray::from(ns.clone())),
+            Arc::new(TimestampNanosecondArray::from(ns).with_timezone("+02:00")),
+        ],
+    )
+    .unwrap();
+    let ctx = SessionContext::new();
+    crate::functions::register(&ctx);
+    let table = MemTable::try_new(schema, vec![vec![batch]]).unwrap();
+    ctx.register_table("t", Arc::new(table)).unwrap();
+    ctx
+}
+
+/// `form`'s grain, as the rule sees it: planned, simplified and resolved.
+async fn grain_of(ctx: &SessionContext, form: &str) -> Option<Grain> {
+    let plan = ctx
+        .sql(&format!("SELECT {form} AS v FROM t"))
+        .await
+        .unwrap()
+        .into_optimized_plan()
+        .unwrap();
+    let LogicalPlan::Projection(p) = plan else {
+        panic!("{form}: {plan}")
+    };
+    let e = p.expr[0].clone().unalias();
+    let (g, ts) = grain(&e, p.input.schema())?;
+    assert!(matches!(ts, Expr::Column(c) if c.name == "ts" || c.name == "tz"));
+    Some(g)
+}
+
+/// Rows where `form` of the instant differs from `form` of the instant
+/// truncated to `unit`.
+async fn differing(ctx: &SessionContext, form: &str, unit: Unit) -> i64 {
+    let truncated = form.replace("ts", &format!("date_trunc('{}', ts)", format!("{unit:?}").to_lowercase()));
+    let sql = format!("SELECT count(*) FROM t WHERE ({form}) IS DISTINCT FROM ({truncated})");
+    let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+    batches[0].column(0).as_primitive::<Int64Type>().value(0)
+}
+
+#[tokio::test]
+async fn a_function_of_a_bucket_equals_itself_of_the_truncated_instant() {
+    let ctx = context();
+    let forms = [
+        "CAST(ts AS DATE)",
+        "date_trunc('week', ts)",
+        "date_part('year', ts)",
+        "extract(quarter FROM ts)",
+        "extract(month FROM ts)",
+        "extract(week FROM ts)",
+        "extract(day FROM ts)",
+        "extract(dow FROM ts)",
+        "extract(isodow FROM ts)",
+        "extract(doy FROM ts)",
+        "extract(hour FROM ts)",
+        "extract(minute FROM ts)",
+        "date_bin(INTERVAL '2 hours', ts)",
+        "date_bin(INTERVAL '90 minutes', ts)",
+        "date_bin(INTERVAL '1 day', ts, TIMESTAMP '2000-01-01 06:00:00')",
+        "date_bin(INTERVAL '3 days', ts, TIMESTAMP '2000-01-01')",
+        "time_bucket(INTERVAL '7 days', ts)",
+        "time_bucket(INTERVAL '5 minutes', ts)",
+    ];
+    let mut equal = 0;
+    for form in forms {
+        let g = grain_of(&ctx, form)
+            .await
+            .unwrap_or_else(|| panic!("{form}"));
+        for unit in UNITS {
+            let n = differing(&ctx, form, unit).await;
+            // Constant over the unit exactly when the grain says so.
+            assert_eq!(n == 0, g.over(unit), "{form} over {unit:?}: {n} rows differ");
+            equal += usize::from(n == 0);
+        }
+    }
+    // Both answers occur: each form is finer than a year, and not every
+    // one is coarser than a second.
+    assert!(equal > forms.len() && equal < forms.len() * UNITS.len());
+}
+
+#[tokio::test]
+async fn other_expressions_have_no_grain() {
+    let ctx = context();
+    for form in [
+        // Finer than any bucket.
+        "extract(second FROM ts)",
+        "extract(epoch FROM ts)",
+        "extract(millisecond FROM ts)",
+        // A date in another time zone than the instant's own.
+        "CAST(tz AS DATE)",
+        "extract(hour FROM tz)",
+        "date_bin(INTERVAL '1 hour', tz)",
+        // A stride of months varies in length.
+        "date_bin(INTERVAL '1 month', ts)",
+        "CAST(ts AS VARCHAR)",
+        "ts",
+    ] {
+        assert_eq!(grain_of(&ctx, form).await, None, "{form}");
+    }
+}
+
+#[test]
+fn bins_hold_whole_buckets_of_the_units_dividing_stride_and_origin() {
+    const HOUR: i64 = 3_600_000_000_000;
+    let bins = |stride, origin| Grain::Bins { stride, origin };
+    assert!(bins(2 * HOUR, 0).over(Unit::Hour));
+    assert!(!bins(2 * HOUR, 0).over(Unit::Day));
+    assert!(!bins(2 * HOUR, HOUR / 2).over(Unit::Hour));
+    assert!(bins(2 * HOUR, HOUR / 2).over(Unit::Minute));
+    assert!(bins(24 * HOUR, -24 * HOUR).over(Unit::Day));
+    // Weeks start on Mondays; 1970-01-01 was a Thursday.
+    assert!(!bins(7 * 24 * HOUR, 0).over(Unit::Week));
+    assert!(bins(14 * 24 * HOUR, 4 * 24 * HOUR).over(Unit::Week));
+    // Months vary in length.
+    assert!(!bins(31 * 24 * HOUR, 0).over(Unit::Month));
+    assert!(Grain::Unit(Unit::Day).over(Unit::Hour));
+    assert!(!Grain::Unit(Unit::Month).over(Unit::Week));
+}

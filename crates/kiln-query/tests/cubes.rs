@@ -59,7 +59,12 @@ const KEYS: &[&str] = &[
 ];
 
 /// Keys and filters of [`BUCKET_FUNCTIONS_ANSWERED`].
-const BUCKET_FUNCTIONS: &[&str] = &["CAST(ts AS DATE)", "extract(", "date_bin(INTERVAL '2", "time_bucket("];
+const BUCKET_FUNCTIONS: &[&str] = &[
+    "CAST(ts AS DATE)",
+    "extract(",
+    "date_bin(INTERVAL '2",
+    "time_bucket(",
+];
 
 const AGGREGATES: &[&str] = &[
     "count(*)",

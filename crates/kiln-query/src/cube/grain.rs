@@ -80,10 +80,9 @@ pub fn grain<'a>(e: &'a Expr, schema: &DFSchema) -> Option<(Grain, &'a Expr)> {
                 ("date_bin", [stride, ts, Expr::Literal(origin, _)]) => {
                     (bins(stride, nanos(origin)?)?, ts)
                 }
-                ("time_bucket", [stride, ts]) => (
-                    bins(stride, crate::functions::TIME_BUCKET_ORIGIN_NS)?,
-                    ts,
-                ),
+                ("time_bucket", [stride, ts]) => {
+                    (bins(stride, crate::functions::TIME_BUCKET_ORIGIN_NS)?, ts)
+                }
                 _ => return None,
             };
             naive(ts).then_some((grain, ts))

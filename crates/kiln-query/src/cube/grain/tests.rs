@@ -73,7 +73,10 @@ async fn grain_of(ctx: &SessionContext, form: &str) -> Option<Grain> {
 /// Rows where `form` of the instant differs from `form` of the instant
 /// truncated to `unit`.
 async fn differing(ctx: &SessionContext, form: &str, unit: Unit) -> i64 {
-    let truncated = form.replace("ts", &format!("date_trunc('{}', ts)", format!("{unit:?}").to_lowercase()));
+    let truncated = form.replace(
+        "ts",
+        &format!("date_trunc('{}', ts)", format!("{unit:?}").to_lowercase()),
+    );
     let sql = format!("SELECT count(*) FROM t WHERE ({form}) IS DISTINCT FROM ({truncated})");
     let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
     batches[0].column(0).as_primitive::<Int64Type>().value(0)
@@ -110,7 +113,11 @@ async fn a_function_of_a_bucket_equals_itself_of_the_truncated_instant() {
         for unit in UNITS {
             let n = differing(&ctx, form, unit).await;
             // Constant over the unit exactly when the grain says so.
-            assert_eq!(n == 0, g.over(unit), "{form} over {unit:?}: {n} rows differ");
+            assert_eq!(
+                n == 0,
+                g.over(unit),
+                "{form} over {unit:?}: {n} rows differ"
+            );
             equal += usize::from(n == 0);
         }
     }

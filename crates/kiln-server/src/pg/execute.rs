@@ -21,10 +21,11 @@ use arrow::datatypes::Schema;
 use bytes::{BufMut, BytesMut};
 use dashmap::DashMap;
 use datafusion::arrow::datatypes::DataType;
-use datafusion::common::ParamValues;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{ParamValues, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
 use datafusion_postgres::arrow_pg::datatypes::{
@@ -63,9 +64,10 @@ pub(super) async fn execute(
     if let Statement::Query(_) = stmt {
         // Named statements are the ones executed again; an unnamed one is
         // usually parsed for each execution, so its types are not kept.
+        let session = engine.session();
         let inferred = match portal.statement.id.is_empty() {
-            true => parameter_types(plan)?,
-            false => types.of(&portal.statement, plan)?,
+            true => parameter_types(plan, session)?,
+            false => types.of(&portal.statement, plan, session)?,
         };
         if let Some(types) = inferred {
             let values = match bind(portal, &types.iter().map(Some).collect::<Vec<_>>())? {
@@ -78,7 +80,7 @@ pub(super) async fn execute(
                 .map_err(to_pg);
         }
     }
-    let inferred = inferred_types(plan)?;
+    let inferred = inferred_types(plan, engine.session())?;
     let ordered: Vec<Option<DataType>> = (1..=portal.parameter_len())
         .map(|i| inferred.get(&format!("${i}")).cloned().flatten())
         .collect();
@@ -259,15 +261,20 @@ impl<S> Default for ParamTypes<S> {
 }
 
 impl<S> ParamTypes<S> {
-    /// The types of `statement`, whose plan is `plan`.
-    fn of(&self, statement: &Arc<S>, plan: &LogicalPlan) -> PgWireResult<Option<Vec<DataType>>> {
+    /// The types of `statement`, whose plan is `plan` in `session`.
+    fn of(
+        &self,
+        statement: &Arc<S>,
+        plan: &LogicalPlan,
+        session: &SessionContext,
+    ) -> PgWireResult<Option<Vec<DataType>>> {
         let key = Arc::as_ptr(statement) as usize;
         if let Some(kept) = self.by_statement.get(&key)
             && kept.0.strong_count() > 0
         {
             return Ok(kept.1.clone());
         }
-        let types = parameter_types(plan)?;
+        let types = parameter_types(plan, session)?;
         if self.by_statement.len() >= MAX_KEPT_TYPES {
             self.by_statement
                 .retain(|_, kept| kept.0.strong_count() > 0);
@@ -280,34 +287,110 @@ impl<S> ParamTypes<S> {
     }
 }
 
-/// The plan's parameter types by id: where the plan does not infer one,
+/// The plan's parameter types by id. Where the plan does not infer one:
 /// the type a parameter is cast to (`$1::INT`), as Describe reports it, so
-/// a value the client sends in binary for that type decodes as that type.
-fn inferred_types(plan: &LogicalPlan) -> PgWireResult<HashMap<String, Option<DataType>>> {
+/// a value the client sends in binary for that type decodes as that type;
+/// else the one type `session`'s analyzer casts it to where it is used (an
+/// argument of a function, `make_date(2026, 10, $2)`), as PostgreSQL
+/// infers a parameter's type from its context.
+fn inferred_types(
+    plan: &LogicalPlan,
+    session: &SessionContext,
+) -> PgWireResult<HashMap<String, Option<DataType>>> {
     let mut types = plan.get_parameter_types().map_err(api)?;
     if types.values().all(Option::is_some) {
         return Ok(types);
     }
+    for (id, ty) in placeholder_casts(plan).map_err(api)? {
+        if let Some(slot @ None) = types.get_mut(&id) {
+            *slot = ty;
+        }
+    }
+    if types.values().all(Option::is_some) {
+        return Ok(types);
+    }
+    let state = session.state();
+    // A plan the analyzer refuses fails when it runs, with its own error.
+    let Ok(analyzed) =
+        state
+            .analyzer()
+            .execute_and_check(plan.clone(), state.config_options(), |_, _| {})
+    else {
+        return Ok(types);
+    };
+    for (id, ty) in placeholder_casts(&analyzed).map_err(api)? {
+        if let Some(slot @ None) = types.get_mut(&id) {
+            *slot = ty;
+        }
+    }
+    Ok(types)
+}
+
+/// The parameter types Describe reports for `plan`: `reported`
+/// (datafusion-postgres's), each one it leaves unknown typed as
+/// [`inferred_types`] types it, as Bind then decodes it.
+pub(super) fn described_parameters(
+    reported: Vec<Type>,
+    plan: &LogicalPlan,
+    session: &SessionContext,
+) -> PgWireResult<Vec<Type>> {
+    if !reported.contains(&Type::UNKNOWN) {
+        return Ok(reported);
+    }
+    let mut inferred: Vec<(String, Option<DataType>)> =
+        inferred_types(plan, session)?.into_iter().collect();
+    inferred.sort_by_key(|(id, _)| {
+        id.trim_start_matches('$')
+            .parse::<u32>()
+            .unwrap_or(u32::MAX)
+    });
+    if inferred.len() != reported.len() {
+        return Ok(reported);
+    }
+    Ok(reported
+        .into_iter()
+        .zip(inferred)
+        .map(|(t, (_, inferred))| match (&t, inferred) {
+            (&Type::UNKNOWN, Some(ty)) => into_pg_type(&ty).unwrap_or(t),
+            _ => t,
+        })
+        .collect())
+}
+
+/// The type each untyped placeholder of `plan` is cast to; `None` for one
+/// cast to two types.
+fn placeholder_casts(plan: &LogicalPlan) -> Result<HashMap<String, Option<DataType>>> {
+    let mut casts: HashMap<String, Option<DataType>> = HashMap::new();
     plan.apply_with_subqueries(|node| {
         node.apply_expressions(|e| {
             e.apply(|e| {
                 if let Expr::Cast(cast) = e
                     && let Expr::Placeholder(p) = cast.expr.as_ref()
-                    && let Some(slot @ None) = types.get_mut(&p.id)
+                    && p.field.is_none()
                 {
-                    *slot = Some(cast.field.data_type().clone());
+                    let ty = cast.field.data_type();
+                    casts
+                        .entry(p.id.clone())
+                        .and_modify(|kept| {
+                            if kept.as_ref() != Some(ty) {
+                                *kept = None;
+                            }
+                        })
+                        .or_insert_with(|| Some(ty.clone()));
                 }
                 Ok(TreeNodeRecursion::Continue)
             })
         })
-    })
-    .map_err(api)?;
-    Ok(types)
+    })?;
+    Ok(casts)
 }
 
 /// The plan's parameter types in order (`$1`, `$2`, ...), if every one is
 /// inferred and none carries field metadata (the catalog's OID columns).
-fn parameter_types(plan: &LogicalPlan) -> PgWireResult<Option<Vec<DataType>>> {
+fn parameter_types(
+    plan: &LogicalPlan,
+    session: &SessionContext,
+) -> PgWireResult<Option<Vec<DataType>>> {
     let mut plain = true;
     plan.apply_with_subqueries(|node| {
         node.apply_expressions(|e| {
@@ -326,7 +409,7 @@ fn parameter_types(plan: &LogicalPlan) -> PgWireResult<Option<Vec<DataType>>> {
         return Ok(None);
     }
     let mut types = Vec::new();
-    for (id, ty) in inferred_types(plan)? {
+    for (id, ty) in inferred_types(plan, session)? {
         let (Some(n), Some(ty)) = (
             id.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()),
             ty,
@@ -350,6 +433,8 @@ mod tests {
 
     use std::sync::Arc;
 
+    use datafusion_postgres::pgwire::api::Type;
+
     use super::{ParamTypes, parameter_types};
 
     async fn types(sql: &str) -> Option<Vec<DataType>> {
@@ -358,7 +443,7 @@ mod tests {
             .await
             .unwrap();
         let plan = ctx.state().create_logical_plan(sql).await.unwrap();
-        parameter_types(&plan).unwrap()
+        parameter_types(&plan, &ctx).unwrap()
     }
 
     #[tokio::test]
@@ -376,6 +461,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_parameter_only_a_function_takes_has_the_type_of_its_argument() {
+        // Not typed by the plan: DataFusion infers comparisons only.
+        let sql = "SELECT count(*) FROM t WHERE ts >= make_date(2026, 10, $2) AND a = $1";
+        let ctx = SessionContext::new();
+        ctx.sql("CREATE TABLE t (a BIGINT, ts TIMESTAMP)")
+            .await
+            .unwrap();
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        assert_eq!(plan.get_parameter_types().unwrap()["$2"], None);
+        assert_eq!(
+            types(sql).await,
+            Some(vec![DataType::Int64, DataType::Int32])
+        );
+        assert_eq!(
+            types("SELECT concat($1, 'x')").await,
+            Some(vec![DataType::Utf8])
+        );
+        // Used as two types: none, as PostgreSQL refuses it.
+        assert_eq!(
+            types("SELECT make_date(2026, 10, $1), concat($1, 'x')").await,
+            None
+        );
+        // Describe reports the type Bind decodes with; a type it reported
+        // already stays.
+        let sql = "SELECT count(*) FROM t WHERE ts >= make_date(2026, 10, $1) AND a = $2";
+        let plan = ctx.state().create_logical_plan(sql).await.unwrap();
+        let described = |reported| super::described_parameters(reported, &plan, &ctx).unwrap();
+        assert_eq!(
+            described(vec![Type::UNKNOWN, Type::INT8]),
+            vec![Type::INT4, Type::INT8]
+        );
+        assert_eq!(
+            described(vec![Type::TEXT, Type::INT8]),
+            vec![Type::TEXT, Type::INT8]
+        );
+        let plan = ctx.state().create_logical_plan("SELECT $1").await.unwrap();
+        let reported = vec![Type::UNKNOWN];
+        assert_eq!(
+            super::described_parameters(reported.clone(), &plan, &ctx).unwrap(),
+            reported
+        );
+    }
+
+    #[tokio::test]
     async fn types_are_kept_per_statement_while_it_lives() {
         let ctx = SessionContext::new();
         ctx.sql("CREATE TABLE t (a BIGINT, ts TIMESTAMP)")
@@ -389,13 +518,19 @@ mod tests {
         let types = ParamTypes::default();
         let (a, a_plan) = prepare("SELECT a FROM t WHERE a = $1").await;
         let (_, ts_plan) = prepare("SELECT a FROM t WHERE ts < $1").await;
-        assert_eq!(types.of(&a, &a_plan).unwrap(), Some(vec![DataType::Int64]));
+        assert_eq!(
+            types.of(&a, &a_plan, &ctx).unwrap(),
+            Some(vec![DataType::Int64])
+        );
         // Kept for that statement: its plan is not walked again.
-        assert_eq!(types.of(&a, &ts_plan).unwrap(), Some(vec![DataType::Int64]));
+        assert_eq!(
+            types.of(&a, &ts_plan, &ctx).unwrap(),
+            Some(vec![DataType::Int64])
+        );
         // Once it is closed, its entry is dead.
         drop(a);
         let (b, b_plan) = prepare("SELECT a FROM t WHERE ts < $1").await;
         let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
-        assert_eq!(types.of(&b, &b_plan).unwrap(), Some(vec![ts]));
+        assert_eq!(types.of(&b, &b_plan, &ctx).unwrap(), Some(vec![ts]));
     }
 }

@@ -123,7 +123,11 @@ impl QueryParser for KilnParser {
     }
 
     fn get_parameter_types(&self, stmt: &Self::Statement) -> PgWireResult<Vec<Type>> {
-        self.inner.get_parameter_types(stmt)
+        let reported = self.inner.get_parameter_types(stmt)?;
+        match &stmt.1 {
+            Some((_, plan)) => execute::described_parameters(reported, plan, self.engine.session()),
+            None => Ok(reported),
+        }
     }
 
     fn get_result_schema(

@@ -194,6 +194,23 @@ def main(port: int) -> None:
         assert c.fetchall() == [("g",)]
         c.execute("SELECT name FROM pgt WHERE id = %s", (1,), prepare=True)
         assert c.fetchall() == [("a",)]
+
+    # A parameter only a function's argument types (typed as the argument,
+    # so the statement's generic plan can be kept): each execution has its
+    # own value's answer, as the same text with the value written in.
+    counts = []
+    for day in (1, 3, 5, 6, 2, 4) * 2:
+        c.execute(
+            "SELECT count(*) FROM pgt WHERE ts >= make_date(2026, 5, %s)",
+            (day,),
+            prepare=True,
+        )
+        got = c.fetchone()[0]
+        c.execute(f"SELECT count(*) FROM pgt WHERE ts >= make_date(2026, 5, {day})")
+        assert got == c.fetchone()[0], (day, got)
+        counts.append(got)
+    assert counts[:6] == [16, 14, 12, 0, 15, 13], counts
+    assert counts[6:] == counts[:6], counts
     conn.close()
     print("ok")
 

@@ -74,9 +74,8 @@ http_text() {
   chart_text "$1" "$ONE_HTTP" "$a" "$b"
 }
 
-sql() { curl -sf -H 'Content-Type: application/sql' --data-binary "$1" "http://$KILN_HTTP/v1/sql"; }
 answered() {
-  sql "SELECT sum(queries_answered) FROM system.cubes" | sed -E 's/.*"rows":\[\[([0-9]+)\]\].*/\1/'
+  kiln_sql "SELECT sum(queries_answered) FROM system.cubes" | sed -E 's/.*"rows":\[\[([0-9]+)\]\].*/\1/'
 }
 pgbench() {
   "$PG_BIN/pgbench" -n -M "$1" -h 127.0.0.1 -p "$KILN_PG_PORT" -U postgres -c "$C" -j 2 \
@@ -87,10 +86,7 @@ for build in "$@"; do
   KILN=$build
   rm -rf "$RUN"; cp -r "$DATA" "$RUN"
   kiln_start "$RUN"
-  grep -v '^--' "$CUBES" | tr '\n' ' ' | tr ';' '\n' | while read -r stmt; do
-    [ -n "${stmt// }" ] && sql "$stmt" >/dev/null
-  done
-  until sql "SELECT count(*) FROM system.cubes WHERE state <> 'ready'" | grep -q '"rows":\[\[0\]\]'; do sleep 0.2; done
+  kiln_cubes "$CUBES"
   for chart in daily hour bucket; do
     printf '%s\n%s\n' "$PG_SET" "$(pg_text $chart)" >"$WORK/pg.sql"
     for mode in simple prepared; do

@@ -31,7 +31,6 @@ SELECT date_trunc('hour', ts) AS hour, count(*) AS events FROM visits WHERE site
 SQL
 HTTP_TEXT="SELECT date_trunc('hour', ts) AS hour, count(*) AS events FROM visits WHERE site_id = {s:1-60} AND ts >= CAST('2026-10-{d:10-30} {h:10-23}:00:00' AS TIMESTAMP) - INTERVAL '6 hours' AND ts < '2026-10-{d} {h}:00:00' GROUP BY date_trunc('hour', ts) ORDER BY hour"
 
-sql() { curl -sf -H 'Content-Type: application/sql' --data-binary "$1" "http://$KILN_HTTP/v1/sql"; }
 unparsed() { curl -sf "http://$KILN_HTTP/metrics" | awk '/^kiln_plan_cache_unparsed_runs_total/ {print $2}'; }
 pgbench() {
   "$PG_BIN/pgbench" -n -M simple -h 127.0.0.1 -p "$KILN_PG_PORT" -U postgres -c "$C" -j 2 \
@@ -42,10 +41,7 @@ for build in "$@"; do
   KILN=$build
   rm -rf "$RUN"; cp -r "$DATA" "$RUN"
   kiln_start "$RUN"
-  grep -v '^--' "$ROOT/bench/cubes2.sql" | tr '\n' ' ' | tr ';' '\n' | while read -r stmt; do
-    [ -n "${stmt// }" ] && sql "$stmt" >/dev/null
-  done
-  until sql "SELECT count(*) FROM system.cubes WHERE state <> 'ready'" | grep -q '"rows":\[\[0\]\]'; do sleep 0.2; done
+  kiln_cubes "$ROOT/bench/cubes2.sql"
   pgbench 5 >/dev/null
   tps=$(pgbench "$SECS" | awk '/^tps/ {print $3}')
   echo "$build pg-simple $tps q/s unparsed=$(unparsed)"

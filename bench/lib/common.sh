@@ -31,6 +31,22 @@ kiln_start() {
   KILN_PG_PORT=$(sed -E 's/.*pg=[^ ]*:([0-9]+).*/\1/' <<<"$line")
 }
 
+# kiln_sql SQL: runs SQL through the started server's HTTP door; prints
+# its JSON answer, fails on an error.
+kiln_sql() {
+  curl -sf -H 'Content-Type: application/sql' --data-binary "$1" "http://$KILN_HTTP/v1/sql"
+}
+
+# kiln_cubes FILE: runs FILE's statements (CREATE CUBE, `--` comments
+# dropped) on the started server, then waits until every cube is built.
+kiln_cubes() {
+  grep -v '^--' "$1" | tr '\n' ' ' | tr ';' '\n' | while read -r stmt; do
+    if [ -n "${stmt// }" ]; then kiln_sql "$stmt" >/dev/null; fi
+  done
+  until kiln_sql "SELECT count(*) FROM system.cubes WHERE state <> 'ready'" |
+    grep -q '"rows":\[\[0\]\]'; do sleep 0.2; done
+}
+
 # Installs Debian's PostgreSQL server (and pgbench) if missing; sets PG_BIN.
 pg_install() {
   if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then

@@ -28,6 +28,7 @@ use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::{Expr, ExprSchemable};
 
 use super::unit::Unit;
+use crate::functions::fixed_interval_ns;
 
 /// The buckets an expression of a timestamp is constant over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,17 +108,12 @@ fn field_unit(field: &str) -> Option<Unit> {
 
 /// Bins of a positive fixed stride (no months) from `origin`.
 fn bins(stride: &Expr, origin: i64) -> Option<Grain> {
-    const DAY_NS: i128 = 86_400_000_000_000;
-    let ns = match stride {
-        Expr::Literal(ScalarValue::IntervalMonthDayNano(Some(i)), _) if i.months == 0 => {
-            i.days as i128 * DAY_NS + i.nanoseconds as i128
-        }
-        Expr::Literal(ScalarValue::IntervalDayTime(Some(i)), _) => {
-            i.days as i128 * DAY_NS + i.milliseconds as i128 * 1_000_000
-        }
-        _ => return None,
+    let Expr::Literal(stride, _) = stride else {
+        return None;
     };
-    let stride = i64::try_from(ns).ok().filter(|s| *s > 0)?;
+    let stride = i64::try_from(fixed_interval_ns(stride)?)
+        .ok()
+        .filter(|s| *s > 0)?;
     Some(Grain::Bins { stride, origin })
 }
 

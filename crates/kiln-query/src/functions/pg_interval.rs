@@ -8,13 +8,16 @@
 //! the fraction of the months spills into days (30 a month) and the
 //! fraction of the days into time (24 hours a day). A result out of range
 //! is an error, never a wrapped value.
+//!
+//! Also the length of a fixed interval (no months), which planner rules
+//! compare with time units ([`fixed_interval_ns`]).
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, IntervalMonthDayNanoArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit};
-use datafusion::common::{Result, exec_err};
+use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
@@ -122,6 +125,24 @@ impl ScalarUDFImpl for IntervalMul {
                 false => ColumnarValue::Array(array),
             },
         )
+    }
+}
+
+/// A fixed-length interval (no months) or a duration, in nanoseconds.
+pub(crate) fn fixed_interval_ns(v: &ScalarValue) -> Option<i128> {
+    const DAY_NS: i128 = 86_400_000_000_000;
+    match v {
+        ScalarValue::DurationNanosecond(Some(d)) => Some(*d as i128),
+        ScalarValue::DurationMicrosecond(Some(d)) => Some(*d as i128 * 1_000),
+        ScalarValue::DurationMillisecond(Some(d)) => Some(*d as i128 * 1_000_000),
+        ScalarValue::DurationSecond(Some(d)) => Some(*d as i128 * 1_000_000_000),
+        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            Some(i.days as i128 * DAY_NS + i.nanoseconds as i128)
+        }
+        ScalarValue::IntervalDayTime(Some(i)) => {
+            Some(i.days as i128 * DAY_NS + i.milliseconds as i128 * 1_000_000)
+        }
+        _ => None,
     }
 }
 

@@ -43,6 +43,8 @@ use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Ope
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use crate::functions::fixed_interval_ns;
+
 /// The optimizer rule; see the module docs.
 #[derive(Debug, Default)]
 pub struct TimePredicates;
@@ -131,24 +133,6 @@ fn timestamp(v: &ScalarValue) -> Option<Ts> {
         tick_ns,
         make,
     })
-}
-
-/// A fixed-length interval (no months) or a duration, in nanoseconds.
-fn fixed_interval_ns(v: &ScalarValue) -> Option<i128> {
-    const DAY_NS: i128 = 86_400_000_000_000;
-    match v {
-        ScalarValue::DurationNanosecond(Some(d)) => Some(*d as i128),
-        ScalarValue::DurationMicrosecond(Some(d)) => Some(*d as i128 * 1_000),
-        ScalarValue::DurationMillisecond(Some(d)) => Some(*d as i128 * 1_000_000),
-        ScalarValue::DurationSecond(Some(d)) => Some(*d as i128 * 1_000_000_000),
-        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
-            Some(i.days as i128 * DAY_NS + i.nanoseconds as i128)
-        }
-        ScalarValue::IntervalDayTime(Some(i)) => {
-            Some(i.days as i128 * DAY_NS + i.milliseconds as i128 * 1_000_000)
-        }
-        _ => None,
-    }
 }
 
 fn is_comparison(op: Operator) -> bool {

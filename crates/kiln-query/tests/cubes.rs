@@ -56,6 +56,11 @@ const KEYS: &[&str] = &[
     "time_bucket(INTERVAL '1 day', ts)",
     // Bins cutting hours: read raw.
     "date_bin(INTERVAL '90 minutes', ts)",
+    // Of a shifted timestamp: weeks from Sunday (Metabase, Superset), days
+    // two hours ahead (of hours only), and days from 00:30 (read raw).
+    "date_trunc('week', ts + INTERVAL '1 day') - INTERVAL '1 day'",
+    "CAST(ts + INTERVAL '2 hours' AS DATE)",
+    "date_trunc('day', ts - INTERVAL '30 minutes')",
 ];
 
 /// Keys and filters of [`BUCKET_FUNCTIONS_ANSWERED`].
@@ -261,6 +266,11 @@ async fn prepared(engine: &Engine, sql: &str, (a, b): (i64, i64)) -> String {
 /// ([`with_range`]) that a cube answered.
 static SHIFTED_ANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Queries grouping by a function of a shifted timestamp
+/// (`ts + INTERVAL ...`) that a cube answered.
+static SHIFTED_BUCKETS_ANSWERED: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// Queries grouping or filtering by a function of a bucket other than
 /// `date_trunc` ([`BUCKET_FUNCTIONS`]) that a cube answered.
 static BUCKET_FUNCTIONS_ANSWERED: std::sync::atomic::AtomicUsize =
@@ -307,6 +317,9 @@ async fn check_until(
             }
             if BUCKET_FUNCTIONS.iter().any(|f| literal.contains(f)) {
                 BUCKET_FUNCTIONS_ANSWERED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            if literal.contains("ts + INTERVAL") {
+                SHIFTED_BUCKETS_ANSWERED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         if let Some(r) = range {
@@ -396,6 +409,11 @@ async fn cube_answers_equal_raw_answers() {
         functions > 20,
         "{functions} queries by functions of a bucket answered from cubes"
     );
+    let shifted = SHIFTED_BUCKETS_ANSWERED.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        shifted > 5,
+        "{shifted} queries by functions of a shifted timestamp answered from cubes"
+    );
     let cubes = rows_of(&engine, "SELECT name, state, segments = segments_covered AS all_built FROM system.cubes ORDER BY name").await;
     assert!(
         !cubes.contains("building") && !cubes.contains("false"),
@@ -448,10 +466,32 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
             "SELECT date_bin(INTERVAL '90 minutes', ts) AS b, count(*) FROM ev GROUP BY 1",
             "group key date_bin(",
         ),
+        // Of a timestamp shifted by whole buckets of the cube's unit.
+        (
+            "SELECT date_trunc('week', ts + INTERVAL '1 day') - INTERVAL '1 day' AS w, \
+             count(*) FROM ev GROUP BY 1",
+            "cube=by_day",
+        ),
+        (
+            "SELECT CAST(ts + INTERVAL '2 hours' AS DATE) AS d, count(*) FROM ev GROUP BY 1",
+            "cube=by_hour",
+        ),
+        (
+            "SELECT date_trunc('day', ts - INTERVAL '30 minutes') AS d, count(*) FROM ev \
+             GROUP BY 1",
+            "group key date_trunc(",
+        ),
     ] {
         let explain = rows_of(&engine, &format!("EXPLAIN {sql}")).await;
         assert!(explain.contains(answer), "{sql}: {explain}");
     }
+    // Two keys derived from one dimension, one named as the dimension.
+    let sql = "SELECT CAST(ts AS DATE) AS a, date_trunc('day', ts) AS b, count(*) AS n \
+               FROM ev GROUP BY 1, 2 ORDER BY 1";
+    let explain = rows_of(&engine, &format!("EXPLAIN {sql}")).await;
+    assert!(explain.contains("cube=by_day"), "{explain}");
+    let raw = sql.replace("FROM ev", "FROM (SELECT * FROM ev LIMIT 1000000000) AS ev");
+    assert_eq!(rows_of(&engine, sql).await, rows_of(&engine, &raw).await);
     // An equality on a cube's leading dimension reads a slice of each part.
     engine.execute(CUBES[3]).await.unwrap();
     engine.db().build_cube_parts().await.unwrap();

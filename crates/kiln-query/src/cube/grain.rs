@@ -21,6 +21,14 @@
 //!   any unit of fixed length (second to week) whose length divides the
 //!   stride and which has a bucket starting at the origin: each bin then
 //!   holds whole buckets.
+//!
+//! The timestamp may be shifted first by a fixed length (`ts + INTERVAL
+//! '1 day'`, of a timestamp without time zone): Metabase and Superset
+//! start weeks on Sunday with `date_trunc('week', ts + INTERVAL '1 day') -
+//! INTERVAL '1 day'`, and dashboards of naive timestamps move days to a
+//! local time with `ts + INTERVAL '2 hours'`. A shift by whole buckets of
+//! a fixed unit maps each bucket onto one bucket, so a form constant over
+//! the unit stays so ([`Grain::over`]; [`unshifted`] finds the shift).
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, ScalarValue};
@@ -28,7 +36,7 @@ use datafusion::logical_expr::expr::Cast;
 use datafusion::logical_expr::{Expr, ExprSchemable};
 
 use super::unit::Unit;
-use crate::functions::fixed_interval_ns;
+use crate::functions::{fixed_interval_ns, shifted};
 
 /// The buckets an expression of a timestamp is constant over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,15 +48,40 @@ pub enum Grain {
 }
 
 impl Grain {
-    /// Whether the expression is constant over each bucket of `finer`.
-    pub fn over(self, finer: Unit) -> bool {
-        match self {
-            Grain::Unit(u) => u.covers(finer),
-            Grain::Bins { stride, origin } => {
-                finer.fixed_ns().is_some_and(|len| stride % len == 0)
-                    && finer.floor(origin) == Some(origin)
+    /// Whether the expression, of a timestamp shifted by `shift`
+    /// nanoseconds, is constant over each bucket of `finer` of the
+    /// timestamp: it is of the shifted one, and the shift is whole buckets.
+    pub fn over(self, finer: Unit, shift: i128) -> bool {
+        let whole = shift == 0
+            || finer
+                .fixed_ns()
+                .is_some_and(|len| shift % i128::from(len) == 0);
+        whole
+            && match self {
+                Grain::Unit(u) => u.covers(finer),
+                Grain::Bins { stride, origin } => {
+                    finer.fixed_ns().is_some_and(|len| stride % len == 0)
+                        && finer.floor(origin) == Some(origin)
+                }
             }
-        }
+    }
+}
+
+/// `e` as a timestamp shifted by fixed lengths (`ts + INTERVAL '1 day' -
+/// INTERVAL '2 hours'`): the timestamp and the sum of the shifts in
+/// nanoseconds; `e` itself and 0 when it is not one, or the timestamp has
+/// a time zone (whose days vary in length).
+pub fn unshifted<'a>(e: &'a Expr, schema: &DFSchema) -> (&'a Expr, i128) {
+    let (mut base, mut shift) = (e, 0i128);
+    while let Expr::BinaryExpr(b) = base
+        && let Some((ts, by, sign)) = shifted(b)
+        && let Some(ns) = fixed_interval_ns(by)
+    {
+        (base, shift) = (ts, shift + sign * ns);
+    }
+    match base.get_type(schema) {
+        Ok(DataType::Timestamp(_, None)) => (base, shift),
+        _ => (e, 0),
     }
 }
 

@@ -33,13 +33,13 @@ use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::expr::{AggregateFunction, Case};
 use datafusion::logical_expr::utils::split_conjunction_owned;
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Expr, Extension, Filter, LogicalPlan, Operator, Projection,
+    Aggregate, BinaryExpr, Expr, Extension, Filter, LogicalPlan, Operator, Projection, lit,
 };
 use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 
 use super::Cubes;
-use super::grain::grain;
+use super::grain::{grain, unshifted};
 use super::plan::{CubePlan, unqualify};
 use super::scan::{CubeScan, TimeRange};
 use super::unit::Unit;
@@ -268,22 +268,32 @@ impl Dimensions<'_> {
         if let Some(i) = self.cube.dimensions.iter().position(|d| d == e) {
             return Some(self.column(i));
         }
-        // A function of the time bucket: of the dimension instead.
+        // A function of the time bucket: of the dimension instead. Each
+        // may shift the timestamp by fixed lengths; the function then reads
+        // the dimension shifted by the difference.
         if let Some((grain, ts)) = grain(e, self.schema) {
+            let (base, shift) = unshifted(ts, self.schema);
             for (i, d) in self.cube.dimensions.iter().enumerate() {
-                if let Some((finer, darg)) = date_trunc(d)
-                    && darg == ts
-                    && grain.over(finer)
-                {
-                    let dimension = self.column(i);
-                    let out = e.clone().map_children(|c| {
-                        Ok(match &c == ts {
-                            true => Transformed::yes(dimension.clone()),
-                            false => Transformed::no(c),
-                        })
-                    });
-                    return out.ok().map(|t| t.data);
+                let Some((finer, darg)) = date_trunc(d) else {
+                    continue;
+                };
+                let (dbase, dshift) = unshifted(darg, self.schema);
+                let delta = shift - dshift;
+                if dbase != base || !grain.over(finer, delta) {
+                    continue;
                 }
+                let dimension = match i64::try_from(delta) {
+                    Ok(0) => self.column(i),
+                    Ok(ns) => self.column(i) + lit(ScalarValue::new_interval_mdn(0, 0, ns)),
+                    Err(_) => continue,
+                };
+                let out = e.clone().map_children(|c| {
+                    Ok(match &c == ts {
+                        true => Transformed::yes(dimension.clone()),
+                        false => Transformed::no(c),
+                    })
+                });
+                return out.ok().map(|t| t.data);
             }
         }
         match e {
@@ -392,12 +402,15 @@ fn answer(
     };
     let unknown = |what: &str, e: &Expr| format!("{what} {e} is not derived from its dimensions");
     let mut groups = vec![];
-    for g in &agg.group_expr {
+    for (g, (_, field)) in agg.group_expr.iter().zip(agg.schema.iter()) {
         let base = source.resolve(g).ok_or_else(|| unknown("group key", g))?;
-        groups.push(
-            dims.derive(&base)
-                .ok_or_else(|| unknown("group key", &base))?,
-        );
+        let derived = dims
+            .derive(&base)
+            .ok_or_else(|| unknown("group key", &base))?;
+        // Named as the original: two keys derived from one dimension
+        // (`CAST(ts AS DATE)` and `date_trunc('day', ts)`) can otherwise
+        // share a name (a cast is named as what it casts).
+        groups.push(derived.alias(field.name()));
     }
     let mut filters = vec![];
     let mut keys = vec![];

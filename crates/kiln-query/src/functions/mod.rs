@@ -48,7 +48,7 @@ use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
 use datafusion::prelude::SessionContext;
 
 pub(crate) use pg_format::TIME_BUCKET_ORIGIN_NS;
-pub(crate) use pg_interval::fixed_interval_ns;
+pub(crate) use pg_interval::{fixed_interval_ns, shifted};
 
 /// Registers every Kiln function on `ctx`.
 pub fn register(ctx: &SessionContext) {

@@ -10,7 +10,8 @@
 //! is an error, never a wrapped value.
 //!
 //! Also the length of a fixed interval (no months), which planner rules
-//! compare with time units ([`fixed_interval_ns`]).
+//! compare with time units ([`fixed_interval_ns`]), and a timestamp
+//! shifted by one ([`shifted`]).
 
 use std::sync::Arc;
 
@@ -19,7 +20,8 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
+    BinaryExpr, ColumnarValue, Expr, Operator, ScalarFunctionArgs, ScalarUDFImpl, Signature,
+    Volatility,
 };
 
 use crate::shape::postgres::INTERVAL_MUL;
@@ -142,6 +144,17 @@ pub(crate) fn fixed_interval_ns(v: &ScalarValue) -> Option<i128> {
         ScalarValue::IntervalDayTime(Some(i)) => {
             Some(i.days as i128 * DAY_NS + i.milliseconds as i128 * 1_000_000)
         }
+        _ => None,
+    }
+}
+
+/// `ts ± I` split into the time expression, the literal added (an interval
+/// or a duration) and the sign.
+pub(crate) fn shifted(e: &BinaryExpr) -> Option<(&Expr, &ScalarValue, i128)> {
+    match (e.left.as_ref(), e.op, e.right.as_ref()) {
+        (ts, Operator::Plus, Expr::Literal(i, _)) => Some((ts, i, 1)),
+        (Expr::Literal(i, _), Operator::Plus, ts) => Some((ts, i, 1)),
+        (ts, Operator::Minus, Expr::Literal(i, _)) => Some((ts, i, -1)),
         _ => None,
     }
 }

@@ -43,7 +43,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Ope
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
-use crate::functions::fixed_interval_ns;
+use crate::functions::{fixed_interval_ns, shifted};
 
 /// The optimizer rule; see the module docs.
 #[derive(Debug, Default)]
@@ -206,16 +206,6 @@ fn is_constant(e: &Expr) -> bool {
                 ))
             })
             .unwrap_or(true)
-}
-
-/// `ts ± I` split into the time expression, the interval and the sign.
-fn shifted(inner: &BinaryExpr) -> Option<(&Expr, &ScalarValue, i128)> {
-    match (inner.left.as_ref(), inner.op, inner.right.as_ref()) {
-        (ts, Operator::Plus, Expr::Literal(i, _)) => Some((ts, i, 1)),
-        (Expr::Literal(i, _), Operator::Plus, ts) => Some((ts, i, 1)),
-        (ts, Operator::Minus, Expr::Literal(i, _)) => Some((ts, i, -1)),
-        _ => None,
-    }
 }
 
 /// `ts ± I op c` → `ts op c ∓ I`, for a constant `c` that is not a literal

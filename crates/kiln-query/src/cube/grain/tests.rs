@@ -6,7 +6,7 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::prelude::SessionContext;
 
-use super::{Grain, grain};
+use super::{Grain, grain, unshifted};
 use crate::cube::unit::Unit;
 
 const UNITS: [Unit; 8] = [
@@ -53,8 +53,9 @@ fn context() -> SessionContext {
     ctx
 }
 
-/// `form`'s grain, as the rule sees it: planned, simplified and resolved.
-async fn grain_of(ctx: &SessionContext, form: &str) -> Option<Grain> {
+/// `form`'s grain and the shift of its timestamp, as the rule sees them:
+/// planned, simplified and resolved.
+async fn grain_of(ctx: &SessionContext, form: &str) -> Option<(Grain, i128)> {
     let plan = ctx
         .sql(&format!("SELECT {form} AS v FROM t"))
         .await
@@ -65,9 +66,13 @@ async fn grain_of(ctx: &SessionContext, form: &str) -> Option<Grain> {
         panic!("{form}: {plan}")
     };
     let e = p.expr[0].clone().unalias();
-    let (g, ts) = grain(&e, p.input.schema())?;
+    // A shift of the form's value is a function of the value (the rule
+    // derives it as any other).
+    let (e, _) = unshifted(&e, p.input.schema());
+    let (g, ts) = grain(e, p.input.schema())?;
+    let (ts, shift) = unshifted(ts, p.input.schema());
     assert!(matches!(ts, Expr::Column(c) if c.name == "ts" || c.name == "tz"));
-    Some(g)
+    Some((g, shift))
 }
 
 /// Rows where `form` of the instant differs from `form` of the instant
@@ -104,10 +109,19 @@ async fn a_function_of_a_bucket_equals_itself_of_the_truncated_instant() {
         "date_bin(INTERVAL '3 days', ts, TIMESTAMP '2000-01-01')",
         "time_bucket(INTERVAL '7 days', ts)",
         "time_bucket(INTERVAL '5 minutes', ts)",
+        // Shifted by whole buckets of some units: weeks from Sunday, as
+        // Metabase and Superset write them, days of a local time.
+        "date_trunc('week', ts + INTERVAL '1 day') - INTERVAL '1 day'",
+        "date_trunc('week', ts + INTERVAL '1 day') + INTERVAL '5 days'",
+        "CAST(ts + INTERVAL '2 hours' AS DATE)",
+        "date_trunc('day', ts - INTERVAL '30 minutes')",
+        "extract(dow FROM ts + INTERVAL '1 day' - INTERVAL '3 hours')",
+        "extract(hour FROM INTERVAL '90 minutes' + ts)",
+        "time_bucket(INTERVAL '1 day', ts + INTERVAL '7 days')",
     ];
     let mut equal = 0;
     for form in forms {
-        let g = grain_of(&ctx, form)
+        let (g, shift) = grain_of(&ctx, form)
             .await
             .unwrap_or_else(|| panic!("{form}"));
         for unit in UNITS {
@@ -115,7 +129,7 @@ async fn a_function_of_a_bucket_equals_itself_of_the_truncated_instant() {
             // Constant over the unit exactly when the grain says so.
             assert_eq!(
                 n == 0,
-                g.over(unit),
+                g.over(unit, shift),
                 "{form} over {unit:?}: {n} rows differ"
             );
             equal += usize::from(n == 0);
@@ -147,20 +161,54 @@ async fn other_expressions_have_no_grain() {
     }
 }
 
+#[tokio::test]
+async fn shifts_of_varying_length_or_zone_are_not_unshifted() {
+    let ctx = context();
+    // A month varies in length; so does a day with a time zone.
+    for (form, arg) in [
+        ("date_trunc('day', ts + INTERVAL '1 month')", "ts + "),
+        ("date_trunc('day', tz + INTERVAL '1 day')", "tz + "),
+    ] {
+        let plan = ctx
+            .sql(&format!("SELECT {form} AS v FROM t"))
+            .await
+            .unwrap()
+            .into_optimized_plan()
+            .unwrap();
+        let LogicalPlan::Projection(p) = plan else {
+            panic!("{form}")
+        };
+        let e = p.expr[0].clone().unalias();
+        let (_, ts) = grain(&e, p.input.schema()).unwrap();
+        let (base, shift) = unshifted(ts, p.input.schema());
+        assert_eq!((base, shift), (ts, 0), "{form}");
+        assert!(base.to_string().contains(arg), "{form}: {base}");
+    }
+}
+
 #[test]
 fn bins_hold_whole_buckets_of_the_units_dividing_stride_and_origin() {
     const HOUR: i64 = 3_600_000_000_000;
     let bins = |stride, origin| Grain::Bins { stride, origin };
-    assert!(bins(2 * HOUR, 0).over(Unit::Hour));
-    assert!(!bins(2 * HOUR, 0).over(Unit::Day));
-    assert!(!bins(2 * HOUR, HOUR / 2).over(Unit::Hour));
-    assert!(bins(2 * HOUR, HOUR / 2).over(Unit::Minute));
-    assert!(bins(24 * HOUR, -24 * HOUR).over(Unit::Day));
+    assert!(bins(2 * HOUR, 0).over(Unit::Hour, 0));
+    assert!(!bins(2 * HOUR, 0).over(Unit::Day, 0));
+    assert!(!bins(2 * HOUR, HOUR / 2).over(Unit::Hour, 0));
+    assert!(bins(2 * HOUR, HOUR / 2).over(Unit::Minute, 0));
+    assert!(bins(24 * HOUR, -24 * HOUR).over(Unit::Day, 0));
     // Weeks start on Mondays; 1970-01-01 was a Thursday.
-    assert!(!bins(7 * 24 * HOUR, 0).over(Unit::Week));
-    assert!(bins(14 * 24 * HOUR, 4 * 24 * HOUR).over(Unit::Week));
+    assert!(!bins(7 * 24 * HOUR, 0).over(Unit::Week, 0));
+    assert!(bins(14 * 24 * HOUR, 4 * 24 * HOUR).over(Unit::Week, 0));
     // Months vary in length.
-    assert!(!bins(31 * 24 * HOUR, 0).over(Unit::Month));
-    assert!(Grain::Unit(Unit::Day).over(Unit::Hour));
-    assert!(!Grain::Unit(Unit::Month).over(Unit::Week));
+    assert!(!bins(31 * 24 * HOUR, 0).over(Unit::Month, 0));
+    assert!(Grain::Unit(Unit::Day).over(Unit::Hour, 0));
+    assert!(!Grain::Unit(Unit::Month).over(Unit::Week, 0));
+    // Shifted by whole buckets of the finer unit, of fixed length.
+    const DAY: i128 = 24 * HOUR as i128;
+    assert!(Grain::Unit(Unit::Week).over(Unit::Day, DAY));
+    assert!(Grain::Unit(Unit::Month).over(Unit::Hour, -DAY));
+    assert!(!Grain::Unit(Unit::Week).over(Unit::Week, DAY));
+    assert!(Grain::Unit(Unit::Week).over(Unit::Week, 7 * DAY));
+    assert!(!Grain::Unit(Unit::Day).over(Unit::Hour, DAY / 48));
+    assert!(!Grain::Unit(Unit::Year).over(Unit::Month, 31 * DAY));
+    assert!(bins(2 * HOUR, 0).over(Unit::Hour, 3 * HOUR as i128));
 }

@@ -10,7 +10,11 @@
 #   hour   hour of day: extract(hour FROM ts) over a day range (cubes
 #          visits_hourly, ab_hourly);
 #   bucket Grafana on a TimescaleDB source: time_bucket(INTERVAL '3
-#          hours', ts) over a day range (visits_hourly, ab_hourly).
+#          hours', ts) over a day range (visits_hourly, ab_hourly);
+#   week   Metabase's and Superset's weeks from Sunday: date_trunc('week',
+#          ts + INTERVAL '1 day') - INTERVAL '1 day' over a day range,
+#          distinct sessions or users (visits_daily, ab_daily).
+# CHARTS picks some (default all four).
 # Each query has a random site or experiment and range; abtest's charts
 # group by arm too. Runs each BUILD (a release kiln
 # binary) in the order given, so `bucketfns.sh A B B A` alternates two
@@ -63,6 +67,7 @@ chart_text() {
     daily) echo "SELECT CAST($TS AS DATE) AS day, $DAILY FROM $from AND CAST($TS AS DATE) BETWEEN $a AND $b GROUP BY 1$BY ORDER BY 1$BY" ;;
     hour) echo "SELECT extract(hour FROM $TS) AS hour, $HOUR FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
     bucket) echo "SELECT time_bucket(INTERVAL '3 hours', $TS) AS time, $BUCKET FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
+    week) echo "SELECT date_trunc('week', $TS + INTERVAL '1 day') - INTERVAL '1 day' AS week, $DAILY FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
   esac
 }
 pg_text() {
@@ -87,7 +92,7 @@ for build in "$@"; do
   rm -rf "$RUN"; cp -r "$DATA" "$RUN"
   kiln_start "$RUN"
   kiln_cubes "$CUBES"
-  for chart in daily hour bucket; do
+  for chart in ${CHARTS:-daily hour bucket week}; do
     printf '%s\n%s\n' "$PG_SET" "$(pg_text $chart)" >"$WORK/pg.sql"
     for mode in simple prepared; do
       pgbench $mode 5 >/dev/null

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{AsArray, RecordBatch, TimestampNanosecondArray};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, TimeUnit};
+use datafusion::common::DFSchemaRef;
 use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::prelude::SessionContext;
@@ -53,9 +54,9 @@ fn context() -> SessionContext {
     ctx
 }
 
-/// `form`'s grain and the shift of its timestamp, as the rule sees them:
-/// planned, simplified and resolved.
-async fn grain_of(ctx: &SessionContext, form: &str) -> Option<(Grain, i128)> {
+/// `form` as the rule sees it: planned, simplified and resolved; and the
+/// schema it is over.
+async fn planned(ctx: &SessionContext, form: &str) -> (Expr, DFSchemaRef) {
     let plan = ctx
         .sql(&format!("SELECT {form} AS v FROM t"))
         .await
@@ -65,12 +66,17 @@ async fn grain_of(ctx: &SessionContext, form: &str) -> Option<(Grain, i128)> {
     let LogicalPlan::Projection(p) = plan else {
         panic!("{form}: {plan}")
     };
-    let e = p.expr[0].clone().unalias();
+    (p.expr[0].clone().unalias(), p.input.schema().clone())
+}
+
+/// `form`'s grain and the shift of its timestamp.
+async fn grain_of(ctx: &SessionContext, form: &str) -> Option<(Grain, i128)> {
+    let (e, schema) = planned(ctx, form).await;
     // A shift of the form's value is a function of the value (the rule
     // derives it as any other).
-    let (e, _) = unshifted(&e, p.input.schema());
-    let (g, ts) = grain(e, p.input.schema())?;
-    let (ts, shift) = unshifted(ts, p.input.schema());
+    let (e, _) = unshifted(&e, &schema);
+    let (g, ts) = grain(e, &schema)?;
+    let (ts, shift) = unshifted(ts, &schema);
     assert!(matches!(ts, Expr::Column(c) if c.name == "ts" || c.name == "tz"));
     Some((g, shift))
 }
@@ -169,18 +175,9 @@ async fn shifts_of_varying_length_or_zone_are_not_unshifted() {
         ("date_trunc('day', ts + INTERVAL '1 month')", "ts + "),
         ("date_trunc('day', tz + INTERVAL '1 day')", "tz + "),
     ] {
-        let plan = ctx
-            .sql(&format!("SELECT {form} AS v FROM t"))
-            .await
-            .unwrap()
-            .into_optimized_plan()
-            .unwrap();
-        let LogicalPlan::Projection(p) = plan else {
-            panic!("{form}")
-        };
-        let e = p.expr[0].clone().unalias();
-        let (_, ts) = grain(&e, p.input.schema()).unwrap();
-        let (base, shift) = unshifted(ts, p.input.schema());
+        let (e, schema) = planned(&ctx, form).await;
+        let (_, ts) = grain(&e, &schema).unwrap();
+        let (base, shift) = unshifted(ts, &schema);
         assert_eq!((base, shift), (ts, 0), "{form}");
         assert!(base.to_string().contains(arg), "{form}: {base}");
     }

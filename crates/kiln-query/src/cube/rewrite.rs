@@ -9,7 +9,8 @@
 //!   dimension's time bucket ([`super::grain`]): `date_trunc` to a unit
 //!   made of whole buckets of the dimension's (day from hour), `CAST(ts AS
 //!   DATE)`, `extract(hour FROM ts)`, `date_bin` or `time_bucket` with a
-//!   stride of whole buckets;
+//!   stride of whole buckets, each also of the timestamp shifted by whole
+//!   buckets (weeks from Sunday from days);
 //! - a range on the raw time column (`ts >= a`, `ts < b`, with literals or
 //!   parameters) when a dimension truncates that column: whole buckets come
 //!   from the cube, the edges from raw rows ([`super::scan`]);

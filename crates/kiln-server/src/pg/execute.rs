@@ -61,28 +61,27 @@ pub(super) async fn execute(
     let Some((stmt, plan)) = parsed else {
         unreachable!("the caller answers an empty statement");
     };
-    if let Statement::Query(_) = stmt {
-        // Named statements are the ones executed again; an unnamed one is
-        // usually parsed for each execution, so its types are not kept.
-        let session = engine.session();
-        let inferred = match portal.statement.id.is_empty() {
-            true => parameter_types(plan, session)?,
-            false => types.of(&portal.statement, plan, session)?,
+    // Named statements are the ones executed again; an unnamed one is
+    // usually parsed for each execution, so its types are not kept.
+    let session = engine.session();
+    let params = match portal.statement.id.is_empty() {
+        true => Arc::new(parameter_types(plan, session)?),
+        false => types.of(&portal.statement, plan, session)?,
+    };
+    if let Statement::Query(_) = stmt
+        && let Some(types) = &params.all
+    {
+        let values = match bind(portal, &types.iter().map(Some).collect::<Vec<_>>())? {
+            ParamValues::List(list) => list.into_iter().map(|p| p.value).collect::<Vec<_>>(),
+            ParamValues::Map(_) => unreachable!("the wire binds by position"),
         };
-        if let Some(types) = inferred {
-            let values = match bind(portal, &types.iter().map(Some).collect::<Vec<_>>())? {
-                ParamValues::List(list) => list.into_iter().map(|p| p.value).collect::<Vec<_>>(),
-                ParamValues::Map(_) => unreachable!("the wire binds by position"),
-            };
-            return engine
-                .run_prepared(query, sql, plan, &types, &values)
-                .await
-                .map_err(to_pg);
-        }
+        return engine
+            .run_prepared(query, sql, plan, types, &values)
+            .await
+            .map_err(to_pg);
     }
-    let inferred = inferred_types(plan, engine.session())?;
     let ordered: Vec<Option<DataType>> = (1..=portal.parameter_len())
-        .map(|i| inferred.get(&format!("${i}")).cloned().flatten())
+        .map(|i| params.by_id.get(&format!("${i}")).cloned().flatten())
         .collect();
     let params = bind(
         portal,
@@ -249,7 +248,19 @@ const MAX_KEPT_TYPES: usize = 4096;
 /// reference to it, so the address cannot be reused while the entry
 /// exists, and an entry whose statement is closed is dead.
 pub(super) struct ParamTypes<S = StoredStatement<PgStatement>> {
-    by_statement: DashMap<usize, (Weak<S>, Option<Vec<DataType>>)>,
+    by_statement: DashMap<usize, (Weak<S>, Arc<Params>)>,
+}
+
+/// A statement's parameter types, worked out from its plan.
+#[derive(Debug, PartialEq)]
+struct Params {
+    /// Every one in order (`$1`, `$2`, ...), if each is known and none
+    /// carries field metadata (the catalog's OID columns): the statement
+    /// can then run a kept plan.
+    all: Option<Vec<DataType>>,
+    /// Each one known by id ([`inferred_types`]), to decode values with
+    /// otherwise.
+    by_id: HashMap<String, Option<DataType>>,
 }
 
 impl<S> Default for ParamTypes<S> {
@@ -267,14 +278,14 @@ impl<S> ParamTypes<S> {
         statement: &Arc<S>,
         plan: &LogicalPlan,
         session: &SessionContext,
-    ) -> PgWireResult<Option<Vec<DataType>>> {
+    ) -> PgWireResult<Arc<Params>> {
         let key = Arc::as_ptr(statement) as usize;
         if let Some(kept) = self.by_statement.get(&key)
             && kept.0.strong_count() > 0
         {
             return Ok(kept.1.clone());
         }
-        let types = parameter_types(plan, session)?;
+        let types = Arc::new(parameter_types(plan, session)?);
         if self.by_statement.len() >= MAX_KEPT_TYPES {
             self.by_statement
                 .retain(|_, kept| kept.0.strong_count() > 0);
@@ -385,11 +396,20 @@ fn placeholder_casts(plan: &LogicalPlan) -> Result<HashMap<String, Option<DataTy
     Ok(casts)
 }
 
-/// The plan's parameter types in order (`$1`, `$2`, ...), if every one is
-/// inferred and none carries field metadata (the catalog's OID columns).
-fn parameter_types(
+/// The plan's parameter types ([`Params`]).
+fn parameter_types(plan: &LogicalPlan, session: &SessionContext) -> PgWireResult<Params> {
+    let by_id = inferred_types(plan, session)?;
+    Ok(Params {
+        all: in_order(plan, &by_id)?,
+        by_id,
+    })
+}
+
+/// The types of `by_id` in order (`$1`, `$2`, ...), if every one is known
+/// and none of `plan`'s placeholders carries field metadata.
+fn in_order(
     plan: &LogicalPlan,
-    session: &SessionContext,
+    by_id: &HashMap<String, Option<DataType>>,
 ) -> PgWireResult<Option<Vec<DataType>>> {
     let mut plain = true;
     plan.apply_with_subqueries(|node| {
@@ -409,10 +429,10 @@ fn parameter_types(
         return Ok(None);
     }
     let mut types = Vec::new();
-    for (id, ty) in inferred_types(plan, session)? {
+    for (id, ty) in by_id {
         let (Some(n), Some(ty)) = (
             id.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()),
-            ty,
+            ty.clone(),
         ) else {
             return Ok(None);
         };
@@ -443,7 +463,7 @@ mod tests {
             .await
             .unwrap();
         let plan = ctx.state().create_logical_plan(sql).await.unwrap();
-        parameter_types(&plan, &ctx).unwrap()
+        parameter_types(&plan, &ctx).unwrap().all
     }
 
     #[tokio::test]
@@ -519,18 +539,25 @@ mod tests {
         let (a, a_plan) = prepare("SELECT a FROM t WHERE a = $1").await;
         let (_, ts_plan) = prepare("SELECT a FROM t WHERE ts < $1").await;
         assert_eq!(
-            types.of(&a, &a_plan, &ctx).unwrap(),
+            types.of(&a, &a_plan, &ctx).unwrap().all,
             Some(vec![DataType::Int64])
         );
         // Kept for that statement: its plan is not walked again.
         assert_eq!(
-            types.of(&a, &ts_plan, &ctx).unwrap(),
+            types.of(&a, &ts_plan, &ctx).unwrap().all,
             Some(vec![DataType::Int64])
         );
         // Once it is closed, its entry is dead.
         drop(a);
         let (b, b_plan) = prepare("SELECT a FROM t WHERE ts < $1").await;
         let ts = DataType::Timestamp(TimeUnit::Nanosecond, None);
-        assert_eq!(types.of(&b, &b_plan, &ctx).unwrap(), Some(vec![ts]));
+        assert_eq!(types.of(&b, &b_plan, &ctx).unwrap().all, Some(vec![ts]));
+        // A statement some of whose types are unknown keeps what is known,
+        // so its executions do not analyze its plan again.
+        let (c, c_plan) = prepare("SELECT $1, a FROM t WHERE a = $2").await;
+        let first = types.of(&c, &c_plan, &ctx).unwrap();
+        assert_eq!(first.all, None);
+        assert_eq!(first.by_id["$2"], Some(DataType::Int64));
+        assert!(Arc::ptr_eq(&first, &types.of(&c, &c_plan, &ctx).unwrap()));
     }
 }

@@ -13,8 +13,11 @@
 #          hours', ts) over a day range (visits_hourly, ab_hourly);
 #   week   Metabase's and Superset's weeks from Sunday: date_trunc('week',
 #          ts + INTERVAL '1 day') - INTERVAL '1 day' over a day range,
-#          distinct sessions or users (visits_daily, ab_daily).
-# CHARTS picks some (default all four).
+#          distinct sessions or users (visits_daily, ab_daily);
+#   between Grafana's time filter, `ts BETWEEN a AND b` (an inclusive
+#          end; here both at 07:13, cutting hours), by time_bucket of an
+#          hour (visits_hourly, ab_hourly).
+# CHARTS picks some (default all five).
 # Each query has a random site or experiment and range; abtest's charts
 # group by arm too. Runs each BUILD (a release kiln
 # binary) in the order given, so `bucketfns.sh A B B A` alternates two
@@ -68,14 +71,24 @@ chart_text() {
     hour) echo "SELECT extract(hour FROM $TS) AS hour, $HOUR FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
     bucket) echo "SELECT time_bucket(INTERVAL '3 hours', $TS) AS time, $BUCKET FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
     week) echo "SELECT date_trunc('week', $TS + INTERVAL '1 day') - INTERVAL '1 day' AS week, $DAILY FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
+    between) echo "SELECT time_bucket(INTERVAL '1 hour', $TS) AS time, $BUCKET FROM $from AND $TS BETWEEN $a AND $b GROUP BY 1$BY ORDER BY 1$BY" ;;
   esac
 }
 pg_text() {
-  echo "$(chart_text "$1" "$ONE" "make_date(2026, $MONTH, :a)" "make_date(2026, $MONTH, :b)");"
+  local a="make_date(2026, $MONTH, :a)" b="make_date(2026, $MONTH, :b)"
+  if [ "$1" = between ]; then
+    a="CAST($a AS TIMESTAMP) + INTERVAL '7 hours 13 minutes'"
+    b="CAST($b AS TIMESTAMP) + INTERVAL '7 hours 13 minutes'"
+  fi
+  echo "$(chart_text "$1" "$ONE" "$a" "$b");"
 }
 http_text() {
   local a="'2026-$MONTH-$A_HTTP'" b="'2026-$MONTH-$B_HTTP'"
-  [ "$1" = daily ] && a="DATE $a" && b="DATE $b"
+  case $1 in
+    daily) a="DATE $a" b="DATE $b" ;;
+    # As Grafana writes it: RFC 3339 strings.
+    between) a="'2026-$MONTH-${A_HTTP}T07:13:00Z'" b="'2026-$MONTH-${B_HTTP}T07:13:00Z'" ;;
+  esac
   chart_text "$1" "$ONE_HTTP" "$a" "$b"
 }
 
@@ -92,7 +105,7 @@ for build in "$@"; do
   rm -rf "$RUN"; cp -r "$DATA" "$RUN"
   kiln_start "$RUN"
   kiln_cubes "$CUBES"
-  for chart in ${CHARTS:-daily hour bucket week}; do
+  for chart in ${CHARTS:-daily hour bucket week between}; do
     printf '%s\n%s\n' "$PG_SET" "$(pg_text $chart)" >"$WORK/pg.sql"
     for mode in simple prepared; do
       pgbench $mode 5 >/dev/null

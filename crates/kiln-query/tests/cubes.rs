@@ -151,9 +151,34 @@ fn bound(rng: &mut StdRng) -> i64 {
     }
 }
 
+/// How a query's time range is written ([`Range::form`]): on the time
+/// column, or on its day (the bounds then dates), as BI tools write them.
+const RANGES: &[&str] = &[
+    "ts >= $1 AND ts < $2",
+    "ts BETWEEN $1 AND $2",
+    "ts > $1 AND ts <= $2",
+    "CAST(ts AS DATE) BETWEEN $1 AND $2",
+    "CAST(ts AS DATE) > $1 AND CAST(ts AS DATE) < $2",
+];
+
+/// A query's time range: its bounds in nanoseconds (of dates: their day)
+/// and the index of its form in [`RANGES`].
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    a: i64,
+    b: i64,
+    form: usize,
+}
+
+impl Range {
+    fn dates(&self) -> bool {
+        RANGES[self.form].starts_with("CAST")
+    }
+}
+
 /// A random query: its SQL with `$1`, `$2` for an optional time range, and
 /// that range.
-fn query(rng: &mut StdRng) -> (String, Option<(i64, i64)>) {
+fn query(rng: &mut StdRng) -> (String, Option<Range>) {
     let nkeys = rng.random_range(0..=2);
     let mut keys: Vec<&str> = vec![];
     while keys.len() < nkeys {
@@ -186,10 +211,15 @@ fn query(rng: &mut StdRng) -> (String, Option<(i64, i64)>) {
     }
     let range = rng.random_bool(0.5).then(|| {
         let (a, b) = (bound(rng), bound(rng));
-        (a.min(b), a.max(b) + HOUR_NS)
+        let form = rng.random_range(0..RANGES.len());
+        Range {
+            a: a.min(b),
+            b: a.max(b) + HOUR_NS,
+            form,
+        }
     });
-    if range.is_some() {
-        filters.push("ts >= $1 AND ts < $2".to_string());
+    if let Some(r) = range {
+        filters.push(RANGES[r.form].to_string());
     }
     let select: Vec<String> = keys
         .iter()
@@ -222,9 +252,18 @@ async fn rows_of(engine: &Engine, sql: &str) -> String {
 /// The query with its range written in: a bound on an even hour as a
 /// timestamp, on an odd one as BI tools write a range relative to its end,
 /// a day after it less a day (a string lifted into the kept plan's
-/// placeholders inside its cast).
-fn with_range(sql: &str, range: Option<(i64, i64)>) -> String {
+/// placeholders inside its cast); a date as `DATE '...'` or, on an odd
+/// day, a string the comparison makes a date.
+fn with_range(sql: &str, range: Option<Range>) -> String {
+    let dates = range.is_some_and(|r| r.dates());
     let written = |ns: i64| match (ns / HOUR_NS) % 2 {
+        _ if dates => {
+            let day = chrono::DateTime::from_timestamp_nanos(ns).date_naive();
+            match (ns / DAY_NS) % 2 {
+                0 => format!("DATE '{day}'"),
+                _ => format!("'{day}'"),
+            }
+        }
         0 => ts_sql(ns),
         _ => {
             let next_day = chrono::DateTime::from_timestamp_nanos(ns + DAY_NS).naive_utc();
@@ -233,17 +272,20 @@ fn with_range(sql: &str, range: Option<(i64, i64)>) -> String {
         }
     };
     match range {
-        Some((a, b)) => sql.replace("$1", &written(a)).replace("$2", &written(b)),
+        Some(r) => sql
+            .replace("$1", &written(r.a))
+            .replace("$2", &written(r.b)),
         None => sql.to_string(),
     }
 }
 
 /// The query as a prepared statement (generic plans: the engine forces them).
-async fn prepared(engine: &Engine, sql: &str, (a, b): (i64, i64)) -> String {
-    let params = [
-        ScalarValue::TimestampNanosecond(Some(a), None),
-        ScalarValue::TimestampNanosecond(Some(b), None),
-    ];
+async fn prepared(engine: &Engine, sql: &str, r: Range) -> String {
+    let param = |ns: i64| match r.dates() {
+        true => ScalarValue::Date32(Some(ns.div_euclid(DAY_NS) as i32)),
+        false => ScalarValue::TimestampNanosecond(Some(ns), None),
+    };
+    let params = [param(r.a), param(r.b)];
     let logical = engine
         .session()
         .state()
@@ -270,6 +312,24 @@ static SHIFTED_ANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::Ato
 /// (`ts + INTERVAL ...`) that a cube answered.
 static SHIFTED_BUCKETS_ANSWERED: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
+
+/// Prepared queries with a range whose end is inclusive (`BETWEEN`, `<=`)
+/// that a cube answered.
+static LIMITS_ANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Queries answered from a cube so far, by `system.cubes`.
+async fn cube_answers(engine: &Engine) -> i64 {
+    let sql = "SELECT CAST(sum(queries_answered) AS BIGINT) FROM system.cubes";
+    let Output::Rows { batches, .. } = engine.execute(sql).await.unwrap().pop().unwrap() else {
+        panic!("rows expected")
+    };
+    let column = batches[0].column(0);
+    column
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap()
+        .value(0)
+}
 
 /// Queries grouping or filtering by a function of a bucket other than
 /// `date_trunc` ([`BUCKET_FUNCTIONS`]) that a cube answered.
@@ -323,8 +383,12 @@ async fn check_until(
             }
         }
         if let Some(r) = range {
+            let before = cube_answers(engine).await;
             let got = prepared(engine, &sql, r).await;
             assert_eq!(got, want, "{phase}, prepared: {sql} with {r:?}");
+            if matches!(r.form, 1 | 2) && cube_answers(engine).await > before {
+                LIMITS_ANSWERED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
     answered
@@ -414,6 +478,11 @@ async fn cube_answers_equal_raw_answers() {
         shifted > 5,
         "{shifted} queries by functions of a shifted timestamp answered from cubes"
     );
+    let limits = LIMITS_ANSWERED.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        limits > 10,
+        "{limits} prepared queries with inclusive ends answered from cubes"
+    );
     let cubes = rows_of(&engine, "SELECT name, state, segments = segments_covered AS all_built FROM system.cubes ORDER BY name").await;
     assert!(
         !cubes.contains("building") && !cubes.contains("false"),
@@ -484,6 +553,49 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     ] {
         let explain = rows_of(&engine, &format!("EXPLAIN {sql}")).await;
         assert!(explain.contains(answer), "{sql}: {explain}");
+    }
+    // A range of days narrows the parts read to its own, from cubes of
+    // days and of hours; dates beyond the timestamps' years bound nothing
+    // or everything.
+    for (sql, answer) in [
+        (
+            "SELECT CAST(ts AS DATE) AS d, count(*) AS n FROM ev \
+             WHERE CAST(ts AS DATE) BETWEEN DATE '2026-11-03' AND '2026-11-04' GROUP BY 1",
+            "cube=by_day table=ev, buckets=Day of d",
+        ),
+        (
+            "SELECT action, count(*) AS n FROM ev WHERE CAST(ts AS DATE) = DATE '2026-11-03' \
+             GROUP BY 1",
+            "cube=by_hour table=ev, buckets=Hour of h",
+        ),
+        (
+            "SELECT region, count(*) AS n FROM ev WHERE CAST(ts AS DATE) > DATE '2026-11-03' \
+             AND CAST(ts AS DATE) <= DATE '3000-01-01' GROUP BY 1",
+            "buckets=Day of d",
+        ),
+        (
+            "SELECT region, count(*) AS n FROM ev WHERE CAST(ts AS DATE) >= DATE '1000-01-01' \
+             AND CAST(ts AS DATE) < DATE '2026-11-04' GROUP BY 1",
+            "buckets=Day of d",
+        ),
+        (
+            "SELECT region, count(*) AS n FROM ev WHERE CAST(ts AS DATE) >= DATE '3000-01-01' \
+             GROUP BY 1",
+            "buckets=Day of d",
+        ),
+        (
+            "SELECT region, count(*) AS n FROM ev \
+             WHERE ts BETWEEN TIMESTAMP '2026-11-03 10:00:00' AND TIMESTAMP '2026-11-04 10:00:00' \
+             GROUP BY 1",
+            "cube=by_day table=ev, buckets=Day of d",
+        ),
+    ] {
+        let explain = rows_of(&engine, &format!("EXPLAIN {sql}")).await;
+        assert!(explain.contains(answer), "{sql}: {explain}");
+        let sql = format!("{sql} ORDER BY 1");
+        let raw = sql.replace("FROM ev", "FROM (SELECT * FROM ev LIMIT 1000000000) AS ev");
+        let want = rows_of(&engine, &raw).await;
+        assert_eq!(rows_of(&engine, &sql).await, want, "{sql}");
     }
     // Two keys derived from one dimension, one named as the dimension.
     let sql = "SELECT CAST(ts AS DATE) AS a, date_trunc('day', ts) AS b, count(*) AS n \

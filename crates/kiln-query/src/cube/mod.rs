@@ -404,14 +404,15 @@ impl ExtensionPlanner for CubePlanner {
                 let physical = |e: &datafusion::prelude::Expr| {
                     session.create_physical_expr(e.clone(), &df_schema)
                 };
+                let limit = |l: &scan::Limit| Ok((physical(&l.value)?, l.after));
                 let dimension = scan.cube.scan_schema.index_of(&r.dimension)?;
                 let column = datafusion::prelude::col(r.column.as_str());
                 Some(Arc::new(PhysicalRange {
                     dimension,
                     unit: r.unit,
                     column: physical(&column)?,
-                    lower: r.lower.iter().map(physical).collect::<DfResult<_>>()?,
-                    upper: r.upper.iter().map(physical).collect::<DfResult<_>>()?,
+                    lower: r.lower.iter().map(limit).collect::<DfResult<_>>()?,
+                    upper: r.upper.iter().map(limit).collect::<DfResult<_>>()?,
                 }))
             }
             None => None,

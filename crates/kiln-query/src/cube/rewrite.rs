@@ -11,9 +11,12 @@
 //!   DATE)`, `extract(hour FROM ts)`, `date_bin` or `time_bucket` with a
 //!   stride of whole buckets, each also of the timestamp shifted by whole
 //!   buckets (weeks from Sunday from days);
-//! - a range on the raw time column (`ts >= a`, `ts < b`, with literals or
-//!   parameters) when a dimension truncates that column: whole buckets come
-//!   from the cube, the edges from raw rows ([`super::scan`]);
+//! - a range on the raw time column (`ts >= a`, `ts <= b`, `ts BETWEEN a
+//!   AND b`, with literals or parameters) when a dimension truncates that
+//!   column: whole buckets come from the cube, the edges from raw rows
+//!   ([`super::scan`]); a range of days (`CAST(ts AS DATE) BETWEEN a AND
+//!   b`) too, also when its filter derives, so that only its parts are
+//!   read;
 //! - an aggregate equal to a measure (function, arguments, DISTINCT), or
 //!   over `CASE WHEN c THEN x END` where the measure is over `x` and `c`
 //!   derives (it becomes a `FILTER`).
@@ -31,10 +34,11 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, DFSchema, Result, ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::expr::{AggregateFunction, Case};
+use datafusion::logical_expr::expr::{AggregateFunction, Case, Cast};
 use datafusion::logical_expr::utils::split_conjunction_owned;
 use datafusion::logical_expr::{
-    Aggregate, BinaryExpr, Expr, Extension, Filter, LogicalPlan, Operator, Projection, lit,
+    Aggregate, BinaryExpr, Expr, ExprSchemable, Extension, Filter, LogicalPlan, Operator,
+    Projection, lit,
 };
 use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContext};
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
@@ -42,7 +46,7 @@ use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 use super::Cubes;
 use super::grain::{grain, unshifted};
 use super::plan::{CubePlan, unqualify};
-use super::scan::{CubeScan, TimeRange};
+use super::scan::{CubeScan, Limit, TimeRange};
 use super::unit::Unit;
 use crate::scan::KilnTable;
 
@@ -352,35 +356,45 @@ fn date_trunc(e: &Expr) -> Option<(Unit, &Expr)> {
     Some((unit, &f.args[1]))
 }
 
-/// A bound on a column: `column >= v` (lower) or `column < v` (upper).
-fn time_bound(e: &Expr) -> Option<(String, bool, Expr)> {
+/// The limits a filter sets on a column's instants, each (lower?, limit):
+/// `column op v` for a nanosecond timestamp column, or `CAST(column AS
+/// DATE) op v` (a day: `<=` is before the next day), where `op` is `>=`,
+/// `>`, `<`, `<=` or `=` and `v` a value of the compared type computed when
+/// the query runs: a literal, a parameter, or an expression of those
+/// (`CAST($3 AS TIMESTAMP) - INTERVAL '1 day'`).
+fn time_limits(e: &Expr, schema: &DFSchema) -> Option<(String, Vec<(bool, Limit)>)> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = e else {
         return None;
     };
-    let (col, op, v) = match (left.as_ref(), right.as_ref()) {
-        (Expr::Column(c), v) => (c, *op, v),
-        (v, Expr::Column(c)) => (c, op.swap()?, v),
+    let is_value = |v: &Expr| !(v.any_column_refs() || v.is_volatile() || has_subquery(v));
+    let (lhs, op, v) = match (left.as_ref(), right.as_ref()) {
+        (lhs, v) if is_value(v) => (lhs, *op, v),
+        (v, lhs) if is_value(v) => (lhs, op.swap()?, v),
         _ => return None,
     };
-    // A value, or an expression of values (`CAST($3 AS TIMESTAMP) -
-    // INTERVAL '1 day'`), evaluated when the query runs.
-    if v.any_column_refs() || v.is_volatile() || has_subquery(v) {
+    let (column, of) = match lhs {
+        Expr::Column(c) => (c, DataType::Timestamp(TimeUnit::Nanosecond, None)),
+        Expr::Cast(Cast { expr, field }) if field.data_type() == &DataType::Date32 => {
+            match expr.as_ref() {
+                Expr::Column(c) => (c, DataType::Date32),
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    if v.get_type(schema).ok()? != of {
         return None;
     }
-    let shift = |v: &Expr, by: i64| match v {
-        Expr::Literal(ScalarValue::TimestampNanosecond(Some(n), tz), m) => Some(Expr::Literal(
-            ScalarValue::TimestampNanosecond(Some(n.checked_add(by)?), tz.clone()),
-            m.clone(),
-        )),
-        _ => None,
+    let v = v.clone();
+    let limits = match op {
+        Operator::GtEq => vec![(true, Limit::at(v))],
+        Operator::Gt => vec![(true, Limit::after(v))],
+        Operator::Lt => vec![(false, Limit::at(v))],
+        Operator::LtEq => vec![(false, Limit::after(v))],
+        Operator::Eq => vec![(true, Limit::at(v.clone())), (false, Limit::after(v))],
+        _ => return None,
     };
-    match op {
-        Operator::GtEq => Some((col.name.clone(), true, v.clone())),
-        Operator::Lt => Some((col.name.clone(), false, v.clone())),
-        Operator::Gt => Some((col.name.clone(), true, shift(v, 1)?)),
-        Operator::LtEq => Some((col.name.clone(), false, shift(v, 1)?)),
-        _ => None,
-    }
+    Some((column.name.clone(), limits))
 }
 
 /// The plan answering `agg` from `cube`, or why it cannot.
@@ -417,22 +431,27 @@ fn answer(
     let mut keys = vec![];
     let mut range: Option<TimeRange> = None;
     for f in &source.filters {
-        if let Some(d) = dims.derive(f) {
-            keys.extend(key(&d));
-            filters.push(d);
-            continue;
-        }
-        let bound = time_bound(f).and_then(|(col, lower, v)| {
+        let derived = dims.derive(f);
+        let limits = time_limits(f, &source.schema).and_then(|(col, limits)| {
             let (i, unit) = dims.time_dimension(&col)?;
             // Segments' time statistics are of the table's time column.
             let def = &source.table.table().def;
             let time = &def.columns[def.time_column].name;
             let nanos = DataType::Timestamp(TimeUnit::Nanosecond, None);
             let field = source.schema.field_with_unqualified_name(&col).ok()?;
-            (&col == time && field.data_type() == &nanos).then_some((col, i, unit, lower, v))
+            (&col == time && field.data_type() == &nanos).then_some((col, i, unit, limits))
         });
-        let Some((column, i, unit, lower, v)) = bound else {
+        // A filter derived from the dimensions (`CAST(ts AS DATE) >= d`
+        // from days) stays a filter of part rows; its limits, if any, also
+        // narrow the parts read to the range's.
+        if let Some(d) = derived {
+            keys.extend(key(&d));
+            filters.push(d);
+        } else if limits.is_none() {
             return Err(unknown("filter", f));
+        }
+        let Some((column, i, unit, limits)) = limits else {
+            continue;
         };
         let r = range.get_or_insert_with(|| TimeRange {
             dimension: cube.def.dimensions[i].name.clone(),
@@ -444,9 +463,11 @@ fn answer(
         if r.column != column {
             return Err(format!("filter {f}: ranges on two time columns"));
         }
-        match lower {
-            true => r.lower.push(v),
-            false => r.upper.push(v),
+        for (lower, limit) in limits {
+            match lower {
+                true => r.lower.push(limit),
+                false => r.upper.push(limit),
+            }
         }
     }
     let mut aggregates = vec![];

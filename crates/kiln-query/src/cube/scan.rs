@@ -65,10 +65,36 @@ pub struct TimeRange {
     pub unit: Unit,
     /// The raw time column.
     pub column: String,
-    /// Inclusive lower bounds (`column >= b`), all of which hold.
-    pub lower: Vec<Expr>,
-    /// Exclusive upper bounds (`column < b`), all of which hold.
-    pub upper: Vec<Expr>,
+    /// Lower limits: the range holds instants at or after each.
+    pub lower: Vec<Limit>,
+    /// Upper limits: the range holds instants before each.
+    pub upper: Vec<Limit>,
+}
+
+/// One end of a [`TimeRange`]: an instant given by a value computed when
+/// the query runs (a literal, or a kept plan's parameter).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// A nanosecond timestamp without time zone, or a date (its first
+    /// instant).
+    pub value: Expr,
+    /// The limit is the first instant after the value: after that
+    /// nanosecond (`ts <= v`, `ts > v`), after that whole day (`CAST(ts AS
+    /// DATE) <= d`).
+    pub after: bool,
+}
+
+impl Limit {
+    pub fn at(value: Expr) -> Self {
+        Self {
+            value,
+            after: false,
+        }
+    }
+
+    pub fn after(value: Expr) -> Self {
+        Self { value, after: true }
+    }
 }
 
 /// A cube read in place of a table (logical node).
@@ -175,8 +201,7 @@ impl UserDefinedLogicalNodeCore for CubeScan {
         out.extend(self.part_filters.iter().cloned());
         out.extend(self.keys.iter().map(|(_, v)| v.clone()));
         if let Some(r) = &self.range {
-            out.extend(r.lower.iter().cloned());
-            out.extend(r.upper.iter().cloned());
+            out.extend(r.lower.iter().chain(&r.upper).map(|l| l.value.clone()));
         }
         out
     }
@@ -220,10 +245,9 @@ impl UserDefinedLogicalNodeCore for CubeScan {
             *v = new;
         }
         if let Some(r) = &mut out.range {
-            let mut rest = bounds;
-            let upper = rest.split_off(r.lower.len());
-            r.lower = rest;
-            r.upper = upper;
+            for (limit, new) in r.lower.iter_mut().chain(&mut r.upper).zip(bounds) {
+                limit.value = new;
+            }
         }
         Ok(out)
     }
@@ -240,8 +264,10 @@ pub struct PhysicalRange {
     pub unit: Unit,
     /// The raw time column, in the table's view schema.
     pub column: Arc<dyn PhysicalExpr>,
-    pub lower: Vec<Arc<dyn PhysicalExpr>>,
-    pub upper: Vec<Arc<dyn PhysicalExpr>>,
+    /// [`TimeRange::lower`] and [`TimeRange::upper`]: each value and
+    /// whether the limit is after it.
+    pub lower: Vec<(Arc<dyn PhysicalExpr>, bool)>,
+    pub upper: Vec<(Arc<dyn PhysicalExpr>, bool)>,
 }
 
 /// Executes a [`CubeScan`] (module docs).
@@ -288,18 +314,25 @@ impl CubeScanExec {
         let keys = key_values(&keys, &cube.scan_schema)?;
         let snapshot = table.table().snapshot();
         // The range [a, b) and its whole buckets [lo, hi), open ends beyond
-        // any timestamp (i128); no whole bucket when a bound or its bucket
-        // is out of range.
+        // any timestamp (i128). A limit beyond the timestamps on either side
+        // (a date of year 3000) leaves every bucket on that side in or out.
         let (a, b, lo, hi) = match &range {
             Some(r) => match (bound(&r.lower, true)?, bound(&r.upper, false)?) {
                 (Bound::Null, _) | (_, Bound::Null) => (0, 0, 0, 0),
                 (a, b) => {
+                    // A bucket boundary out of range: no whole bucket.
+                    let bucket =
+                        |v: i128, round: fn(Unit, i64) -> Option<i64>, none| match i64::try_from(v)
+                        {
+                            Ok(v) => round(r.unit, v).map_or(none, i128::from),
+                            Err(_) => v,
+                        };
                     let lo = match a {
-                        Bound::At(v) => r.unit.ceil(v).map_or(i128::MAX, i128::from),
+                        Bound::At(v) => bucket(v, Unit::ceil, i128::MAX),
                         _ => i128::MIN,
                     };
                     let hi = match b {
-                        Bound::At(v) => r.unit.floor(v).map_or(i128::MIN, i128::from),
+                        Bound::At(v) => bucket(v, Unit::floor, i128::MIN),
                         _ => i128::MAX,
                     };
                     (a.or(i128::MIN), b.or(i128::MAX), lo, hi)
@@ -440,28 +473,38 @@ enum Bound {
     Open,
     /// A NULL bound: no row passes.
     Null,
-    At(i64),
+    /// An instant in nanoseconds, possibly beyond the timestamps' range.
+    At(i128),
 }
 
 impl Bound {
     fn or(self, open: i128) -> i128 {
         match self {
-            Bound::At(v) => i128::from(v),
+            Bound::At(v) => v,
             _ => open,
         }
     }
 }
 
-/// The greatest lower (or least upper) of the bounds.
-fn bound(exprs: &[Arc<dyn PhysicalExpr>], lower: bool) -> Result<Bound> {
+/// The greatest lower (or least upper) of the limits, evaluated.
+fn bound(limits: &[(Arc<dyn PhysicalExpr>, bool)], lower: bool) -> Result<Bound> {
     let empty = RecordBatch::new_empty(Arc::new(Schema::empty()));
     let mut out = Bound::Open;
-    for e in exprs {
-        let v = match e.evaluate(&empty)? {
-            ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some(v), _)) => v,
+    for (e, after) in limits {
+        // The value's first instant and its length: i128, so no date
+        // overflows.
+        let (first, length) = match e.evaluate(&empty)? {
+            ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some(v), None)) => {
+                (i128::from(v), 1)
+            }
+            ColumnarValue::Scalar(ScalarValue::Date32(Some(d))) => {
+                let day = i128::from(NANOS_PER_DAY);
+                (i128::from(d) * day, day)
+            }
             ColumnarValue::Scalar(s) if s.is_null() => return Ok(Bound::Null),
-            other => return internal_err!("cube time bound is not a timestamp: {other:?}"),
+            other => return internal_err!("cube time limit is not a timestamp or date: {other:?}"),
         };
+        let v = if *after { first + length } else { first };
         out = Bound::At(match (out, lower) {
             (Bound::At(o), true) => o.max(v),
             (Bound::At(o), false) => o.min(v),

@@ -7,7 +7,9 @@
 //! As PostgreSQL does: each field is multiplied; with a fractional factor
 //! the fraction of the months spills into days (30 a month) and the
 //! fraction of the days into time (24 hours a day). A result out of range
-//! is an error, never a wrapped value.
+//! is an error, never a wrapped value. A factor of no type yet (a
+//! prepared statement's `$1 * INTERVAL '1 second'`) is a `double
+//! precision`, as PostgreSQL resolves `unknown * interval`.
 //!
 //! Also the length of a fixed interval (no months), which planner rules
 //! compare with time units ([`fixed_interval_ns`]), and a timestamp
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, AsArray, IntervalMonthDayNanoArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit};
-use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::{
     BinaryExpr, ColumnarValue, Expr, Operator, ScalarFunctionArgs, ScalarUDFImpl, Signature,
     Volatility,
@@ -36,7 +38,7 @@ pub struct IntervalMul {
 impl Default for IntervalMul {
     fn default() -> Self {
         Self {
-            signature: Signature::any(2, Volatility::Immutable),
+            signature: Signature::user_defined(Volatility::Immutable),
         }
     }
 }
@@ -77,14 +79,25 @@ impl ScalarUDFImpl for IntervalMul {
     fn signature(&self) -> &Signature {
         &self.signature
     }
+    fn coerce_types(&self, args: &[DataType]) -> Result<Vec<DataType>> {
+        let [interval, factor] = args else {
+            return plan_err!("{INTERVAL_MUL} takes an interval and a number");
+        };
+        let factor = match factor {
+            DataType::Null => DataType::Float64,
+            t if t.is_numeric() => t.clone(),
+            t => return plan_err!("an INTERVAL can be multiplied by a number only, not {t}"),
+        };
+        Ok(vec![interval.clone(), factor])
+    }
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
-        if !matches!(args.get(1), Some(t) if t.is_numeric() || t.is_null()) {
-            return exec_err!(
-                "an INTERVAL can be multiplied by a number only, not {:?}",
-                args.get(1)
-            );
+        match args.get(1) {
+            Some(t) if t.is_numeric() || t.is_null() => {
+                Ok(DataType::Interval(IntervalUnit::MonthDayNano))
+            }
+            Some(t) => exec_err!("an INTERVAL can be multiplied by a number only, not {t}"),
+            None => exec_err!("{INTERVAL_MUL} takes an interval and a number"),
         }
-        Ok(DataType::Interval(IntervalUnit::MonthDayNano))
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;

@@ -498,6 +498,15 @@ mod tests {
             types("SELECT concat($1, 'x')").await,
             Some(vec![DataType::Utf8])
         );
+        // A factor of an interval (`$1 * INTERVAL '1 second'`, which the
+        // front end makes this call): a double, as PostgreSQL resolves
+        // `unknown * interval`.
+        let kiln = SessionContext::new();
+        kiln_query::functions::register(&kiln);
+        let sql = "SELECT kiln_interval_mul(INTERVAL '1 second', $1)";
+        let plan = kiln.state().create_logical_plan(sql).await.unwrap();
+        let typed = parameter_types(&plan, &kiln).unwrap().all;
+        assert_eq!(typed, Some(vec![DataType::Float64]));
         // Used as two types: none, as PostgreSQL refuses it.
         assert_eq!(
             types("SELECT make_date(2026, 10, $1), concat($1, 'x')").await,

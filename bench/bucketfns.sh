@@ -15,8 +15,10 @@
 #          ts + INTERVAL '1 day') - INTERVAL '1 day' over a day range,
 #          distinct sessions or users (visits_daily, ab_daily);
 #   between Grafana's time filter, `ts BETWEEN a AND b` (an inclusive
-#          end; here both at 07:13, cutting hours), by time_bucket of an
-#          hour (visits_hourly, ab_hourly).
+#          end), by time_bucket of an hour (visits_hourly, ab_hourly).
+#          Both ends fall at one random second of the day, cutting hours,
+#          as Grafana's relative ranges (now-7d to now) move with every
+#          refresh: queries seldom repeat.
 # CHARTS picks some (default all five).
 # Each query has a random site or experiment and range; abtest's charts
 # group by arm too. Runs each BUILD (a release kiln
@@ -47,16 +49,16 @@ chmod 755 "$WORK"
 case $WORKLOAD in
   visits)
     CUBES=$ROOT/bench/cubes2.sql
-    PG_SET=$'\\set s random(1, 60)\n\\set a random(10, 17)\n\\set b random(20, 27)'
+    PG_SET=$'\\set s random(1, 60)\n\\set a random(10, 17)\n\\set b random(20, 27)\n\\set t random(0, 86399)'
     ONE="visits WHERE site_id = :s" ONE_HTTP="visits WHERE site_id = {s:1-60}"
-    TS=ts MONTH=10 A_HTTP="{a:10-17}" B_HTTP="{b:20-27}"
+    TS=ts MONTH=10 DAY0=1790726400 A_HTTP="{a:10-17}" B_HTTP="{b:20-27}"
     DAILY="count(DISTINCT session_id) AS sessions" HOUR="count(*) AS events"
     BUCKET="count(*) AS events" BY="" ;;
   abtest)
     CUBES=$ROOT/bench/cubes.sql
-    PG_SET=$'\\set e random(1, 40)\n\\set a random(1, 5)\n\\set b random(8, 14)'
+    PG_SET=$'\\set e random(1, 40)\n\\set a random(1, 5)\n\\set b random(8, 14)\n\\set t random(0, 86399)'
     ONE="abtest WHERE experiment_id = :e" ONE_HTTP="abtest WHERE experiment_id = {e:1-40}"
-    TS=event_time MONTH=11 A_HTTP="0{a:1-5}" B_HTTP="{b:10-14}"
+    TS=event_time MONTH=11 DAY0=1793404800 A_HTTP="0{a:1-5}" B_HTTP="{b:10-14}"
     DAILY="arm, count(DISTINCT user_id) AS users" HOUR="arm, count(*) AS events"
     BUCKET="arm, sum(amount) AS revenue" BY=", 2" ;;
   *) echo "WORKLOAD is visits or abtest" >&2; exit 2 ;;
@@ -77,8 +79,9 @@ chart_text() {
 pg_text() {
   local a="make_date(2026, $MONTH, :a)" b="make_date(2026, $MONTH, :b)"
   if [ "$1" = between ]; then
-    a="CAST($a AS TIMESTAMP) + INTERVAL '7 hours 13 minutes'"
-    b="CAST($b AS TIMESTAMP) + INTERVAL '7 hours 13 minutes'"
+    # Seconds since the epoch: day 0 of the month (DAY0), plus days and
+    # the second of the day.
+    a="to_timestamp($DAY0 + :a * 86400 + :t)" b="to_timestamp($DAY0 + :b * 86400 + :t)"
   fi
   echo "$(chart_text "$1" "$ONE" "$a" "$b");"
 }
@@ -87,7 +90,9 @@ http_text() {
   case $1 in
     daily) a="DATE $a" b="DATE $b" ;;
     # As Grafana writes it: RFC 3339 strings.
-    between) a="'2026-$MONTH-${A_HTTP}T07:13:00Z'" b="'2026-$MONTH-${B_HTTP}T07:13:00Z'" ;;
+    between)
+      a="'2026-$MONTH-${A_HTTP}T{hr:10-23}:{mi:10-59}:{sec:10-59}Z'"
+      b="'2026-$MONTH-${B_HTTP}T{hr}:{mi}:{sec}Z'" ;;
   esac
   chart_text "$1" "$ONE_HTTP" "$a" "$b"
 }

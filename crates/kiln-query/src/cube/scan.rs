@@ -321,18 +321,12 @@ impl CubeScanExec {
                 (Bound::Null, _) | (_, Bound::Null) => (0, 0, 0, 0),
                 (a, b) => {
                     // A bucket boundary out of range: no whole bucket.
-                    let bucket =
-                        |v: i128, round: fn(Unit, i64) -> Option<i64>, none| match i64::try_from(v)
-                        {
-                            Ok(v) => round(r.unit, v).map_or(none, i128::from),
-                            Err(_) => v,
-                        };
                     let lo = match a {
-                        Bound::At(v) => bucket(v, Unit::ceil, i128::MAX),
+                        Bound::At(v) => boundary(v, |x| r.unit.ceil(x), i128::MAX),
                         _ => i128::MIN,
                     };
                     let hi = match b {
-                        Bound::At(v) => bucket(v, Unit::floor, i128::MIN),
+                        Bound::At(v) => boundary(v, |x| r.unit.floor(x), i128::MIN),
                         _ => i128::MAX,
                     };
                     (a.or(i128::MIN), b.or(i128::MAX), lo, hi)
@@ -483,6 +477,16 @@ impl Bound {
             Bound::At(v) => v,
             _ => open,
         }
+    }
+}
+
+/// The bucket boundary `round` gives for instant `v`, or `none` where that
+/// is out of range; an instant beyond the timestamps' range is its own
+/// boundary (no timestamp lies between them).
+fn boundary(v: i128, round: impl Fn(i64) -> Option<i64>, none: i128) -> i128 {
+    match i64::try_from(v) {
+        Ok(v) => round(v).map_or(none, i128::from),
+        Err(_) => v,
     }
 }
 

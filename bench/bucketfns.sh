@@ -18,12 +18,16 @@
 #          end), by time_bucket of an hour (visits_hourly, ab_hourly).
 #          Both ends fall at one random second of the day, cutting hours,
 #          as Grafana's relative ranges (now-7d to now) move with every
-#          refresh: queries seldom repeat.
+#          refresh: queries seldom repeat. T=SECONDS fixes that second
+#          (T=26000: 07:13:20), so queries repeat within seconds, as when
+#          many viewers open one dashboard.
 # CHARTS picks some (default all five).
 # Each query has a random site or experiment and range; abtest's charts
 # group by arm too. Runs each BUILD (a release kiln
 # binary) in the order given, so `bucketfns.sh A B B A` alternates two
-# builds. Per build: a fresh copy of DATA with the cubes built, then per
+# builds; a BUILD written off:PATH runs PATH without cubes (raw reads,
+# with the partial-aggregate cache), the baseline cubes are measured
+# against. Per build: a fresh copy of DATA with the cubes built, then per
 # chart C clients (default 16) for SECS s (default 10) after a 5 s
 # warm-up, over the simple protocol (pgbench -M simple), prepared
 # statements (pgbench -M prepared) and HTTP with the values written in
@@ -63,6 +67,7 @@ case $WORKLOAD in
     BUCKET="arm, sum(amount) AS revenue" BY=", 2" ;;
   *) echo "WORKLOAD is visits or abtest" >&2; exit 2 ;;
 esac
+[ -z "${T:-}" ] || PG_SET=${PG_SET/random(0, 86399)/$T}
 # chart_text CHART FROM A B: the chart's text over FROM (the table and its
 # equality) from day A to before day B (as given, or day B included for
 # daily, whose range is a BETWEEN of dates).
@@ -91,14 +96,16 @@ http_text() {
     daily) a="DATE $a" b="DATE $b" ;;
     # As Grafana writes it: RFC 3339 strings.
     between)
-      a="'2026-$MONTH-${A_HTTP}T{hr:10-23}:{mi:10-59}:{sec:10-59}Z'"
-      b="'2026-$MONTH-${B_HTTP}T{hr}:{mi}:{sec}Z'" ;;
+      local at="{hr:10-23}:{mi:10-59}:{sec:10-59}"
+      [ -z "${T:-}" ] || at=$(printf '%02d:%02d:%02d' $((T / 3600)) $((T / 60 % 60)) $((T % 60)))
+      a="'2026-$MONTH-${A_HTTP}T${at}Z'"
+      b="'2026-$MONTH-${B_HTTP}T$(echo "$at" | sed -E 's/\{([a-z]+):[0-9-]+\}/{\1}/g')Z'" ;;
   esac
   chart_text "$1" "$ONE_HTTP" "$a" "$b"
 }
 
 answered() {
-  kiln_sql "SELECT sum(queries_answered) FROM system.cubes" | sed -E 's/.*"rows":\[\[([0-9]+)\]\].*/\1/'
+  kiln_sql "SELECT coalesce(sum(queries_answered), 0) FROM system.cubes" | sed -E 's/.*"rows":\[\[([0-9]+)\]\].*/\1/'
 }
 pgbench() {
   "$PG_BIN/pgbench" -n -M "$1" -h 127.0.0.1 -p "$KILN_PG_PORT" -U postgres -c "$C" -j 2 \
@@ -106,10 +113,10 @@ pgbench() {
 }
 
 for build in "$@"; do
-  KILN=$build
+  KILN=${build#off:}
   rm -rf "$RUN"; cp -r "$DATA" "$RUN"
   kiln_start "$RUN"
-  kiln_cubes "$CUBES"
+  [ "$KILN" != "$build" ] || kiln_cubes "$CUBES"
   for chart in ${CHARTS:-daily hour bucket week between}; do
     printf '%s\n%s\n' "$PG_SET" "$(pg_text $chart)" >"$WORK/pg.sql"
     for mode in simple prepared; do

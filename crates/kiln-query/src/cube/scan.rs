@@ -11,9 +11,7 @@
 //!   on first read and kept with the batch until its rows are flushed;
 //! - the same states computed from raw rows for everything else: the
 //!   memstore's small batches, segments without a part, and the edges of a
-//!   range that cuts a bucket, read with the query's own filters (held
-//!   segments' states kept in the partial-aggregate cache under those
-//!   filters' values, for the next query with the same range).
+//!   range that cuts a bucket, read with the query's own filters.
 //!
 //! So an answer includes every row acknowledged before the snapshot, part
 //! or not. The snapshot is taken at execution, so a kept (generic) plan
@@ -36,10 +34,12 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, Operator, UserDefinedLogicalNodeCore};
 use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
 use kiln_storage::memstore::{MemBatch, TableVersion};
@@ -436,9 +436,7 @@ impl CubeScanExec {
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
     }
 
-    /// The cube's states over a pinned snapshot's rows that pass `filter`
-    /// (with the partial cache on, held segments' states are kept for the
-    /// next query with the same filter values: [`KilnTable::aggregate_pinned`]).
+    /// The cube's states over a pinned snapshot's rows that pass `filter`.
     fn raw(
         cube: &Arc<CubePlan>,
         table: &KilnTable,
@@ -446,12 +444,14 @@ impl CubeScanExec {
         filter: Option<Arc<dyn PhysicalExpr>>,
         ctx: &Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let aggregate = |rows| {
-            cube.aggregate(rows)
-                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))
+        let rows = table.scan_pinned(snapshot, &cube.projection, filter, ctx)?;
+        let rows: Arc<dyn ExecutionPlan> = match rows.output_partitioning().partition_count() {
+            1 => rows,
+            _ => Arc::new(CoalescePartitionsExec::new(rows)),
         };
-        let states = table
-            .aggregate_pinned(snapshot, &cube.projection, filter, ctx, aggregate)?
+        let states = cube
+            .aggregate(rows)
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
             .execute(0, ctx.clone())?;
         let schema = cube.scan_schema.clone();
         let cube = cube.clone();

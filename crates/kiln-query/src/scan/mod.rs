@@ -73,7 +73,7 @@ pub struct KilnTable {
     table: Arc<Table>,
     schema: SchemaRef,
     caches: Arc<Caches>,
-    /// A snapshot fixed by the caller ([`KilnTable::aggregate_pinned`]), read
+    /// A snapshot fixed by the caller ([`KilnTable::scan_pinned`]), read
     /// instead of the table's current one.
     pinned: Option<TableSnapshot>,
 }
@@ -100,24 +100,16 @@ impl KilnTable {
         &self.db
     }
 
-    /// `aggregate` (a `Partial` aggregation, built over the scan it is
-    /// given) over the rows of `snapshot`, pinned by the caller, planned
-    /// now from an execution's context rather than by DataFusion's planner:
-    /// the `projection`'s columns of the rows passing `predicate` (over the
+    /// A scan of `snapshot`, pinned by the caller, planned now from an
+    /// execution's context rather than by DataFusion's planner: the
+    /// `projection`'s columns of the rows passing `predicate` (over the
     /// whole view schema), one partition. A cube reads its raw rows with it.
-    ///
-    /// With the partial cache on, each held segment's partial rows are kept
-    /// and reused by a later call with the same aggregation, slices and
-    /// filter values ([`partials_over`]): a dashboard's repeated range
-    /// reads its cut buckets' rows once. Memstore rows and segments read
-    /// from Parquet are aggregated at every call.
-    pub(crate) fn aggregate_pinned(
+    pub(crate) fn scan_pinned(
         &self,
         snapshot: TableSnapshot,
         projection: &[usize],
         predicate: Option<Arc<dyn PhysicalExpr>>,
         ctx: &TaskContext,
-        aggregate: impl FnOnce(Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let table = KilnTable {
             pinned: Some(snapshot),
@@ -139,9 +131,10 @@ impl KilnTable {
             parquet,
             metadata: ctx.runtime_env().cache_manager.get_file_metadata_cache(),
         };
-        let scan: Arc<dyn ExecutionPlan> = Arc::new(LazyScan::new(table, spec)?);
-        let agg = aggregate(scan.clone())?;
-        Ok(partials_over(agg.clone(), None, scan)?.unwrap_or(agg))
+        let pruning = pruner(spec.predicate.as_ref(), &self.schema);
+        let mut scan = table.scan_snapshot(&spec, pruning.as_deref(), ParquetFilter::Own)?;
+        scan.held_into_batches(spec.conjuncts.as_deref());
+        table.plan_scan(&spec, scan)
     }
 }
 

@@ -7,7 +7,9 @@
 //! segments no longer held go first, then the least recently used, within
 //! `--partial-cache-bytes`.
 
+use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use arrow::array::RecordBatch;
@@ -20,6 +22,9 @@ use crate::cache::segment::DecodedSegment;
 
 /// An entry holds at most this share of the cache (1/8).
 pub const MAX_ENTRY_SHARE: usize = 8;
+
+/// Fingerprints [`PartialCache::seen_before`] remembers (32 KiB).
+pub const RECENT_SLOTS: usize = 4096;
 
 /// What identifies one segment's partial rows apart from the segment: the
 /// aggregate, and the slices read, as runs of neighbouring slices with the
@@ -68,6 +73,18 @@ pub struct FunctionKey {
 pub struct PartialCache {
     /// By the decoded segment's address and the run's key.
     lru: ByteLru<(usize, PartialKey), Arc<Entry>>,
+    /// Fingerprints of reads kept only when they repeat
+    /// ([`Self::seen_before`]).
+    recent: Recent,
+}
+
+/// One fingerprint per slot, the last that fell in it.
+struct Recent(Box<[AtomicU64]>);
+
+impl fmt::Debug for Recent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Recent({} slots)", self.0.len())
+    }
 }
 
 #[derive(Debug)]
@@ -83,7 +100,20 @@ impl PartialCache {
     pub fn new(capacity: usize) -> Self {
         Self {
             lru: ByteLru::new(capacity, capacity / MAX_ENTRY_SHARE, capacity / 8),
+            recent: Recent((0..RECENT_SLOTS).map(|_| AtomicU64::new(0)).collect()),
         }
+    }
+
+    /// Whether `fingerprint` was passed here recently (its slot still holds
+    /// it: each slot remembers the last fingerprint that fell in it), and
+    /// remembers it. A read whose rows pay for keeping only when it repeats
+    /// keeps them from its second sighting on: a cube's cut buckets under a
+    /// dashboard's range, which may move with every refresh. So a read made
+    /// once costs no more than without the cache. Lock-free; a collision
+    /// only makes a read kept early.
+    pub fn seen_before(&self, fingerprint: u64) -> bool {
+        let slot = &self.recent.0[(fingerprint % RECENT_SLOTS as u64) as usize];
+        slot.swap(fingerprint, Ordering::Relaxed) == fingerprint
     }
 
     pub fn enabled(&self) -> bool {
@@ -144,3 +174,6 @@ impl PartialCache {
             .insert(key, entry, bytes, |e| e.segment.strong_count() == 0);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,7 +11,9 @@
 //!   on first read and kept with the batch until its rows are flushed;
 //! - the same states computed from raw rows for everything else: the
 //!   memstore's small batches, segments without a part, and the edges of a
-//!   range that cuts a bucket, read with the query's own filters.
+//!   range that cuts a bucket, read with the query's own filters (when
+//!   the same filter values repeat, held segments' states are kept in the
+//!   partial-aggregate cache under them, for the next query).
 //!
 //! So an answer includes every row acknowledged before the snapshot, part
 //! or not. The snapshot is taken at execution, so a kept (generic) plan
@@ -34,12 +36,10 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, Operator, UserDefinedLogicalNodeCore};
 use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
-    Partitioning, PlanProperties,
+    ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
 use kiln_storage::memstore::{MemBatch, TableVersion};
@@ -436,7 +436,9 @@ impl CubeScanExec {
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
     }
 
-    /// The cube's states over a pinned snapshot's rows that pass `filter`.
+    /// The cube's states over a pinned snapshot's rows that pass `filter`
+    /// (held segments' states kept when the same filter values repeat:
+    /// [`KilnTable::aggregate_pinned`]).
     fn raw(
         cube: &Arc<CubePlan>,
         table: &KilnTable,
@@ -444,14 +446,19 @@ impl CubeScanExec {
         filter: Option<Arc<dyn PhysicalExpr>>,
         ctx: &Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let rows = table.scan_pinned(snapshot, &cube.projection, filter, ctx)?;
-        let rows: Arc<dyn ExecutionPlan> = match rows.output_partitioning().partition_count() {
-            1 => rows,
-            _ => Arc::new(CoalescePartitionsExec::new(rows)),
+        let aggregate = |rows| {
+            cube.aggregate(rows)
+                .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))
         };
-        let states = cube
-            .aggregate(rows)
-            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
+        let states = table
+            .aggregate_pinned(
+                snapshot,
+                &cube.projection,
+                filter,
+                ctx,
+                cube.def.id,
+                aggregate,
+            )?
             .execute(0, ctx.clone())?;
         let schema = cube.scan_schema.clone();
         let cube = cube.clone();

@@ -15,6 +15,7 @@
 //! which does the same when it executes, with the parameters bound then.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -52,7 +53,7 @@ mod slices;
 mod snapshot;
 
 use lazy::LazyScan;
-pub(crate) use partials::partials_over;
+pub(crate) use partials::{bound, partials_over};
 use slices::{Filtered, SliceScan};
 use snapshot::{ParquetFilter, SnapshotScan};
 
@@ -73,7 +74,7 @@ pub struct KilnTable {
     table: Arc<Table>,
     schema: SchemaRef,
     caches: Arc<Caches>,
-    /// A snapshot fixed by the caller ([`KilnTable::scan_pinned`]), read
+    /// A snapshot fixed by the caller ([`KilnTable::aggregate_pinned`]), read
     /// instead of the table's current one.
     pinned: Option<TableSnapshot>,
 }
@@ -100,17 +101,36 @@ impl KilnTable {
         &self.db
     }
 
-    /// A scan of `snapshot`, pinned by the caller, planned now from an
-    /// execution's context rather than by DataFusion's planner: the
-    /// `projection`'s columns of the rows passing `predicate` (over the
+    /// `aggregate` (a `Partial` aggregation, built over the scan it is
+    /// given) over the rows of `snapshot`, pinned by the caller, planned
+    /// now from an execution's context rather than by DataFusion's planner:
+    /// the `projection`'s columns of the rows passing `predicate` (over the
     /// whole view schema), one partition. A cube reads its raw rows with it.
-    pub(crate) fn scan_pinned(
+    ///
+    /// With the partial cache on, a call whose `salt` (the aggregation's
+    /// identity) and predicate values were seen before
+    /// ([`PartialCache::seen_before`](crate::cache::PartialCache::seen_before))
+    /// keeps each held segment's partial rows, and finds them at the next
+    /// such call ([`partials_over`]): a dashboard's repeated range reads its
+    /// cut buckets' rows once, while a range read once is read in one plan,
+    /// keeping nothing. Memstore rows and segments read from Parquet are
+    /// aggregated at every call.
+    pub(crate) fn aggregate_pinned(
         &self,
         snapshot: TableSnapshot,
         projection: &[usize],
         predicate: Option<Arc<dyn PhysicalExpr>>,
         ctx: &TaskContext,
+        salt: u64,
+        aggregate: impl FnOnce(Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let partials = &self.caches.partials;
+        let keep = partials.enabled() && {
+            let mut hasher = std::hash::DefaultHasher::new();
+            salt.hash(&mut hasher);
+            predicate.as_ref().map(bound).transpose()?.hash(&mut hasher);
+            partials.seen_before(hasher.finish())
+        };
         let table = KilnTable {
             pinned: Some(snapshot),
             ..self.clone()
@@ -131,10 +151,12 @@ impl KilnTable {
             parquet,
             metadata: ctx.runtime_env().cache_manager.get_file_metadata_cache(),
         };
-        let pruning = pruner(spec.predicate.as_ref(), &self.schema);
-        let mut scan = table.scan_snapshot(&spec, pruning.as_deref(), ParquetFilter::Own)?;
-        scan.held_into_batches(spec.conjuncts.as_deref());
-        table.plan_scan(&spec, scan)
+        let scan: Arc<dyn ExecutionPlan> = Arc::new(LazyScan::new(table, spec)?);
+        let agg = aggregate(scan.clone())?;
+        match keep {
+            true => Ok(partials_over(agg.clone(), None, scan)?.unwrap_or(agg)),
+            false => Ok(agg),
+        }
     }
 }
 

@@ -109,8 +109,8 @@ impl PartialCache {
     /// remembers it. A read whose rows pay for keeping only when it repeats
     /// keeps them from its second sighting on: a cube's cut buckets under a
     /// dashboard's range, which may move with every refresh. So a read made
-    /// once costs no more than without the cache. Lock-free; a collision
-    /// only makes a read kept early.
+    /// once costs its fingerprint, and keeps nothing. Lock-free; a
+    /// collision only makes a read kept early.
     pub fn seen_before(&self, fingerprint: u64) -> bool {
         let slot = &self.recent.0[(fingerprint % RECENT_SLOTS as u64) as usize];
         slot.swap(fingerprint, Ordering::Relaxed) == fingerprint

@@ -21,7 +21,10 @@
 #          refresh: queries seldom repeat. T=SECONDS fixes that second
 #          (T=26000: 07:13:20), so queries repeat within seconds, as when
 #          many viewers open one dashboard.
-# CHARTS picks some (default all five).
+#   epoch  Grafana's PostgreSQL macros: $__timeGroupAlias(ts, '1h'),
+#          floor(extract(epoch from ts)/3600)*3600, over $__timeFilter(ts),
+#          the range of between (visits_hourly, ab_hourly).
+# CHARTS picks some (default all six).
 # Each query has a random site or experiment and range; abtest's charts
 # group by arm too. Runs each BUILD (a release kiln
 # binary) in the order given, so `bucketfns.sh A B B A` alternates two
@@ -79,11 +82,12 @@ chart_text() {
     bucket) echo "SELECT time_bucket(INTERVAL '3 hours', $TS) AS time, $BUCKET FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
     week) echo "SELECT date_trunc('week', $TS + INTERVAL '1 day') - INTERVAL '1 day' AS week, $DAILY FROM $from AND $TS >= $a AND $TS < $b GROUP BY 1$BY ORDER BY 1$BY" ;;
     between) echo "SELECT time_bucket(INTERVAL '1 hour', $TS) AS time, $BUCKET FROM $from AND $TS BETWEEN $a AND $b GROUP BY 1$BY ORDER BY 1$BY" ;;
+    epoch) echo "SELECT floor(extract(epoch from $TS)/3600)*3600 AS \"time\", $BUCKET FROM $from AND $TS BETWEEN $a AND $b GROUP BY 1$BY ORDER BY 1$BY" ;;
   esac
 }
 pg_text() {
   local a="make_date(2026, $MONTH, :a)" b="make_date(2026, $MONTH, :b)"
-  if [ "$1" = between ]; then
+  if [ "$1" = between ] || [ "$1" = epoch ]; then
     # Seconds since the epoch: day 0 of the month (DAY0), plus days and
     # the second of the day.
     a="to_timestamp($DAY0 + :a * 86400 + :t)" b="to_timestamp($DAY0 + :b * 86400 + :t)"
@@ -95,7 +99,7 @@ http_text() {
   case $1 in
     daily) a="DATE $a" b="DATE $b" ;;
     # As Grafana writes it: RFC 3339 strings.
-    between)
+    between|epoch)
       local at="{hr:10-23}:{mi:10-59}:{sec:10-59}"
       [ -z "${T:-}" ] || at=$(printf '%02d:%02d:%02d' $((T / 3600)) $((T / 60 % 60)) $((T % 60)))
       a="'2026-$MONTH-${A_HTTP}T${at}Z'"
@@ -117,7 +121,7 @@ for build in "$@"; do
   rm -rf "$RUN"; cp -r "$DATA" "$RUN"
   kiln_start "$RUN"
   [ "$KILN" != "$build" ] || kiln_cubes "$CUBES"
-  for chart in ${CHARTS:-daily hour bucket week between}; do
+  for chart in ${CHARTS:-daily hour bucket week between epoch}; do
     printf '%s\n%s\n' "$PG_SET" "$(pg_text $chart)" >"$WORK/pg.sql"
     for mode in simple prepared; do
       pgbench $mode 5 >/dev/null

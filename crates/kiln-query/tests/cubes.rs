@@ -56,6 +56,8 @@ const KEYS: &[&str] = &[
     "time_bucket(INTERVAL '1 day', ts)",
     // Bins cutting hours: read raw.
     "date_bin(INTERVAL '90 minutes', ts)",
+    // Grafana's `$__timeGroup(ts, '2h')`: bins of whole hours from 1970.
+    "floor(extract(epoch FROM ts) / 7200) * 7200",
     // Of a shifted timestamp: weeks from Sunday (Metabase, Superset), days
     // two hours ahead (of hours only), and days from 00:30 (read raw).
     "date_trunc('week', ts + INTERVAL '1 day') - INTERVAL '1 day'",
@@ -69,6 +71,7 @@ const BUCKET_FUNCTIONS: &[&str] = &[
     "extract(",
     "date_bin(INTERVAL '2",
     "time_bucket(",
+    "floor(extract(epoch",
 ];
 
 const AGGREGATES: &[&str] = &[
@@ -535,6 +538,17 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
             "SELECT date_bin(INTERVAL '90 minutes', ts) AS b, count(*) FROM ev GROUP BY 1",
             "group key date_bin(",
         ),
+        // Grafana's `$__timeGroupAlias(ts, '1d')` and `'30m'`.
+        (
+            "SELECT floor(extract(epoch from ts)/86400)*86400 AS \"time\", count(*) FROM ev \
+             GROUP BY 1",
+            "cube=by_day",
+        ),
+        (
+            "SELECT floor(extract(epoch from ts)/1800)*1800 AS \"time\", count(*) FROM ev \
+             GROUP BY 1",
+            "group key floor(",
+        ),
         // Of a timestamp shifted by whole buckets of the cube's unit.
         (
             "SELECT date_trunc('week', ts + INTERVAL '1 day') - INTERVAL '1 day' AS w, \
@@ -588,6 +602,14 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
              WHERE ts BETWEEN TIMESTAMP '2026-11-03 10:00:00' AND TIMESTAMP '2026-11-04 10:00:00' \
              GROUP BY 1",
             "cube=by_day table=ev, buckets=Day of d",
+        ),
+        // A Grafana chart: `$__timeGroupAlias(ts, '1h')` over
+        // `$__timeFilter(ts)`, whose ends cut hours.
+        (
+            "SELECT floor(extract(epoch from ts)/3600)*3600 AS \"time\", count(*) AS n \
+             FROM ev WHERE ts BETWEEN '2026-11-03T10:21:33.123Z' AND '2026-11-04T09:59:59.9Z' \
+             GROUP BY 1",
+            "cube=by_hour table=ev, buckets=Hour of h",
         ),
     ] {
         let explain = rows_of(&engine, &format!("EXPLAIN {sql}")).await;

@@ -20,7 +20,15 @@
 //! - `date_bin(stride, ts [, origin])` and `time_bucket(stride, ts)`: over
 //!   any unit of fixed length (second to week) whose length divides the
 //!   stride and which has a bucket starting at the origin: each bin then
-//!   holds whole buckets.
+//!   holds whole buckets;
+//! - `floor(extract(epoch FROM ts) / n)` for a whole number of seconds
+//!   `n`: bins of `n` seconds from 1970-01-01, which Grafana's
+//!   PostgreSQL macro `$__timeGroup(ts, '1h')` writes (then times `n`, a
+//!   function of this form). The epoch is a float: within a microsecond
+//!   before a bin's end (a few hundred nanoseconds for today's dates), a
+//!   raw timestamp's epoch can round up into the next bin. The truncated
+//!   timestamp's epoch is exact, so a cube puts such a row in its own bin,
+//!   as PostgreSQL (whose epoch is exact) does.
 //!
 //! The timestamp may be shifted first by a fixed length (`ts + INTERVAL
 //! '1 day'`, of a timestamp without time zone): Metabase and Superset
@@ -33,7 +41,7 @@
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::expr::Cast;
-use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::logical_expr::{Expr, ExprSchemable, Operator};
 
 use super::unit::Unit;
 use crate::functions::{fixed_interval_ns, shifted};
@@ -94,15 +102,6 @@ pub fn grain<'a>(e: &'a Expr, schema: &DFSchema) -> Option<(Grain, &'a Expr)> {
             naive(expr).then_some((Grain::Unit(Unit::Day), expr.as_ref()))
         }
         Expr::ScalarFunction(f) => {
-            let text = |a: &Expr| match a {
-                Expr::Literal(
-                    ScalarValue::Utf8(Some(s))
-                    | ScalarValue::Utf8View(Some(s))
-                    | ScalarValue::LargeUtf8(Some(s)),
-                    _,
-                ) => Some(s.to_ascii_lowercase()),
-                _ => None,
-            };
             let (grain, ts) = match (f.name(), f.args.as_slice()) {
                 // Its unit is checked by the cube's own dimensions, which
                 // may be of a time zone: no type check.
@@ -117,10 +116,38 @@ pub fn grain<'a>(e: &'a Expr, schema: &DFSchema) -> Option<(Grain, &'a Expr)> {
                 ("time_bucket", [stride, ts]) => {
                     (bins(stride, crate::functions::TIME_BUCKET_ORIGIN_NS)?, ts)
                 }
+                ("floor", [quotient]) => {
+                    let (epoch, seconds) = quotient_of(quotient)?;
+                    (epoch_bins(seconds)?, epoch_of(epoch)?)
+                }
                 _ => return None,
             };
             naive(ts).then_some((grain, ts))
         }
+        _ => None,
+    }
+}
+
+/// A string literal, in lower case.
+fn text(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Literal(
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::Utf8View(Some(s))
+            | ScalarValue::LargeUtf8(Some(s)),
+            _,
+        ) => Some(s.to_ascii_lowercase()),
+        _ => None,
+    }
+}
+
+/// `date_part('epoch', ts)` (`extract(epoch FROM ts)`): `ts`.
+fn epoch_of(e: &Expr) -> Option<&Expr> {
+    let Expr::ScalarFunction(f) = e else {
+        return None;
+    };
+    match (f.name(), f.args.as_slice()) {
+        ("date_part", [field, ts]) if text(field).as_deref() == Some("epoch") => Some(ts),
         _ => None,
     }
 }
@@ -148,6 +175,39 @@ fn bins(stride: &Expr, origin: i64) -> Option<Grain> {
         .ok()
         .filter(|s| *s > 0)?;
     Some(Grain::Bins { stride, origin })
+}
+
+/// `x / n` (or Kiln's checked `float_divide(x, n)`) of a number `n`:
+/// `x` and `n`.
+fn quotient_of(e: &Expr) -> Option<(&Expr, f64)> {
+    let (x, n) = match e {
+        Expr::BinaryExpr(b) if b.op == Operator::Divide => (b.left.as_ref(), b.right.as_ref()),
+        Expr::ScalarFunction(f) => match (f.name(), f.args.as_slice()) {
+            ("float_divide", [x, n]) => (x, n),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let n = match n {
+        Expr::Cast(Cast { expr, .. }) => expr.as_ref(),
+        n => n,
+    };
+    let Expr::Literal(n, _) = n else {
+        return None;
+    };
+    match n.cast_to(&DataType::Float64).ok()? {
+        ScalarValue::Float64(Some(n)) => Some((x, n)),
+        _ => None,
+    }
+}
+
+/// Bins of a whole, positive number of seconds from 1970-01-01.
+fn epoch_bins(seconds: f64) -> Option<Grain> {
+    let whole = seconds.fract() == 0.0 && (1.0..1e12).contains(&seconds);
+    let stride = whole
+        .then_some(seconds as i64)?
+        .checked_mul(1_000_000_000)?;
+    Some(Grain::Bins { stride, origin: 0 })
 }
 
 /// A timestamp literal without time zone in nanoseconds.

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, Result, ScalarValue, TableReference};
 use datafusion::datasource::source_as_provider;
 use datafusion::logical_expr::expr::{AggregateFunction, Case, Cast};
@@ -292,9 +292,11 @@ impl Dimensions<'_> {
                     Ok(ns) => self.column(i) + lit(ScalarValue::new_interval_mdn(0, 0, ns)),
                     Err(_) => continue,
                 };
-                let out = e.clone().map_children(|c| {
+                // The timestamp may lie deep in the form (`floor(extract(
+                // epoch FROM ts) / 60)`); nothing under it is visited.
+                let out = e.clone().transform_down(|c| {
                     Ok(match &c == ts {
-                        true => Transformed::yes(dimension.clone()),
+                        true => Transformed::new(dimension.clone(), true, TreeNodeRecursion::Jump),
                         false => Transformed::no(c),
                     })
                 });

@@ -371,16 +371,18 @@ ORDER BY 1""")
 
     check("$__timeGroupAlias(ts,'1m') + $__timeFilter(ts), avg", time_group_alias)
 
-    def time_group_metric():
-        # time series with a metric column (long format).
-        cols, got = db.query(f"""SELECT
+    time_group_metric_sql = f"""SELECT
   floor(extract(epoch from ts)/3600)*3600 AS "time",
   host AS metric,
   max(v) AS "max_v"
 FROM graf
 WHERE ts >= '{FROM}' AND ts < '{TO}'
 GROUP BY 1, 2
-ORDER BY 1, 2""")
+ORDER BY 1, 2"""
+
+    def time_group_metric():
+        # time series with a metric column (long format).
+        cols, got = db.query(time_group_metric_sql)
         assert cols == ["time", "metric", "max_v"], cols
         assert len(got) == 48, len(got)
         assert got[0][1:] == ("web-1", 59.0) and got[1][1:] == ("web-2", 60.0), got[:2]
@@ -474,6 +476,26 @@ FROM graf WHERE {time_filter} GROUP BY 1, 2 ORDER BY 1, 2 LIMIT 4""")
         assert got == [[(5762,)]], got
 
     check("several statements in one simple query (SET; SELECT)", multi_statement)
+
+    def cube_answers_time_group():
+        # A cube of hours answers $__timeGroup(ts, '1h') with the same
+        # answer; $__timeGroup(ts, '1m') is finer, read raw, and EXPLAIN
+        # says why.
+        db.query("CREATE CUBE graf_hourly ON graf DIMENSIONS (host, date_trunc('hour', ts) AS hour) "
+                 "MEASURES (count(*) AS n, max(v) AS max_v)")
+        time_group_metric()
+        _, plan = db.query("EXPLAIN " + time_group_metric_sql)
+        plan = "\n".join(str(r[1]) for r in plan)
+        assert "CubeScan: cube=graf_hourly" in plan, plan
+        _, got = db.query("SELECT queries_answered FROM system.cubes WHERE name = 'graf_hourly'")
+        assert got == [(1,)], got
+        _, plan = db.query(f"""EXPLAIN SELECT floor(extract(epoch from ts)/60)*60 AS "time", avg(v)
+FROM graf WHERE {time_filter} GROUP BY 1""")
+        plan = "\n".join(str(r[1]) for r in plan)
+        assert "cube graf_hourly: group key floor(" in plan and "CubeScan" not in plan, plan
+        time_group_alias()
+
+    check("a cube of hours answers $__timeGroup(ts,'1h'), not '1m'", cube_answers_time_group)
 
     finish()
 

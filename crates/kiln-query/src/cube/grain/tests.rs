@@ -115,6 +115,12 @@ async fn a_function_of_a_bucket_equals_itself_of_the_truncated_instant() {
         "date_bin(INTERVAL '3 days', ts, TIMESTAMP '2000-01-01')",
         "time_bucket(INTERVAL '7 days', ts)",
         "time_bucket(INTERVAL '5 minutes', ts)",
+        // Grafana's `$__timeGroup`: hours, days and weeks from a Thursday.
+        "floor(extract(epoch FROM ts) / 3600)",
+        "floor(date_part('epoch', ts) / 86400)",
+        "floor(extract(epoch FROM ts) / 604800)",
+        "floor(extract(epoch FROM ts) / 300)",
+        "floor(extract(epoch FROM ts - INTERVAL '1 hour') / 7200)",
         // Shifted by whole buckets of some units: weeks from Sunday, as
         // Metabase and Superset write them, days of a local time.
         "date_trunc('week', ts + INTERVAL '1 day') - INTERVAL '1 day'",
@@ -162,6 +168,14 @@ async fn other_expressions_have_no_grain() {
         "date_bin(INTERVAL '1 month', ts)",
         "CAST(ts AS VARCHAR)",
         "ts",
+        // Bins of a fraction of a second, of no whole seconds, of another
+        // field; an epoch not floored.
+        "floor(extract(epoch FROM ts) / 0.5)",
+        "floor(extract(epoch FROM ts) / 90.5)",
+        "floor(extract(epoch FROM ts) / -3600)",
+        "floor(extract(second FROM ts) / 60)",
+        "floor(extract(epoch FROM tz) / 3600)",
+        "extract(epoch FROM ts) / 3600",
     ] {
         assert_eq!(grain_of(&ctx, form).await, None, "{form}");
     }

@@ -203,7 +203,9 @@ fn quotient_of(e: &Expr) -> Option<(&Expr, f64)> {
 
 /// Bins of a whole, positive number of seconds from 1970-01-01.
 fn epoch_bins(seconds: f64) -> Option<Grain> {
-    let whole = seconds.fract() == 0.0 && (1.0..1e12).contains(&seconds);
+    // NaN and infinities have no zero fraction; a cast past i64 saturates
+    // and the product then overflows.
+    let whole = seconds.fract() == 0.0 && seconds >= 1.0;
     let stride = whole
         .then_some(seconds as i64)?
         .checked_mul(1_000_000_000)?;

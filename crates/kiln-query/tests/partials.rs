@@ -311,9 +311,10 @@ async fn one_partition_plans_keep_partials_too() {
 
 /// A cube answers a range that cuts its buckets from its parts and reads
 /// the cut buckets' rows raw. When a range repeats, those rows' states are
-/// kept per held segment too, so it then reads no row; a range read once
-/// keeps nothing; other values and rows written since are computed afresh,
-/// and every answer stays the table's.
+/// kept per held segment too, under the slices read and under the whole
+/// read, so it then finds them without planning a read, and reads no row; a
+/// range read once keeps nothing; other values and rows written since are
+/// computed afresh, and every answer stays the table's.
 #[tokio::test]
 async fn a_cubes_cut_buckets_are_kept_too() {
     let tmp = tempfile::tempdir().unwrap();
@@ -354,10 +355,13 @@ async fn a_cubes_cut_buckets_are_kept_too() {
     let before = lookups();
     run(2, cut).await;
     assert_eq!(lookups(), before, "a range read once keeps nothing");
-    // Read again: the two cut days computed and kept, then found.
+    // Read again: the two cut days looked up whole (missed), then planned,
+    // their slices looked up (missed), computed and kept under both keys.
     run(2, cut).await;
     let second = lookups();
-    assert_eq!(second, (before.0, before.1 + 2), "the two cut days kept");
+    assert_eq!(second, (before.0, before.1 + 4), "the two cut days kept");
+    assert_eq!(engine.caches().partials.entries(), 4, "kept twice each");
+    // Found whole: nothing planned, so no slice looked up.
     run(2, cut).await;
     let third = lookups();
     assert_eq!(third, (second.0 + 2, second.1), "the same range found both");
@@ -365,15 +369,33 @@ async fn a_cubes_cut_buckets_are_kept_too() {
     run(3, cut).await;
     assert_eq!(lookups(), third);
     run(3, cut).await;
-    assert_eq!(lookups(), (third.0, third.1 + 2));
-    // Another upper end, twice: another key on its day; the lower end's
-    // day keeps its own (a conjunct every row of a slice passes is left
-    // out of the key).
+    assert_eq!(lookups(), (third.0, third.1 + 4));
+    // Another upper end, twice: another whole read for both days; by its
+    // slices, another key on its day, while the lower end's day finds its
+    // own (a conjunct every row of a slice passes is left out of the key),
+    // and keeps it whole under the new read.
     let later = (cut.0, cut.1 + 1);
     run(2, later).await;
     run(2, later).await;
     let other = lookups();
-    assert_eq!(other, (third.0 + 1, third.1 + 3));
+    assert_eq!(other, (third.0 + 1, third.1 + 4 + 3));
+    run(2, later).await;
+    assert_eq!(lookups(), (other.0 + 2, other.1), "both days found whole");
+    // An experiment without rows: the cut days' slices are all pruned, so
+    // nothing is computed, but each day is kept whole, empty, and then
+    // found without planning.
+    let empty = async || {
+        let params = params(99, cut);
+        let got = prepared(&engine, sql, &params).await;
+        assert_eq!(got, literal(&engine, sql, &params).await, "{params:?}");
+    };
+    empty().await;
+    empty().await;
+    let pruned = lookups();
+    assert_eq!(pruned, (other.0 + 2, other.1 + 2), "looked up whole once");
+    empty().await;
+    assert_eq!(lookups(), (pruned.0 + 2, pruned.1), "found whole, empty");
+    let other = lookups();
     // Rows written since are read from the memstore beside kept states.
     write(engine.db(), &rows(9, 5_000)).await;
     run(2, cut).await;

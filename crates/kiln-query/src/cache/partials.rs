@@ -40,6 +40,25 @@ pub struct PartialKey {
 /// them (none: every row of the slices qualifies).
 pub type SliceRun = (Range<usize>, Option<Arc<dyn PhysicalExpr>>);
 
+impl PartialKey {
+    /// The key of a segment's rows read whole: every one of its `slices`,
+    /// with the whole `predicate` (its values bound) left on each. Pruning
+    /// the slices first reads the same rows, so the entry stands for any
+    /// read of that segment under that predicate, and is found without
+    /// pruning; keys of pruned reads, unlike it, are shared by predicates
+    /// that prune alike (a moving range's middle segments).
+    pub fn whole(
+        aggregate: Arc<AggregateKey>,
+        slices: usize,
+        predicate: Option<Arc<dyn PhysicalExpr>>,
+    ) -> Self {
+        Self {
+            aggregate,
+            slices: vec![(0..slices, predicate)],
+        }
+    }
+}
+
 /// An aggregate's identity: its grouping sets and group expressions, its
 /// functions, and the columns its scan reads. Expressions compare as
 /// DataFusion's physical expressions do (columns by name and index,

@@ -26,6 +26,7 @@ use datafusion::optimizer::simplify_expressions::{ExprSimplifier, SimplifyContex
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::{create_physical_expr, create_physical_sort_exprs};
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
+use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionConfig;
 use kiln_storage::schema::view_schema;
@@ -34,7 +35,9 @@ use kiln_storage::{CubeDef, Table};
 use super::distinct::{DistinctValues, kept_as_values};
 use super::merge::MergeStates;
 use super::ordinals::Ordinals;
+use crate::cache::AggregateKey;
 use crate::error::{Error, Result};
+use crate::scan::aggregate_key;
 
 /// Aggregates a cube may keep: each merges exactly from partial states.
 pub const MEASURES: &[&str] = &[
@@ -71,6 +74,10 @@ pub struct CubePlan {
     aggregates: Vec<Arc<AggregateFunctionExpr>>,
     /// Those columns of the table's view schema, the input of `aggregate`.
     input: SchemaRef,
+    /// The identity of that aggregation over those columns, under which
+    /// the partial cache keeps raw rows' states
+    /// ([`KilnTable::aggregate_pinned`](crate::scan::KilnTable::aggregate_pinned)).
+    pub raw_key: Arc<AggregateKey>,
     /// What a part holds: dimension columns, then each measure's states.
     pub schema: SchemaRef,
     /// What a scan returns: [`Self::schema`] with integer distinct counts'
@@ -286,6 +293,9 @@ impl CubePlan {
             fields[*i] = Arc::new(f.with_data_type(DataType::LargeBinary));
         }
         let scan_schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+        let rows = Arc::new(EmptyExec::new(input.clone()));
+        let raw = aggregate_exec(&group_by, &aggregates, rows, &input)?;
+        let raw_key = Arc::new(aggregate_key(&raw, Some(projection.clone()))?);
         Ok(Self {
             def,
             dimensions,
@@ -294,6 +304,7 @@ impl CubePlan {
             group_by,
             aggregates,
             input,
+            raw_key,
             schema,
             scan_schema,
             ordinals,
@@ -349,15 +360,27 @@ impl CubePlan {
     /// strings viewed): dimension values and each measure's partial state,
     /// per group.
     pub fn aggregate(&self, rows: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(AggregateExec::try_new(
-            AggregateMode::Partial,
-            self.group_by.clone(),
-            self.aggregates.clone(),
-            vec![None; self.aggregates.len()],
-            rows,
-            self.input.clone(),
-        )?))
+        let agg = aggregate_exec(&self.group_by, &self.aggregates, rows, &self.input)?;
+        Ok(Arc::new(agg))
     }
+}
+
+/// The partial aggregation of `aggregates` grouped by `group_by` over
+/// `rows` (of schema `input`).
+fn aggregate_exec(
+    group_by: &PhysicalGroupBy,
+    aggregates: &[Arc<AggregateFunctionExpr>],
+    rows: Arc<dyn ExecutionPlan>,
+    input: &SchemaRef,
+) -> DfResult<AggregateExec> {
+    AggregateExec::try_new(
+        AggregateMode::Partial,
+        group_by.clone(),
+        aggregates.to_vec(),
+        vec![None; aggregates.len()],
+        rows,
+        input.clone(),
+    )
 }
 
 async fn plan_sql(state: &SessionState, sql: &str) -> DfResult<LogicalPlan> {

@@ -13,7 +13,8 @@
 //!   memstore's small batches, segments without a part, and the edges of a
 //!   range that cuts a bucket, read with the query's own filters (when
 //!   the same filter values repeat, held segments' states are kept in the
-//!   partial-aggregate cache under them, for the next query).
+//!   partial-aggregate cache under them, and the next query finds them by
+//!   one lookup per segment, before planning any read).
 //!
 //! So an answer includes every row acknowledged before the snapshot, part
 //! or not. The snapshot is taken at execution, so a kept (generic) plan
@@ -450,19 +451,22 @@ impl CubeScanExec {
             cube.aggregate(rows)
                 .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))
         };
-        let states = table
-            .aggregate_pinned(
-                snapshot,
-                &cube.projection,
-                filter,
-                ctx,
-                cube.def.id,
-                aggregate,
-            )?
-            .execute(0, ctx.clone())?;
+        let states = table.aggregate_pinned(
+            snapshot,
+            &cube.projection,
+            filter,
+            ctx,
+            &cube.raw_key,
+            aggregate,
+        )?;
+        let kept = futures::stream::iter(states.kept.into_iter().map(Ok));
+        let all = match states.rest {
+            Some(rest) => kept.chain(rest.execute(0, ctx.clone())?).boxed(),
+            None => kept.boxed(),
+        };
         let schema = cube.scan_schema.clone();
         let cube = cube.clone();
-        let scanned = states.map(move |b| cube.for_scan(b?));
+        let scanned = all.map(move |b| cube.for_scan(b?));
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, scanned)))
     }
 }

@@ -91,7 +91,8 @@ impl PhysicalOptimizerRule for SegmentPartials {
                 )?) as Arc<dyn ExecutionPlan>,
                 false => node.clone(),
             };
-            let Some(partials) = crate::scan::partials_over(partial.clone(), dedup, scan)? else {
+            let Some(partials) = crate::scan::partials_over(partial.clone(), dedup, scan, None)?
+            else {
                 return Ok(Transformed::no(node));
             };
             if !single {

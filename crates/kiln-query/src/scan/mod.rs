@@ -18,6 +18,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -36,11 +37,12 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
+use kiln_storage::memstore::TableVersion;
 use kiln_storage::schema::view_schema;
-use kiln_storage::{Db, STORE_URL, Table, TableSnapshot};
+use kiln_storage::{Db, Manifest, STORE_URL, Segment, Table, TableSnapshot};
 use object_store::ObjectStore;
 
-use crate::cache::Caches;
+use crate::cache::{AggregateKey, Caches};
 use crate::error::to_df;
 use crate::pruning::{Conjuncts, Pruner, pruner};
 use crate::shape::balanced;
@@ -53,7 +55,7 @@ mod slices;
 mod snapshot;
 
 use lazy::LazyScan;
-pub(crate) use partials::{bound, partials_over};
+pub(crate) use partials::{WholeRead, aggregate_key, bound, partials_over};
 use slices::{Filtered, SliceScan};
 use snapshot::{ParquetFilter, SnapshotScan};
 
@@ -102,35 +104,58 @@ impl KilnTable {
     }
 
     /// `aggregate` (a `Partial` aggregation, built over the scan it is
-    /// given) over the rows of `snapshot`, pinned by the caller, planned
-    /// now from an execution's context rather than by DataFusion's planner:
-    /// the `projection`'s columns of the rows passing `predicate` (over the
-    /// whole view schema), one partition. A cube reads its raw rows with it.
+    /// given, identified by `key`) over the rows of `snapshot`, pinned by
+    /// the caller, planned now from an execution's context rather than by
+    /// DataFusion's planner: the `projection`'s columns of the rows passing
+    /// `predicate` (over the whole view schema), one partition. A cube
+    /// reads its raw rows with it.
     ///
-    /// With the partial cache on, a call whose `salt` (the aggregation's
-    /// identity) and predicate values were seen before
+    /// With the partial cache on, a call whose aggregate and predicate
+    /// values were seen before
     /// ([`PartialCache::seen_before`](crate::cache::PartialCache::seen_before))
-    /// keeps each held segment's partial rows, and finds them at the next
-    /// such call ([`partials_over`]): a dashboard's repeated range reads its
-    /// cut buckets' rows once, while a range read once is read in one plan,
+    /// keeps each held segment's partial rows, under its slices' key (found
+    /// by later reads that prune alike, [`partials_over`]) and under the
+    /// whole read's ([`WholeRead`]). Such a call first takes the rows kept
+    /// whole for its held segments, and plans only the rest: a dashboard's
+    /// repeated range reads its cut buckets' rows once, and then plans
+    /// nothing for them, while a range read once is read in one plan,
     /// keeping nothing. Memstore rows and segments read from Parquet are
     /// aggregated at every call.
     pub(crate) fn aggregate_pinned(
         &self,
-        snapshot: TableSnapshot,
+        mut snapshot: TableSnapshot,
         projection: &[usize],
         predicate: Option<Arc<dyn PhysicalExpr>>,
         ctx: &TaskContext,
-        salt: u64,
+        key: &Arc<AggregateKey>,
         aggregate: impl FnOnce(Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let partials = &self.caches.partials;
-        let keep = partials.enabled() && {
-            let mut hasher = std::hash::DefaultHasher::new();
-            salt.hash(&mut hasher);
-            predicate.as_ref().map(bound).transpose()?.hash(&mut hasher);
-            partials.seen_before(hasher.finish())
-        };
+    ) -> DfResult<PinnedAggregate> {
+        let mut kept = vec![];
+        let whole = self.whole_read(key, predicate.as_ref())?;
+        if let Some(read) = &whole {
+            let segments = &snapshot.version.manifest.segments;
+            let mut rest = Vec::with_capacity(segments.len());
+            for s in segments {
+                let held = self.caches.segments.peek(&s.meta.path);
+                match held.and_then(|d| self.caches.partials.get(&d, read.key(&d))) {
+                    Some(rows) => {
+                        // Counts the segment's read, as a scan of it would.
+                        let _ = self.caches.segments.get(&s.meta.path);
+                        kept.extend(rows.iter().cloned());
+                    }
+                    None => rest.push(s.clone()),
+                }
+            }
+            if rest.len() < segments.len() {
+                snapshot = with_segments(&snapshot, rest);
+            }
+        }
+        let unread = snapshot.version.manifest.segments.is_empty()
+            && snapshot.version.frozen.is_empty()
+            && snapshot.active.iter().all(|(_, b)| b.is_empty());
+        if unread {
+            return Ok(PinnedAggregate { kept, rest: None });
+        }
         let table = KilnTable {
             pinned: Some(snapshot),
             ..self.clone()
@@ -153,10 +178,63 @@ impl KilnTable {
         };
         let scan: Arc<dyn ExecutionPlan> = Arc::new(LazyScan::new(table, spec)?);
         let agg = aggregate(scan.clone())?;
-        match keep {
-            true => Ok(partials_over(agg.clone(), None, scan)?.unwrap_or(agg)),
-            false => Ok(agg),
+        let rest = match whole {
+            Some(read) => partials_over(agg.clone(), None, scan, Some(read))?.unwrap_or(agg),
+            None => agg,
+        };
+        Ok(PinnedAggregate {
+            kept,
+            rest: Some(rest),
+        })
+    }
+
+    /// The whole read of `key` under `predicate` if its rows are to be
+    /// kept: the partial cache is on and the read was seen before.
+    fn whole_read(
+        &self,
+        key: &Arc<AggregateKey>,
+        predicate: Option<&Arc<dyn PhysicalExpr>>,
+    ) -> DfResult<Option<WholeRead>> {
+        let partials = &self.caches.partials;
+        if !partials.enabled() {
+            return Ok(None);
         }
+        let read = WholeRead {
+            aggregate: key.clone(),
+            predicate: predicate.map(bound).transpose()?,
+        };
+        // The aggregate by address: its owner (a cube's plan) lives long,
+        // and a fingerprint only decides when rows start to be kept.
+        let mut hasher = std::hash::DefaultHasher::new();
+        Arc::as_ptr(key).hash(&mut hasher);
+        read.predicate.hash(&mut hasher);
+        Ok(partials.seen_before(hasher.finish()).then_some(read))
+    }
+}
+
+/// What [`KilnTable::aggregate_pinned`] returns: partial rows kept whole
+/// for held segments, and the aggregate over the rest of the snapshot, if
+/// any is left.
+pub(crate) struct PinnedAggregate {
+    pub kept: Vec<RecordBatch>,
+    pub rest: Option<Arc<dyn ExecutionPlan>>,
+}
+
+/// `snapshot` with only `segments` of its manifest, and all its in-memory
+/// rows.
+fn with_segments(snapshot: &TableSnapshot, segments: Vec<Arc<Segment>>) -> TableSnapshot {
+    let version = &snapshot.version;
+    let m = &version.manifest;
+    TableSnapshot {
+        version: Arc::new(TableVersion {
+            manifest: Arc::new(Manifest {
+                version: m.version,
+                flushed_seq: m.flushed_seq,
+                segments,
+            }),
+            frozen: version.frozen.clone(),
+        }),
+        active: snapshot.active.clone(),
     }
 }
 

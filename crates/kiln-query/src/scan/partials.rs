@@ -3,13 +3,16 @@
 //!
 //! The scan is a kept plan's [`LazyScan`], or one made from a scan planned
 //! with its values (`SliceScan::origin`). At its first `execute` of a run
-//! it pins the snapshot as [`LazyScan`] does, but keeps the held segments apart: each is a unit whose partial
-//! rows come from the [`PartialCache`] or are computed over that segment
-//! alone (the aggregate, and the dedup node if the plan has one, over a
-//! scan of its kept slices) and then kept. The rest (memstore rows,
-//! segments read from Parquet) goes through the aggregate as one plan, as
-//! before. Output partition `p` emits the units `p`, `p + n`, ... and the
-//! rest's partitions `p`, `p + n`, ...
+//! it pins the snapshot as [`LazyScan`] does, but keeps the held segments
+//! apart: each is a unit whose partial rows come from the [`PartialCache`]
+//! or are computed over that segment alone (the aggregate, and the dedup
+//! node if the plan has one, over a scan of its kept slices) and then
+//! kept; for a [`WholeRead`], under its key too, which later reads look up
+//! before planning anything
+//! ([`KilnTable::aggregate_pinned`](super::KilnTable::aggregate_pinned)).
+//! The rest (memstore rows, segments read from Parquet) goes through the
+//! aggregate as one plan. Output partition `p` emits the units `p`, `p +
+//! n`, ... and the rest's partitions `p`, `p + n`, ...
 
 use std::collections::HashMap;
 use std::fmt;
@@ -45,11 +48,13 @@ use crate::pruning::Residual;
 /// The node replacing `agg` (a `Partial` aggregate over `dedup`, if any,
 /// over `scan`), or None if `scan` is neither a kept plan's scan of a Kiln
 /// table nor a scan of held segments planned with its values, the caches
-/// are off, or it has a limit.
+/// are off, or it has a limit. With `whole`, each held segment's rows are
+/// also kept under that read's [`PartialKey::whole`].
 pub(crate) fn partials_over(
     agg: Arc<dyn ExecutionPlan>,
     dedup: Option<Arc<dyn ExecutionPlan>>,
     scan: Arc<dyn ExecutionPlan>,
+    whole: Option<WholeRead>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     // A kept plan's scan, or one planned with its values from held
     // segments, planned again at each run.
@@ -72,9 +77,29 @@ pub(crate) fn partials_over(
         agg,
         dedup,
         scan,
+        whole,
         metrics: ExecutionPlanMetricsSet::new(),
         planned: Mutex::new(None),
     })))
+}
+
+/// A read whose held segments' rows are looked up whole
+/// ([`PartialKey::whole`]) before it is planned: the aggregate's key and
+/// the read's predicate, its values bound.
+#[derive(Debug, Clone)]
+pub(crate) struct WholeRead {
+    pub aggregate: Arc<AggregateKey>,
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
+}
+
+impl WholeRead {
+    pub fn key(&self, segment: &DecodedSegment) -> PartialKey {
+        PartialKey::whole(
+            self.aggregate.clone(),
+            segment.slice_count(),
+            self.predicate.clone(),
+        )
+    }
 }
 
 /// See the module docs.
@@ -86,6 +111,7 @@ pub(crate) struct PartialsExec {
     dedup: Option<Arc<dyn ExecutionPlan>>,
     /// A [`LazyScan`].
     scan: Arc<dyn ExecutionPlan>,
+    whole: Option<WholeRead>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     /// This run's units, planned by the first partition to execute.
@@ -105,10 +131,12 @@ struct Run {
 enum Unit {
     /// A held segment's rows, kept from an earlier run.
     Kept(Arc<[RecordBatch]>),
-    /// A held segment's rows to compute (and keep, under `key`).
+    /// A held segment's rows to compute (and keep, under `key` and the
+    /// whole read's key, if any).
     Compute {
         segment: Arc<DecodedSegment>,
         key: PartialKey,
+        whole: Option<PartialKey>,
         batches: Vec<Filtered>,
     },
 }
@@ -139,6 +167,14 @@ impl PartialsExec {
         let (table, spec) = (&lazy.table, &lazy.spec);
         let cache: &PartialCache = &table.caches.partials;
         let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), ParquetFilter::Own)?;
+        if let Some(read) = &self.whole {
+            // Held segments the filter prunes whole (on a range's edge by
+            // their times, but without a row of it): kept as such too, or
+            // the next read would plan this again to find nothing.
+            for d in std::mem::take(&mut scan.pruned) {
+                cache.insert(&d, read.key(&d), Arc::from([]));
+            }
+        }
         let agg = self
             .agg
             .downcast_ref::<AggregateExec>()
@@ -174,8 +210,14 @@ impl PartialsExec {
                 aggregate: aggregate.clone(),
                 slices,
             };
+            let whole = self.whole.as_ref().map(|w| w.key(&held.segment));
             units.push(match cache.get(&held.segment, key.clone()) {
-                Some(rows) => Unit::Kept(rows),
+                Some(rows) => {
+                    if let Some(whole) = whole {
+                        cache.insert(&held.segment, whole, rows.clone());
+                    }
+                    Unit::Kept(rows)
+                }
                 None => {
                     // Every set of conjuncts left here has its filter made above.
                     let batches = held
@@ -187,6 +229,7 @@ impl PartialsExec {
                     Unit::Compute {
                         segment: held.segment,
                         key,
+                        whole,
                         batches,
                     }
                 }
@@ -209,7 +252,7 @@ impl PartialsExec {
         counts: (Count, Count),
     ) -> Result<SendableRecordBatchStream> {
         let schema = self.properties.eq_properties.schema().clone();
-        let (segment, key, batches) = match unit {
+        let (segment, key, whole, batches) = match unit {
             Unit::Kept(rows) => {
                 counts.0.add(1);
                 let rows: Vec<_> = rows.iter().cloned().map(Ok).collect();
@@ -221,8 +264,9 @@ impl PartialsExec {
             Unit::Compute {
                 segment,
                 key,
+                whole,
                 batches,
-            } => (segment, key, batches),
+            } => (segment, key, whole, batches),
         };
         counts.1.add(1);
         let lazy = self.lazy();
@@ -239,6 +283,9 @@ impl PartialsExec {
         let rows = async move {
             let rows: Arc<[RecordBatch]> = collect(plan.execute(0, context)?).await?.into();
             caches.partials.insert(&segment, key, rows.clone());
+            if let Some(whole) = whole {
+                caches.partials.insert(&segment, whole, rows.clone());
+            }
             Ok::<_, datafusion::error::DataFusionError>(futures::stream::iter(
                 rows.iter().cloned().map(Ok).collect::<Vec<_>>(),
             ))
@@ -320,6 +367,7 @@ impl ExecutionPlan for PartialsExec {
             agg: self.agg.clone(),
             dedup: self.dedup.clone(),
             scan: self.scan.clone(),
+            whole: self.whole.clone(),
             properties: self.properties.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
             planned: Mutex::new(None),

@@ -52,6 +52,8 @@ pub(super) struct SnapshotScan {
     pub in_memory: Vec<Filtered>,
     /// The held segments with slices to read.
     pub held: Vec<Held>,
+    /// The held segments without a slice the filter keeps.
+    pub pruned: Vec<Arc<DecodedSegment>>,
 }
 
 /// A held segment's slices a scan reads: each slice's index and the
@@ -108,8 +110,10 @@ impl KilnTable {
             None => self.table.snapshot(),
         };
         let (decoded, files) = self.segments_to_read(&snapshot, pruning);
+        let (held, pruned) = self.held_slices(decoded, pruning, spec.conjuncts.as_deref());
         Ok(SnapshotScan {
-            held: self.held_slices(decoded, pruning, spec.conjuncts.as_deref()),
+            held,
+            pruned,
             files: self.parquet_plan(spec, files, parquet)?,
             in_memory: self.memstore_batches(&snapshot, spec, pruning),
         })
@@ -150,18 +154,19 @@ impl KilnTable {
 
     /// The slices of the held segments the filter keeps, pruned in one pass
     /// by per-slice statistics (finer than the segment's own, so they skip
-    /// that pass); segments with none are left out.
+    /// that pass), and apart, the segments with none.
     fn held_slices(
         &self,
         decoded: Vec<Decoded>,
         pruning: Option<&Pruner>,
         conjuncts: Option<&Conjuncts>,
-    ) -> Vec<Held> {
+    ) -> (Vec<Held>, Vec<Arc<DecodedSegment>>) {
         let all: Vec<&DecodedSegment> = decoded.iter().map(|(_, d)| d.as_ref()).collect();
         let kept = kept_slice_ids(&all, pruning, conjuncts);
-        let mut held = vec![];
+        let (mut held, mut pruned) = (vec![], vec![]);
         for ((s, d), kept) in decoded.iter().zip(kept) {
             if kept.is_empty() {
+                pruned.push(d.clone());
                 continue;
             }
             // Counts the hit and refreshes the segment's LRU place.
@@ -171,7 +176,7 @@ impl KilnTable {
                 kept,
             });
         }
-        held
+        (held, pruned)
     }
 
     /// The Parquet read of `files`, in at most `spec.target` groups

@@ -43,13 +43,13 @@ use datafusion::physical_plan::{
     ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
-use kiln_storage::memstore::{MemBatch, TableVersion};
-use kiln_storage::{Manifest, NANOS_PER_DAY, Segment, TableSnapshot};
+use kiln_storage::memstore::MemBatch;
+use kiln_storage::{NANOS_PER_DAY, Segment, TableSnapshot};
 
 use super::Cubes;
 use super::plan::CubePlan;
 use super::unit::Unit;
-use crate::scan::KilnTable;
+use crate::scan::{KilnTable, narrowed};
 
 /// In-memory batches of fewer rows are read raw; larger ones get states
 /// of their own, made once and kept with the batch ([`super::Cubes`]). The
@@ -660,7 +660,6 @@ fn pinned(
     segments: Vec<Arc<Segment>>,
     mem: Vec<(i32, Arc<MemBatch>)>,
 ) -> TableSnapshot {
-    let m = &snapshot.version.manifest;
     let mut active: Vec<(i32, Vec<Arc<MemBatch>>)> = vec![];
     for (day, batch) in mem {
         match active.iter_mut().find(|(d, _)| *d == day) {
@@ -668,17 +667,7 @@ fn pinned(
             None => active.push((day, vec![batch])),
         }
     }
-    TableSnapshot {
-        version: Arc::new(TableVersion {
-            manifest: Arc::new(Manifest {
-                version: m.version,
-                flushed_seq: m.flushed_seq,
-                segments,
-            }),
-            frozen: vec![],
-        }),
-        active,
-    }
+    narrowed(snapshot, segments, vec![], active)
 }
 
 impl DisplayAs for CubeScanExec {

@@ -37,7 +37,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
-use kiln_storage::memstore::TableVersion;
+use kiln_storage::memstore::{FrozenChunk, MemBatch, TableVersion};
 use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, Manifest, STORE_URL, Segment, Table, TableSnapshot};
 use object_store::ObjectStore;
@@ -147,7 +147,8 @@ impl KilnTable {
                 }
             }
             if rest.len() < segments.len() {
-                snapshot = with_segments(&snapshot, rest);
+                let (frozen, active) = (&snapshot.version.frozen, &snapshot.active);
+                snapshot = narrowed(&snapshot, rest, frozen.clone(), active.clone());
             }
         }
         let unread = snapshot.version.manifest.segments.is_empty()
@@ -220,11 +221,16 @@ pub(crate) struct PinnedAggregate {
     pub rest: Option<Arc<dyn ExecutionPlan>>,
 }
 
-/// `snapshot` with only `segments` of its manifest, and all its in-memory
-/// rows.
-fn with_segments(snapshot: &TableSnapshot, segments: Vec<Arc<Segment>>) -> TableSnapshot {
-    let version = &snapshot.version;
-    let m = &version.manifest;
+/// `snapshot`'s manifest version holding only `segments` of it, the
+/// frozen chunks `frozen` and the active batches `active`: a narrower
+/// snapshot for a read to pin.
+pub(crate) fn narrowed(
+    snapshot: &TableSnapshot,
+    segments: Vec<Arc<Segment>>,
+    frozen: Vec<Arc<FrozenChunk>>,
+    active: Vec<(i32, Vec<Arc<MemBatch>>)>,
+) -> TableSnapshot {
+    let m = &snapshot.version.manifest;
     TableSnapshot {
         version: Arc::new(TableVersion {
             manifest: Arc::new(Manifest {
@@ -232,9 +238,9 @@ fn with_segments(snapshot: &TableSnapshot, segments: Vec<Arc<Segment>>) -> Table
                 flushed_seq: m.flushed_seq,
                 segments,
             }),
-            frozen: version.frozen.clone(),
+            frozen,
         }),
-        active: snapshot.active.clone(),
+        active,
     }
 }
 

@@ -15,7 +15,9 @@ use std::sync::{Arc, Weak};
 use arrow::array::RecordBatch;
 use arrow::compute::SortOptions;
 use arrow::datatypes::FieldRef;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Literal;
 
 use crate::cache::lru::ByteLru;
 use crate::cache::segment::DecodedSegment;
@@ -182,8 +184,7 @@ impl PartialCache {
             .iter()
             .map(RecordBatch::get_array_memory_size)
             .sum::<usize>()
-            + std::mem::size_of::<PartialKey>()
-            + key.slices.len() * std::mem::size_of::<SliceRun>();
+            + key_bytes(&key);
         let entry = Arc::new(Entry {
             batches,
             segment: Arc::downgrade(segment),
@@ -192,6 +193,32 @@ impl PartialCache {
         self.lru
             .insert(key, entry, bytes, |e| e.segment.strong_count() == 0);
     }
+}
+
+/// Bytes counted for one node of a key's filter, besides a literal's value.
+const EXPR_NODE_BYTES: usize = 64;
+
+/// Bytes `key` holds: its runs and their bound filters, each node and each
+/// literal's value counted. Keys of many small entries (a range's edges
+/// read under long `IN` lists) so cannot hold more than the cache's bytes.
+/// The aggregate's key is shared by its plan's entries and not counted.
+fn key_bytes(key: &PartialKey) -> usize {
+    let filter = |f: &Arc<dyn PhysicalExpr>| {
+        let mut bytes = 0;
+        let _ = f.apply(|node| {
+            bytes += EXPR_NODE_BYTES;
+            if let Some(l) = node.downcast_ref::<Literal>() {
+                bytes += l.value().size();
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        bytes
+    };
+    let runs = key
+        .slices
+        .iter()
+        .map(|(_, f)| std::mem::size_of::<SliceRun>() + f.as_ref().map_or(0, filter));
+    std::mem::size_of::<PartialKey>() + runs.sum::<usize>()
 }
 
 #[cfg(test)]

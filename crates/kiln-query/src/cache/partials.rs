@@ -8,6 +8,7 @@
 //! `--partial-cache-bytes`.
 
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -32,10 +33,16 @@ pub const RECENT_SLOTS: usize = 4096;
 /// aggregate, and the slices read, as runs of neighbouring slices with the
 /// same conjuncts left on them (their parameters bound to this run's
 /// values).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Its hash is computed once, when it is made: a lookup hashes a `u64`.
+/// Hashing expressions costs more than the lookup they serve (a function
+/// call hashes its signature, which may list every type it takes), and a
+/// run looks up one key per held segment.
+#[derive(Clone, Debug)]
 pub struct PartialKey {
-    pub aggregate: Arc<AggregateKey>,
-    pub slices: Vec<SliceRun>,
+    aggregate: Arc<AggregateKey>,
+    slices: Vec<SliceRun>,
+    hash: u64,
 }
 
 /// Neighbouring slices of a segment read with the same conjuncts left on
@@ -43,34 +50,97 @@ pub struct PartialKey {
 pub type SliceRun = (Range<usize>, Option<Arc<dyn PhysicalExpr>>);
 
 impl PartialKey {
-    /// The key of a segment's rows read whole: every one of its `slices`,
+    pub fn new(aggregate: Arc<AggregateKey>, slices: Vec<SliceRun>) -> Self {
+        let mut hasher = DefaultHasher::new();
+        aggregate.hash.hash(&mut hasher);
+        slices.hash(&mut hasher);
+        Self {
+            aggregate,
+            slices,
+            hash: hasher.finish(),
+        }
+    }
+
+    /// The key of a segment's rows read whole: every one of its slices,
     /// with the whole `predicate` (its values bound) left on each. Pruning
     /// the slices first reads the same rows, so the entry stands for any
     /// read of that segment under that predicate, and is found without
     /// pruning; keys of pruned reads, unlike it, are shared by predicates
-    /// that prune alike (a moving range's middle segments).
-    pub fn whole(
-        aggregate: Arc<AggregateKey>,
-        slices: usize,
-        predicate: Option<Arc<dyn PhysicalExpr>>,
-    ) -> Self {
-        Self {
-            aggregate,
-            slices: vec![(0..slices, predicate)],
-        }
+    /// that prune alike (a moving range's middle segments). The segment is
+    /// the cache's part of the key, so one key serves every segment.
+    pub fn whole(aggregate: Arc<AggregateKey>, predicate: Option<Arc<dyn PhysicalExpr>>) -> Self {
+        Self::new(aggregate, vec![(0..usize::MAX, predicate)])
+    }
+
+    /// The key's hash, computed when it was made.
+    pub fn fingerprint(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl PartialEq for PartialKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.aggregate == other.aggregate && self.slices == other.slices
+    }
+}
+
+impl Eq for PartialKey {}
+
+impl Hash for PartialKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
     }
 }
 
 /// An aggregate's identity: its grouping sets and group expressions, its
 /// functions, and the columns its scan reads. Expressions compare as
 /// DataFusion's physical expressions do (columns by name and index,
-/// literals by value).
-#[derive(Debug, PartialEq, Eq, Hash)]
+/// literals by value). Hashed once, when it is made ([`PartialKey`] says
+/// why).
+#[derive(Debug)]
 pub struct AggregateKey {
-    pub groups: Vec<Vec<bool>>,
-    pub group_exprs: Vec<Arc<dyn PhysicalExpr>>,
-    pub functions: Vec<FunctionKey>,
-    pub projection: Option<Vec<usize>>,
+    groups: Vec<Vec<bool>>,
+    group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+    functions: Vec<FunctionKey>,
+    projection: Option<Vec<usize>>,
+    hash: u64,
+}
+
+impl AggregateKey {
+    pub fn new(
+        groups: Vec<Vec<bool>>,
+        group_exprs: Vec<Arc<dyn PhysicalExpr>>,
+        functions: Vec<FunctionKey>,
+        projection: Option<Vec<usize>>,
+    ) -> Self {
+        let mut hasher = DefaultHasher::new();
+        (&groups, &group_exprs, &functions, &projection).hash(&mut hasher);
+        Self {
+            groups,
+            group_exprs,
+            functions,
+            projection,
+            hash: hasher.finish(),
+        }
+    }
+}
+
+impl PartialEq for AggregateKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash
+            && self.groups == other.groups
+            && self.group_exprs == other.group_exprs
+            && self.functions == other.functions
+            && self.projection == other.projection
+    }
+}
+
+impl Eq for AggregateKey {}
+
+impl Hash for AggregateKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
 }
 
 /// One aggregate function call of an [`AggregateKey`].

@@ -176,11 +176,6 @@ impl DecodedSegment {
     pub fn rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
     }
-
-    /// How many slices the rows are cut into.
-    pub fn slice_count(&self) -> usize {
-        self.slices.len()
-    }
 }
 
 /// Rows `offset..offset + len` of one of a segment's batches.

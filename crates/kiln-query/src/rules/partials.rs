@@ -22,7 +22,10 @@
 //! covers the day) is not part of the key, so a week's range and the next
 //! day's share six days. A miss computes the segment's partial rows alone
 //! and keeps them; the memstore and segments read from Parquet are
-//! aggregated as before. The `Final` aggregate above merges all of it.
+//! aggregated as before. The `Final` aggregate above merges all of it. A
+//! read seen before (the same aggregate and values) also keeps and looks
+//! up each segment's rows under the whole read, before any slice is
+//! pruned ([`crate::scan`]'s `WholeRead`).
 //!
 //! Nothing here is durable. An entry is keyed by its decoded segment's
 //! address, which the entry's weak reference keeps from being reused, so

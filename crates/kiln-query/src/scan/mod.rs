@@ -15,7 +15,6 @@
 //! which does the same when it executes, with the parameters bound then.
 
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -42,9 +41,9 @@ use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, Manifest, STORE_URL, Segment, Table, TableSnapshot};
 use object_store::ObjectStore;
 
-use crate::cache::{AggregateKey, Caches};
+use crate::cache::{AggregateKey, Caches, PartialKey};
 use crate::error::to_df;
-use crate::pruning::{Conjuncts, Pruner, pruner};
+use crate::pruning::{Conjuncts, ContainerStats, Pruner, keep, pruner};
 use crate::shape::balanced;
 use crate::transaction::Transaction;
 
@@ -133,23 +132,9 @@ impl KilnTable {
         let mut kept = vec![];
         let whole = self.whole_read(key, predicate.as_ref())?;
         if let Some(read) = &whole {
-            let segments = &snapshot.version.manifest.segments;
-            let mut rest = Vec::with_capacity(segments.len());
-            for s in segments {
-                let held = self.caches.segments.peek(&s.meta.path);
-                match held.and_then(|d| self.caches.partials.get(&d, read.key(&d))) {
-                    Some(rows) => {
-                        // Counts the segment's read, as a scan of it would.
-                        let _ = self.caches.segments.get(&s.meta.path);
-                        kept.extend(rows.iter().cloned());
-                    }
-                    None => rest.push(s.clone()),
-                }
-            }
-            if rest.len() < segments.len() {
-                let (frozen, active) = (&snapshot.version.frozen, &snapshot.active);
-                snapshot = narrowed(&snapshot, rest, frozen.clone(), active.clone());
-            }
+            let found;
+            (found, snapshot) = self.kept_whole(snapshot, read, None);
+            kept.extend(found.iter().flat_map(|rows| rows.iter().cloned()));
         }
         let unread = snapshot.version.manifest.segments.is_empty()
             && snapshot.version.frozen.is_empty()
@@ -190,7 +175,10 @@ impl KilnTable {
     }
 
     /// The whole read of `key` under `predicate` if its rows are to be
-    /// kept: the partial cache is on and the read was seen before.
+    /// kept: the partial cache is on and the read was seen before. The
+    /// fingerprint hashes the aggregate and the bound predicate: the same
+    /// read from another plan (another connection's prepared statement, a
+    /// query planned with its values) counts as seen.
     fn whole_read(
         &self,
         key: &Arc<AggregateKey>,
@@ -200,16 +188,52 @@ impl KilnTable {
         if !partials.enabled() {
             return Ok(None);
         }
-        let read = WholeRead {
-            aggregate: key.clone(),
-            predicate: predicate.map(bound).transpose()?,
+        let key = PartialKey::whole(key.clone(), predicate.map(bound).transpose()?);
+        Ok(partials
+            .seen_before(key.fingerprint())
+            .then(|| WholeRead(key)))
+    }
+
+    /// The rows kept under `read` for each held segment of `snapshot` that
+    /// has them, and `snapshot` without those segments, nor those whose
+    /// statistics `pruning` rules out (they have no row to read, and are
+    /// neither looked up nor kept): what is left to plan.
+    fn kept_whole(
+        &self,
+        snapshot: TableSnapshot,
+        read: &WholeRead,
+        pruning: Option<&Pruner>,
+    ) -> (Vec<Arc<[RecordBatch]>>, TableSnapshot) {
+        let segments = &snapshot.version.manifest.segments;
+        let stats: Vec<_> = match pruning {
+            Some(_) => segments
+                .iter()
+                .map(|s| ContainerStats::segment(&s.meta))
+                .collect(),
+            None => vec![],
         };
-        // The aggregate by address: its owner (a cube's plan) lives long,
-        // and a fingerprint only decides when rows start to be kept.
-        let mut hasher = std::hash::DefaultHasher::new();
-        Arc::as_ptr(key).hash(&mut hasher);
-        read.predicate.hash(&mut hasher);
-        Ok(partials.seen_before(hasher.finish()).then_some(read))
+        let possible = keep(pruning, &self.schema, &stats);
+        let (mut kept, mut rest) = (vec![], Vec::with_capacity(segments.len()));
+        for (i, s) in segments.iter().enumerate() {
+            if !possible.get(i).copied().unwrap_or(true) {
+                continue;
+            }
+            let held = self.caches.segments.peek(&s.meta.path);
+            match held.and_then(|d| self.caches.partials.get(&d, read.key())) {
+                Some(rows) => {
+                    // Counts the segment's read, as a scan of it would.
+                    let _ = self.caches.segments.get(&s.meta.path);
+                    kept.push(rows);
+                }
+                None => rest.push(s.clone()),
+            }
+        }
+        if rest.len() == segments.len() {
+            return (kept, snapshot);
+        }
+        let (frozen, active) = (&snapshot.version.frozen, &snapshot.active);
+        let rest = narrowed(&snapshot, rest, frozen.clone(), active.clone());
+        (kept, rest)
     }
 }
 

@@ -7,9 +7,17 @@
 //! apart: each is a unit whose partial rows come from the [`PartialCache`]
 //! or are computed over that segment alone (the aggregate, and the dedup
 //! node if the plan has one, over a scan of its kept slices) and then
-//! kept; for a [`WholeRead`], under its key too, which later reads look up
-//! before planning anything
-//! ([`KilnTable::aggregate_pinned`](super::KilnTable::aggregate_pinned)).
+//! kept.
+//!
+//! A read seen before (a [`WholeRead`]) keeps each held segment's rows
+//! under its whole key too, and looks each held segment up by it first:
+//! pruning a segment's slices and looking its rows up by the slices read
+//! cost more than the aggregate's merge when a dashboard repeats a range,
+//! so the segments found are not pruned at all. A cube's raw reads are
+//! looked up so before they are planned
+//! ([`KilnTable::aggregate_pinned`](super::KilnTable::aggregate_pinned));
+//! any other read here, at each run.
+//!
 //! The rest (memstore rows, segments read from Parquet) goes through the
 //! aggregate as one plan. Output partition `p` emits the units `p`, `p +
 //! n`, ... and the rest's partitions `p`, `p + n`, ...
@@ -18,6 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
+use arc_swap::ArcSwapOption;
 use arrow::array::RecordBatch;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -37,6 +46,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 use parking_lot::Mutex;
 
+use super::KilnTable;
 use super::lazy::LazyScan;
 use super::slices::{Filtered, SliceScan};
 use super::snapshot::ParquetFilter;
@@ -48,8 +58,10 @@ use crate::pruning::Residual;
 /// The node replacing `agg` (a `Partial` aggregate over `dedup`, if any,
 /// over `scan`), or None if `scan` is neither a kept plan's scan of a Kiln
 /// table nor a scan of held segments planned with its values, the caches
-/// are off, or it has a limit. With `whole`, each held segment's rows are
-/// also kept under that read's [`PartialKey::whole`].
+/// are off, or it has a limit. With `whole` (a cube's read, looked up
+/// whole by its caller), each held segment's rows are also kept under that
+/// read's [`PartialKey::whole`]; without, the node finds its own whole
+/// read at each run, if it was seen before.
 pub(crate) fn partials_over(
     agg: Arc<dyn ExecutionPlan>,
     dedup: Option<Arc<dyn ExecutionPlan>>,
@@ -78,27 +90,22 @@ pub(crate) fn partials_over(
         dedup,
         scan,
         whole,
+        last_key: Arc::default(),
         metrics: ExecutionPlanMetricsSet::new(),
         planned: Mutex::new(None),
     })))
 }
 
 /// A read whose held segments' rows are looked up whole
-/// ([`PartialKey::whole`]) before it is planned: the aggregate's key and
-/// the read's predicate, its values bound.
+/// ([`PartialKey::whole`]) before their slices are pruned: the key of the
+/// aggregate and of the read's predicate, its values bound, the same for
+/// every segment.
 #[derive(Debug, Clone)]
-pub(crate) struct WholeRead {
-    pub aggregate: Arc<AggregateKey>,
-    pub predicate: Option<Arc<dyn PhysicalExpr>>,
-}
+pub(crate) struct WholeRead(pub PartialKey);
 
 impl WholeRead {
-    pub fn key(&self, segment: &DecodedSegment) -> PartialKey {
-        PartialKey::whole(
-            self.aggregate.clone(),
-            segment.slice_count(),
-            self.predicate.clone(),
-        )
+    pub fn key(&self) -> PartialKey {
+        self.0.clone()
     }
 }
 
@@ -111,7 +118,11 @@ pub(crate) struct PartialsExec {
     dedup: Option<Arc<dyn ExecutionPlan>>,
     /// A [`LazyScan`].
     scan: Arc<dyn ExecutionPlan>,
+    /// A cube's read, looked up whole by its caller; None: any other.
     whole: Option<WholeRead>,
+    /// The aggregate's key of a recent run, shared by the plan's runs
+    /// ([`Self::interned`]).
+    last_key: Arc<ArcSwapOption<AggregateKey>>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     /// This run's units, planned by the first partition to execute.
@@ -157,6 +168,20 @@ impl PartialsExec {
         replace_children_if_necessary(self.agg.clone(), vec![input])
     }
 
+    /// `key`, or the equal key of a recent run of this plan: the entries
+    /// that run kept hold the same, so a lookup that finds one compares
+    /// the aggregate by address, not expression by expression.
+    fn interned(&self, key: AggregateKey) -> Arc<AggregateKey> {
+        match self.last_key.load_full() {
+            Some(last) if *last == key => last,
+            _ => {
+                let key = Arc::new(key);
+                self.last_key.store(Some(key.clone()));
+                key
+            }
+        }
+    }
+
     /// This run's units, with the parameters bound now.
     fn run(&self) -> Result<Arc<Run>> {
         let mut planned = self.planned.lock();
@@ -164,28 +189,51 @@ impl PartialsExec {
             return Ok(r.clone());
         }
         let lazy = self.lazy();
-        let (table, spec) = (&lazy.table, &lazy.spec);
-        let cache: &PartialCache = &table.caches.partials;
-        let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), ParquetFilter::Own)?;
-        if let Some(read) = &self.whole {
-            // Held segments the filter prunes whole (on a range's edge by
-            // their times, but without a row of it): kept as such too, or
-            // the next read would plan this again to find nothing.
-            for d in std::mem::take(&mut scan.pruned) {
-                cache.insert(&d, read.key(&d), Arc::from([]));
-            }
-        }
+        let spec = &lazy.spec;
+        let cache: &PartialCache = &lazy.table.caches.partials;
         let agg = self
             .agg
             .downcast_ref::<AggregateExec>()
             .expect("made over an AggregateExec");
-        let aggregate = Arc::new(aggregate_key(agg, spec.projection.clone())?);
+        let aggregate = self.interned(aggregate_key(agg, spec.projection.clone())?);
+        // A cube's read was looked up whole before it was planned; any
+        // other read seen before is looked up whole here, before its
+        // slices are pruned: only the held segments not found are planned.
+        let mut units = vec![];
+        let (table, whole) = match &self.whole {
+            Some(read) => (lazy.table.clone(), Some(read.clone())),
+            None => match lazy.table.whole_read(&aggregate, spec.predicate.as_ref())? {
+                None => (lazy.table.clone(), None),
+                Some(read) => {
+                    let table = &lazy.table;
+                    let now = table
+                        .pinned
+                        .clone()
+                        .unwrap_or_else(|| table.table.snapshot());
+                    let (kept, rest) = table.kept_whole(now, &read, lazy.pruning.as_deref());
+                    units.extend(kept.into_iter().map(Unit::Kept));
+                    let table = KilnTable {
+                        pinned: Some(rest),
+                        ..table.clone()
+                    };
+                    (table, Some(read))
+                }
+            },
+        };
+        let mut scan = table.scan_snapshot(spec, lazy.pruning.as_deref(), ParquetFilter::Own)?;
+        if let Some(read) = &whole {
+            // Held segments the filter prunes whole (on a range's edge by
+            // their times, but without a row of it): kept as such too, or
+            // the next read would plan this again to find nothing.
+            for d in std::mem::take(&mut scan.pruned) {
+                cache.insert(&d, read.key(), Arc::from([]));
+            }
+        }
         let conjuncts = spec.conjuncts.as_deref();
         // Each set of conjuncts' filter, and the same with its values bound
         // (for the key), made once.
         let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
         let mut bound_filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
-        let mut units = vec![];
         for held in std::mem::take(&mut scan.held) {
             let mut slices: Vec<SliceRun> = vec![];
             let mut last: Option<(usize, Residual)> = None;
@@ -206,11 +254,8 @@ impl PartialsExec {
                 }
                 last = Some((*i, *left));
             }
-            let key = PartialKey {
-                aggregate: aggregate.clone(),
-                slices,
-            };
-            let whole = self.whole.as_ref().map(|w| w.key(&held.segment));
+            let key = PartialKey::new(aggregate.clone(), slices);
+            let whole = whole.as_ref().map(WholeRead::key);
             units.push(match cache.get(&held.segment, key.clone()) {
                 Some(rows) => {
                     if let Some(whole) = whole {
@@ -368,6 +413,7 @@ impl ExecutionPlan for PartialsExec {
             dedup: self.dedup.clone(),
             scan: self.scan.clone(),
             whole: self.whole.clone(),
+            last_key: self.last_key.clone(),
             properties: self.properties.clone(),
             metrics: ExecutionPlanMetricsSet::new(),
             planned: Mutex::new(None),
@@ -434,12 +480,12 @@ pub(crate) fn aggregate_key(
             filter: filter.as_ref().map(bound).transpose()?,
         });
     }
-    Ok(AggregateKey {
-        groups: group.groups().to_vec(),
-        group_exprs: bound_all(group.input_exprs())?,
+    Ok(AggregateKey::new(
+        group.groups().to_vec(),
+        bound_all(group.input_exprs())?,
         functions,
         projection,
-    })
+    ))
 }
 
 /// The settings every function call of a key carries (see [`bound`]).

@@ -72,6 +72,11 @@ impl PartialKey {
         Self::new(aggregate, vec![(0..usize::MAX, predicate)])
     }
 
+    /// The aggregate the rows are of.
+    pub fn aggregate(&self) -> &Arc<AggregateKey> {
+        &self.aggregate
+    }
+
     /// The key's hash, computed when it was made.
     pub fn fingerprint(&self) -> u64 {
         self.hash

@@ -195,7 +195,11 @@ impl PartialsExec {
             .agg
             .downcast_ref::<AggregateExec>()
             .expect("made over an AggregateExec");
-        let aggregate = self.interned(aggregate_key(agg, spec.projection.clone())?);
+        // A cube's read carries its aggregate's key, made once per cube.
+        let aggregate = match &self.whole {
+            Some(read) => read.0.aggregate().clone(),
+            None => self.interned(aggregate_key(agg, spec.projection.clone())?),
+        };
         // A cube's read was looked up whole before it was planned; any
         // other read seen before is looked up whole here, before its
         // slices are pruned: only the held segments not found are planned.

@@ -414,6 +414,12 @@ impl Conjuncts {
         left
     }
 
+    /// [`Self::residuals`] of containers described by `containers`, over
+    /// `schema` (a memory partition's day proves a time range around it).
+    pub fn residuals_of(&self, schema: &SchemaRef, containers: &[ContainerStats]) -> Vec<Residual> {
+        self.residuals(&Stats { schema, containers })
+    }
+
     /// The filter of the conjuncts in `residual`; None if it has none.
     pub fn filter(&self, residual: Residual) -> Option<Arc<dyn PhysicalExpr>> {
         let left: Vec<_> = self

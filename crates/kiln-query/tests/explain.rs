@@ -35,6 +35,26 @@ async fn explain(engine: &Engine, sql: &str) -> String {
         .join("\n")
 }
 
+/// The rows `sql` gives, a line each, values spaced.
+async fn rows(engine: &Engine, sql: &str) -> String {
+    let mut out = engine.execute(sql).await.unwrap();
+    let Some(Output::Rows { batches, .. }) = out.pop() else {
+        panic!()
+    };
+    let mut lines = vec![];
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            let values: Vec<String> = b
+                .columns()
+                .iter()
+                .map(|c| arrow::util::display::array_value_to_string(c, r).unwrap())
+                .collect();
+            lines.push(values.join(" "));
+        }
+    }
+    lines.join("\n")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_plans() {
     let tmp = tempfile::tempdir().unwrap();
@@ -49,7 +69,14 @@ async fn explain_plans() {
         .await
         .unwrap();
     let q = "SELECT region, sum(amount) FROM ev WHERE ts >= '2026-02-02' AND ts < '2026-02-03' GROUP BY region";
+    // The day in memory lies inside the range: its rows are not compared
+    // with it (filtered=0).
     insta::assert_snapshot!("memory_only", explain(&engine, q).await);
+    assert_eq!(rows(&engine, q).await, "us 2.0");
+    // A range that cuts the day compares them (filtered=1).
+    let cut = "SELECT region, sum(amount) FROM ev WHERE ts >= '2026-02-02T01:30:00' AND ts < '2026-02-03' GROUP BY region";
+    insta::assert_snapshot!("memory_day_cut", explain(&engine, cut).await);
+    assert_eq!(rows(&engine, cut).await, "");
     engine.db().flush_all().await.unwrap();
     // One segment per day; the time filter keeps only 2026-02-02's.
     insta::assert_snapshot!("segments_pruned_by_time", explain(&engine, q).await);

@@ -4,8 +4,9 @@
 //! Why: Kiln reports its filters to DataFusion as exact and applies them
 //! here, so a batch the statistics prove wholly inside the query's ranges
 //! goes on as it is (no comparison a row, no copy), and the others are
-//! filtered by only the conjuncts left ([`crate::pruning::Conjuncts`]).
-//! A scan also cuts its output at the query's `LIMIT` after filtering.
+//! filtered by only the conjuncts left ([`crate::pruning::Conjuncts`]),
+//! evaluated over the columns they read alone ([`Narrow`]). A scan also
+//! cuts its output at the query's `LIMIT` after filtering.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::coop::make_cooperative;
 use datafusion::physical_plan::execution_plan::{
@@ -91,10 +93,12 @@ pub(super) fn filtered_stream(
     fetch: Option<usize>,
 ) -> SendableRecordBatchStream {
     let mut left = fetch.unwrap_or(usize::MAX);
+    let mut narrowed = Narrowed::default();
     let batches = batches.into_iter().filter_map(move |(batch, filter)| {
         if left == 0 {
             return None;
         }
+        let filter = filter.map(|f| narrowed.of(f, batch.schema_ref()));
         match keep(batch, filter.as_ref(), projection.as_deref()) {
             Ok(b) if b.num_rows() == 0 => None,
             Ok(b) => {
@@ -111,16 +115,52 @@ pub(super) fn filtered_stream(
     )))
 }
 
+/// A filter over the columns it reads alone: their indexes in the
+/// batch, and the filter with its columns renumbered to them.
+///
+/// Why: DataFusion evaluates `a AND b` over the rows `a` keeps when they
+/// are few, copying them first. Over a table's whole batch that copies
+/// every column, strings included, for two or three it reads.
+type Narrow = (Vec<usize>, Arc<dyn PhysicalExpr>);
+
+/// The narrowed form of each filter a stream meets, made once: a scan's
+/// batches share a few filters (one per set of conjuncts left).
+#[derive(Default)]
+struct Narrowed(Vec<(Arc<dyn PhysicalExpr>, Option<Narrow>)>);
+
+impl Narrowed {
+    /// `filter` narrowed over `schema`, the schema of every batch it
+    /// filters; the filter as it is where that fails.
+    fn of(&mut self, filter: Arc<dyn PhysicalExpr>, schema: &SchemaRef) -> Narrow {
+        let all = || ((0..schema.fields().len()).collect(), filter.clone());
+        if let Some((_, n)) = self.0.iter().find(|(f, _)| Arc::ptr_eq(f, &filter)) {
+            return n.clone().unwrap_or_else(all);
+        }
+        let mut columns: Vec<usize> = collect_columns(&filter).iter().map(|c| c.index()).collect();
+        columns.sort_unstable();
+        let narrow = schema
+            .project(&columns)
+            .and_then(|s| Ok(reassign_expr_columns(filter.clone(), &s)?))
+            .ok()
+            .map(|e| (columns, e));
+        self.0.push((filter.clone(), narrow.clone()));
+        narrow.unwrap_or_else(all)
+    }
+}
+
 /// The rows of `batch` for which `filter` is true (not false or null),
-/// projected. The mask is computed on the whole batch (the filter names its
-/// columns), and only the projected columns are copied.
+/// projected. The mask is computed over the filter's columns alone
+/// ([`Narrow`]), and only the projected columns are copied.
 fn keep(
     batch: RecordBatch,
-    filter: Option<&Arc<dyn PhysicalExpr>>,
+    filter: Option<&Narrow>,
     projection: Option<&[usize]>,
 ) -> Result<RecordBatch> {
     let mask = match filter {
-        Some(f) => Some(f.evaluate(&batch)?.into_array(batch.num_rows())?),
+        Some((columns, f)) => {
+            let read = batch.project(columns)?;
+            Some(f.evaluate(&read)?.into_array(batch.num_rows())?)
+        }
         None => None,
     };
     let batch = match projection {
@@ -133,7 +173,7 @@ fn keep(
     let Some(mask) = mask.as_boolean_opt() else {
         return datafusion::common::internal_err!(
             "filter {} gave {}, not booleans",
-            filter.map(|f| f.to_string()).unwrap_or_default(),
+            filter.map(|f| f.1.to_string()).unwrap_or_default(),
             mask.data_type()
         );
     };
@@ -211,3 +251,6 @@ impl ExecutionPlan for SliceScan {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,8 @@
 //! decoded and those on disk (pruning the latter by their manifest
 //! statistics and queueing them for decoding), prune the held ones slice
 //! by slice, plan the Parquet read of the rest, and take the memstore's
-//! rows of the days the filter keeps.
+//! rows of the days the filter keeps, with the conjuncts their day does
+//! not prove.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -266,35 +267,54 @@ impl KilnTable {
     }
 
     /// The memstore's rows of the day partitions the filter keeps, each
-    /// batch with the whole filter.
+    /// batch with the conjuncts its day does not prove: a day inside the
+    /// query's time range is not compared row by row with it.
     fn memstore_batches(
         &self,
         snapshot: &TableSnapshot,
         spec: &ScanSpec,
         pruning: Option<&Pruner>,
     ) -> Vec<Filtered> {
-        let days: Vec<i32> = snapshot
+        let mut days: Vec<i32> = snapshot
             .version
             .frozen
             .iter()
             .map(|c| c.day)
             .chain(snapshot.active.iter().map(|(d, _)| *d))
             .collect();
+        days.sort_unstable();
+        days.dedup();
         let ncols = self.schema.fields().len();
         let day_stats: Vec<_> = days
             .iter()
             .map(|d| ContainerStats::day(ncols, self.table.def.time_column, *d))
             .collect();
-        let kept_days: Vec<i32> = days
+        let kept = keep(pruning, &self.schema, &day_stats);
+        let left = match &spec.conjuncts {
+            Some(c) => c.residuals_of(&self.schema, &day_stats),
+            None => vec![0; days.len()],
+        };
+        // Per kept day, its filter, made once per set of conjuncts left.
+        let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
+        let by_day: HashMap<i32, Option<Arc<dyn PhysicalExpr>>> = days
             .iter()
-            .zip(keep(pruning, &self.schema, &day_stats))
-            .filter(|(_, k)| *k)
-            .map(|(d, _)| *d)
+            .zip(kept.into_iter().zip(left))
+            .filter(|(_, (k, _))| *k)
+            .map(|(d, (_, left))| {
+                let filter = match &spec.conjuncts {
+                    Some(c) => filters
+                        .entry(left)
+                        .or_insert_with(|| c.filter(left))
+                        .clone(),
+                    None => spec.predicate.clone(),
+                };
+                (*d, filter)
+            })
             .collect();
         snapshot
-            .mem_viewed_batches(|d| kept_days.contains(&d))
+            .mem_by_day()
             .into_iter()
-            .map(|b| (b, spec.predicate.clone()))
+            .filter_map(|(d, b)| Some((b.viewed().clone(), by_day.get(&d)?.clone())))
             .collect()
     }
 }

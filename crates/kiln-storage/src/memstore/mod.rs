@@ -226,14 +226,6 @@ impl TableSnapshot {
             .collect()
     }
 
-    /// The same batches in their query form ([`MemBatch::viewed`]).
-    pub fn mem_viewed_batches(&self, keep: impl Fn(i32) -> bool) -> Vec<RecordBatch> {
-        self.mem(keep)
-            .into_iter()
-            .map(|b| b.viewed().clone())
-            .collect()
-    }
-
     fn mem(&self, keep: impl Fn(i32) -> bool) -> Vec<&MemBatch> {
         let frozen = self
             .version

@@ -1,7 +1,8 @@
 //! Pruning: which segments and memory partitions a query's filters can skip,
 //! decided from manifest statistics (no file is opened) with DataFusion's
 //! `PruningPredicate`, or directly when the filter is a conjunction of
-//! column-vs-value comparisons ([`Bounds`]). Inside the files that remain,
+//! column-vs-value comparisons ([`Bounds`]; a timestamp's day against a
+//! date is one, [`Midnight`]). Inside the files that remain,
 //! Parquet row groups and pages are pruned again by the Parquet reader.
 
 use std::collections::HashSet;
@@ -17,7 +18,7 @@ use datafusion::common::pruning::PruningStatistics;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::logical_expr::{ColumnarValue, Operator};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{BinaryExpr, Column as PhysicalColumn};
+use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column as PhysicalColumn};
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
@@ -198,9 +199,28 @@ struct Bound {
     data_type: DataType,
     /// Whether the column may hold nulls (else its null counts are not read).
     nullable: bool,
-    /// With the column on the left.
-    op: Operator,
+    /// The comparisons of the column the conjunct is, all true for a row
+    /// it keeps, with the column on the left: one with the value itself
+    /// (None), or for a timestamp's day compared with a date, one or two
+    /// with a midnight of it ([`Midnight`]).
+    cmp: Vec<(Operator, Option<Midnight>)>,
     value: Arc<dyn PhysicalExpr>,
+}
+
+/// A timestamp column's day (`CAST(ts AS DATE)`, as BI tools filter by
+/// day) compared with a date `d` is the column compared with a midnight,
+/// as the day of a timestamp grows with it: `day >= d` is `ts >=` d's
+/// midnight, `day > d` is `ts >=` the next one, `day < d` is `ts <` d's,
+/// `day <= d` is `ts <` the next one, `day = d` both `ts >=` d's and `ts
+/// <` the next one. So statistics of the column decide
+/// it, and a slice or a memstore day inside the range is not compared row
+/// by row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Midnight {
+    /// The date's own.
+    Of,
+    /// The next day's.
+    After,
 }
 
 impl Bounds {
@@ -230,7 +250,7 @@ impl Bounds {
 impl Bound {
     fn of(expr: &Arc<dyn PhysicalExpr>, schema: &SchemaRef) -> Option<Self> {
         let b = expr.downcast_ref::<BinaryExpr>()?;
-        let (column, op, value) = match (column_of(b.left()), column_of(b.right())) {
+        let (column, op, value) = match (compared(b.left()), compared(b.right())) {
             (Some(c), None) => (c, *b.op(), b.right()),
             (None, Some(c)) => (c, b.op().swap()?, b.left()),
             _ => return None,
@@ -242,22 +262,48 @@ impl Bound {
         if !ordered || !collect_columns(value).is_empty() || is_volatile(value) {
             return None;
         }
+        let (column, day) = column;
         let field = schema.field_with_name(column.name()).ok()?;
+        use Midnight::*;
+        use Operator::*;
+        let cmp = match day {
+            false => vec![(op, None)],
+            // Nanoseconds without a time zone: days are UTC days of them.
+            true if field.data_type() == &DataType::Timestamp(TimeUnit::Nanosecond, None) => {
+                match op {
+                    GtEq => vec![(GtEq, Some(Of))],
+                    Gt => vec![(GtEq, Some(After))],
+                    Lt => vec![(Lt, Some(Of))],
+                    LtEq => vec![(Lt, Some(After))],
+                    _ => vec![(GtEq, Some(Of)), (Lt, Some(After))],
+                }
+            }
+            true => return None,
+        };
         Some(Self {
             column: Column::new_unqualified(column.name()),
             data_type: field.data_type().clone(),
             nullable: field.is_nullable(),
-            op,
+            cmp,
             value: value.clone(),
         })
     }
 
-    /// The value compared with, as a one-element array of the column's
-    /// type; None if it is null or cannot be had.
-    fn value(&self, one_row: &RecordBatch) -> Option<ArrayRef> {
+    /// The value compared with (or its `midnight`), as a one-element array
+    /// of the column's type; None if it is null or cannot be had.
+    fn value(&self, one_row: &RecordBatch, midnight: Option<Midnight>) -> Option<ArrayRef> {
         let value = match self.value.evaluate(one_row).ok()? {
             ColumnarValue::Scalar(v) => v,
             ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0).ok()?,
+        };
+        let value = match (midnight, value) {
+            (None, v) => v,
+            (Some(m), ScalarValue::Date32(Some(d))) => {
+                let day = i64::from(d) + i64::from(m == Midnight::After);
+                ScalarValue::TimestampNanosecond(Some(day.checked_mul(NANOS_PER_DAY)?), None)
+            }
+            // A null or another type: undecided.
+            (Some(_), _) => return None,
         };
         value
             .cast_to(&self.data_type)
@@ -284,19 +330,21 @@ impl Bound {
         one_row: &RecordBatch,
         kept: &mut [bool],
     ) -> Option<()> {
-        // `column op NULL` matches nothing, but keeping is always safe.
-        let value = self.value(one_row)?;
-        // Each term as conditions on the minimum or the maximum.
-        use Operator::*;
-        let conditions: &[(bool, Operator)] = match self.op {
-            Eq => &[(true, LtEq), (false, GtEq)],
-            Lt | LtEq => &[(true, self.op)],
-            Gt | GtEq => &[(false, self.op)],
-            _ => return None,
-        };
-        for &(on_min, op) in conditions {
-            if let Some(stat) = self.stat(stats, on_min, kept.len()) {
-                compare(&stat, op, &value, true, kept)?;
+        for &(op, midnight) in &self.cmp {
+            // `column op NULL` matches nothing, but keeping is always safe.
+            let value = self.value(one_row, midnight)?;
+            // Each comparison as conditions on the minimum or the maximum.
+            use Operator::*;
+            let conditions: &[(bool, Operator)] = match op {
+                Eq => &[(true, LtEq), (false, GtEq)],
+                Lt | LtEq => &[(true, op)],
+                Gt | GtEq => &[(false, op)],
+                _ => return None,
+            };
+            for &(on_min, op) in conditions {
+                if let Some(stat) = self.stat(stats, on_min, kept.len()) {
+                    compare(&stat, op, &value, true, kept)?;
+                }
             }
         }
         // A container whose values are all null matches no comparison.
@@ -336,17 +384,19 @@ impl Bound {
         one_row: &RecordBatch,
         holds: &mut [bool],
     ) -> Option<()> {
-        let value = self.value(one_row)?;
-        use Operator::*;
-        let conditions: &[(bool, Operator)] = match self.op {
-            Eq => &[(true, GtEq), (false, LtEq)],
-            Lt | LtEq => &[(false, self.op)],
-            Gt | GtEq => &[(true, self.op)],
-            _ => return None,
-        };
-        for &(on_min, op) in conditions {
-            let stat = self.stat(stats, on_min, holds.len())?;
-            compare(&stat, op, &value, false, holds)?;
+        for &(op, midnight) in &self.cmp {
+            let value = self.value(one_row, midnight)?;
+            use Operator::*;
+            let conditions: &[(bool, Operator)] = match op {
+                Eq => &[(true, GtEq), (false, LtEq)],
+                Lt | LtEq => &[(false, op)],
+                Gt | GtEq => &[(true, op)],
+                _ => return None,
+            };
+            for &(on_min, op) in conditions {
+                let stat = self.stat(stats, on_min, holds.len())?;
+                compare(&stat, op, &value, false, holds)?;
+            }
         }
         if self.nullable {
             let nulls = stats.null_counts(&self.column)?;
@@ -507,8 +557,17 @@ fn compare(
 }
 
 /// The column `expr` is, if it is a bare column.
-fn column_of(expr: &Arc<dyn PhysicalExpr>) -> Option<&PhysicalColumn> {
-    expr.downcast_ref::<PhysicalColumn>()
+/// The column `expr` compares: the column itself (false), or its day,
+/// `CAST(column AS DATE)` (true, [`Midnight`]).
+fn compared(expr: &Arc<dyn PhysicalExpr>) -> Option<(&PhysicalColumn, bool)> {
+    if let Some(c) = expr.downcast_ref::<PhysicalColumn>() {
+        return Some((c, false));
+    }
+    let cast = expr.downcast_ref::<CastExpr>()?;
+    match cast.cast_type() {
+        DataType::Date32 => Some((cast.expr().downcast_ref::<PhysicalColumn>()?, true)),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

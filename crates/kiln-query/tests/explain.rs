@@ -77,6 +77,10 @@ async fn explain_plans() {
     let cut = "SELECT region, sum(amount) FROM ev WHERE ts >= '2026-02-02T01:30:00' AND ts < '2026-02-03' GROUP BY region";
     insta::assert_snapshot!("memory_day_cut", explain(&engine, cut).await);
     assert_eq!(rows(&engine, cut).await, "");
+    // So is a range of days written as BI tools write it.
+    let days = "SELECT region, sum(amount) FROM ev WHERE CAST(ts AS DATE) BETWEEN '2026-02-02' AND '2026-02-02' GROUP BY region";
+    insta::assert_snapshot!("memory_days", explain(&engine, days).await);
+    assert_eq!(rows(&engine, days).await, "us 2.0");
     engine.db().flush_all().await.unwrap();
     // One segment per day; the time filter keeps only 2026-02-02's.
     insta::assert_snapshot!("segments_pruned_by_time", explain(&engine, q).await);

@@ -211,10 +211,9 @@ struct Bound {
 /// day) compared with a date `d` is the column compared with a midnight,
 /// as the day of a timestamp grows with it: `day >= d` is `ts >=` d's
 /// midnight, `day > d` is `ts >=` the next one, `day < d` is `ts <` d's,
-/// `day <= d` is `ts <` the next one, `day = d` both `ts >=` d's and `ts
-/// <` the next one. So statistics of the column decide
-/// it, and a slice or a memstore day inside the range is not compared row
-/// by row.
+/// `day <= d` is `ts <` the next one, and `day = d` is both `ts >=` d's
+/// and `ts <` the next one. So statistics of the column decide it, and a
+/// slice or a memstore day inside the range is not compared row by row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Midnight {
     /// The date's own.
@@ -275,7 +274,8 @@ impl Bound {
                     Gt => vec![(GtEq, Some(After))],
                     Lt => vec![(Lt, Some(Of))],
                     LtEq => vec![(Lt, Some(After))],
-                    _ => vec![(GtEq, Some(Of)), (Lt, Some(After))],
+                    Eq => vec![(GtEq, Some(Of)), (Lt, Some(After))],
+                    _ => return None,
                 }
             }
             true => return None,

@@ -8,7 +8,7 @@
 # prints the table's memstore bytes (rows as counted at insert, and the
 # cubes' states kept with in-memory batches) and the server's heap
 # (counted at the allocator), and their ratio. SECS should end before the
-# first flush (--flush-bytes, 64 MiB by default): the last line then
+# first flush (--flush-bytes, 96 MiB by default): the last line then
 # compares the two over the same rows.
 #
 #   KILN_BIN=<release kiln> [RATE=25000] [SECS=15] [QUERY_CLIENTS=20]

@@ -68,8 +68,10 @@ pub struct StorageConfig {
     #[arg(long, env = "KILN_MEMSTORE_FREEZE_BYTES", default_value = "4MiB")]
     pub memstore_freeze_bytes: ByteSize,
 
-    /// A table's memstore is flushed to Parquet once it holds this much.
-    #[arg(long, env = "KILN_FLUSH_BYTES", default_value = "64MiB")]
+    /// A table's memstore is flushed to Parquet once it holds this much:
+    /// its rows, the string views queries read them through, and cubes'
+    /// states kept with them.
+    #[arg(long, env = "KILN_FLUSH_BYTES", default_value = "96MiB")]
     pub flush_bytes: ByteSize,
 
     /// A table's memstore is flushed once its oldest row is this old.

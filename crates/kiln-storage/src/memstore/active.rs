@@ -1,8 +1,9 @@
 //! The active buffer: small, mutable, append-only column buffers.
 //!
 //! Appends copy whole Arrow arrays into typed vectors pre-sized from what the
-//! previous buffer held (row count and string bytes, so there is no row-by-row
-//! re-growth). Readers never lock it for long: [`ActiveBuffer::snapshot`] moves
+//! previous buffer of the same day held (row count and string bytes, so a
+//! steady stream does not re-grow them), or else from the first rows
+//! appended (a day written once reserves no more than it holds). Readers never lock it for long: [`ActiveBuffer::snapshot`] moves
 //! the rows appended since the last snapshot out of the vectors into an
 //! immutable batch (the vectors become its buffers, uncopied), merged with the
 //! smaller batches before it, so a row is copied a logarithmic number of times

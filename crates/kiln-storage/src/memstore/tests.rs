@@ -349,3 +349,56 @@ fn rows_stay_whole_however_appends_snapshots_and_freezes_interleave() {
     let flushed: Vec<_> = set.chunks.iter().map(|c| c.batch.batch.clone()).collect();
     assert_eq!(concat_batches(&def.arrow_schema(), &flushed).unwrap(), all);
 }
+
+#[test]
+fn a_batchs_string_views_count_while_it_is_in_the_memstore() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 1 << 30);
+    mem.apply(1, &batch(&def, 100, 0, 300), 0);
+    let b = mem.snapshot().active[0].1[0].clone();
+    let rows = mem.bytes();
+    // One string column: a 16-byte view per value, NULLs included.
+    b.viewed();
+    assert_eq!(mem.bytes(), rows + 300 * 16);
+    assert_eq!(b.charged(), 300 * 16);
+    // Made once, charged once.
+    b.viewed();
+    assert_eq!(mem.bytes(), rows + 300 * 16);
+    // Flushed, the batch leaves with its views.
+    let set = mem.begin_flush();
+    let manifest = Manifest {
+        version: 1,
+        flushed_seq: set.through_seq,
+        segments: vec![],
+    };
+    mem.publish(manifest, Some(&set));
+    assert_eq!(mem.bytes(), 0);
+}
+
+#[test]
+fn a_new_days_buffer_has_room_for_its_rows_not_for_another_days_freeze() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 256 << 10);
+    // Day 100 streams until it freezes: about 10,000 rows.
+    let mut k = 0;
+    while mem.snapshot().version.frozen.is_empty() {
+        mem.apply(k + 1, &dense(&def, 100, k as i64 * 500, 500), 0);
+        k += 1;
+    }
+    let frozen = mem.snapshot().version.frozen[0].batch.rows();
+    assert!(frozen >= 5_000, "{frozen}");
+    // One row for each of 200 other days: each buffer holds about a row.
+    for day in 0..200 {
+        mem.apply(k + 1 + day, &dense(&def, 1_000 + day as i64, 0, 1), 0);
+    }
+    let st = mem.state.lock();
+    for day in 1_000..1_200 {
+        let held = st.active[&day].held_bytes();
+        assert!(held < 1024, "day {day}: {held} bytes held for one row");
+    }
+    drop(st);
+    // The frozen day's next buffer has room for another frozen batch.
+    mem.apply(k + 1_000, &dense(&def, 100, 0, 1), 0);
+    let held = mem.state.lock().active[&100].held_bytes();
+    assert!(held >= frozen * 8 * 4, "{held} bytes for {frozen} rows");
+}

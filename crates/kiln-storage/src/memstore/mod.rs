@@ -279,7 +279,8 @@ struct State {
 /// with room for its first rows and grows as they come (doubling, so each
 /// row is copied a few times at most). Before, every new day's buffer took
 /// the last frozen batch's room: one write of a row to each of 20,000 days
-/// reserved 140 GB of address space and 500 MB of memory for 1.6 MB of rows.
+/// reserved 136 GiB of address space and 490 MiB of memory for 1.6 MB of
+/// rows.
 #[derive(Debug)]
 struct SizeHint {
     day: i32,

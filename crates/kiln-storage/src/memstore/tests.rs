@@ -158,13 +158,18 @@ fn what_is_charged_to_a_batch_counts_until_the_batch_leaves_the_memstore() {
     // A flushed batch leaves with its rows.
     set.chunks[0].batch.charge(200);
     assert_eq!(mem.bytes(), rows + 200);
+    flushed(&mem, &set);
+    assert_eq!(mem.bytes(), 0);
+}
+
+/// Publishes version 1 as if `set` were flushed to it (no segments).
+fn flushed(mem: &MemStore, set: &FlushSet) {
     let manifest = Manifest {
         version: 1,
         flushed_seq: set.through_seq,
         segments: vec![],
     };
-    mem.publish(manifest, Some(&set));
-    assert_eq!(mem.bytes(), 0);
+    mem.publish(manifest, Some(set));
 }
 
 #[test]
@@ -365,13 +370,7 @@ fn a_batchs_string_views_count_while_it_is_in_the_memstore() {
     b.viewed();
     assert_eq!(mem.bytes(), rows + 300 * 16);
     // Flushed, the batch leaves with its views.
-    let set = mem.begin_flush();
-    let manifest = Manifest {
-        version: 1,
-        flushed_seq: set.through_seq,
-        segments: vec![],
-    };
-    mem.publish(manifest, Some(&set));
+    flushed(&mem, &mem.begin_flush());
     assert_eq!(mem.bytes(), 0);
 }
 

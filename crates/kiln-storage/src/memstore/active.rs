@@ -3,12 +3,14 @@
 //! Appends copy whole Arrow arrays into typed vectors pre-sized from what the
 //! previous buffer of the same day held (row count and string bytes, so a
 //! steady stream does not re-grow them), or else from the first rows
-//! appended (a day written once reserves no more than it holds). Readers never lock it for long: [`ActiveBuffer::snapshot`] moves
-//! the rows appended since the last snapshot out of the vectors into an
-//! immutable batch (the vectors become its buffers, uncopied), merged with the
-//! smaller batches before it, so a row is copied a logarithmic number of times
-//! and a snapshot never copies more than the buffer. Each row is held once:
-//! in the vectors until a reader sees it, in a batch from then on.
+//! appended (a day written once reserves no more than it holds). Readers
+//! never lock it for long: [`ActiveBuffer::snapshot`] moves the rows
+//! appended since the last snapshot out of the vectors into an immutable
+//! batch (the vectors become its buffers, uncopied), merged with the
+//! smaller batches before it, so a row is copied a logarithmic number of
+//! times and a snapshot never copies more than the buffer. Each row is
+//! held once: in the vectors until a reader sees it, in a batch from then
+//! on.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;

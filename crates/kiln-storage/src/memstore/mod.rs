@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
 use arrow::compute::cast;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use parking_lot::Mutex;
 
 pub use active::ActiveBuffer;
@@ -187,7 +187,7 @@ impl MemBatch {
 /// `Utf8` column (the strings and validity are shared).
 fn views_bytes(batch: &RecordBatch) -> usize {
     let strings = batch.columns().iter();
-    let strings = strings.filter(|c| c.data_type() == &arrow::datatypes::DataType::Utf8);
+    let strings = strings.filter(|c| c.data_type() == &DataType::Utf8);
     strings.map(|c| c.len() * std::mem::size_of::<u128>()).sum()
 }
 

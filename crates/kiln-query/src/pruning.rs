@@ -556,7 +556,6 @@ fn compare(
     )
 }
 
-/// The column `expr` is, if it is a bare column.
 /// The column `expr` compares: the column itself (false), or its day,
 /// `CAST(column AS DATE)` (true, [`Midnight`]).
 fn compared(expr: &Arc<dyn PhysicalExpr>) -> Option<(&PhysicalColumn, bool)> {

@@ -139,6 +139,28 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
     // A result too large for one value is refused before it is built.
     let (status, v) = post_sql(&s, "SELECT length(repeat('x', 2000000000))");
     assert_eq!(status, 400, "{v}");
+    // So are one call's results over many rows each under that limit, an
+    // array as long as its arguments say, and a step that may not move
+    // (each of these took gigabytes, or ran on until the process died).
+    for (sql, why) in [
+        (
+            "SELECT sum(cardinality(array_repeat(x, 30000000))) FROM generate_series(1, 30) t(x)",
+            "limit on one call's results",
+        ),
+        (
+            "SELECT cardinality(range(1, 2000000000))",
+            "limit on one value",
+        ),
+        (
+            "SELECT generate_series(DATE '2026-01-01', DATE '2026-02-01', INTERVAL '1 month -31 days')",
+            "different signs",
+        ),
+    ] {
+        let (status, v) = post_sql(&s, sql);
+        assert_eq!(status, 400, "{sql}: {v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{sql}: {v}");
+    }
     assert_eq!(count(&s), 2);
     assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
 }

@@ -20,7 +20,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 
-use super::sized::MAX_VALUE_BYTES;
+use super::sized::{MAX_CALL_BYTES, MAX_VALUE_BYTES};
 
 /// `format` over datafusion-pg-functions' own.
 pub fn udf() -> ScalarUDF {
@@ -114,6 +114,11 @@ fn format_widths(f: &str) -> Option<(i64, i64, i64)> {
     Some((specifiers, widths, stars))
 }
 
+/// Row `row` of an argument's texts: a scalar's one text for every row.
+fn at(texts: &[Option<String>], row: usize) -> &Option<String> {
+    &texts[if texts.len() == 1 { 0 } else { row }]
+}
+
 impl PgTextFormat {
     /// Refuses row `row` before it is built if its result could pass
     /// [`MAX_VALUE_BYTES`]: at most the format's length, plus each
@@ -123,7 +128,7 @@ impl PgTextFormat {
         let Some((format, values)) = texts.split_first() else {
             return Ok(());
         };
-        let Some(f) = format[row].as_deref() else {
+        let Some(f) = at(format, row).as_deref() else {
             return Ok(());
         };
         let Some((specifiers, widths, stars)) = format_widths(f) else {
@@ -135,7 +140,7 @@ impl PgTextFormat {
                 self.inner.name()
             );
         };
-        let row_values = || values.iter().filter_map(|t| t[row].as_deref());
+        let row_values = || values.iter().filter_map(|t| at(t, row).as_deref());
         let longest = row_values().map(|v| v.len() as i64).max().unwrap_or(0);
         let star = match stars {
             0 => 0,
@@ -167,7 +172,7 @@ impl PgTextFormat {
     ) -> Result<Option<String>> {
         let values: Vec<ColumnarValue> = texts
             .iter()
-            .map(|t| ColumnarValue::Scalar(ScalarValue::Utf8(t[row].clone())))
+            .map(|t| ColumnarValue::Scalar(ScalarValue::Utf8(at(t, row).clone())))
             .collect();
         let fields = values
             .iter()
@@ -211,10 +216,15 @@ impl ScalarUDFImpl for PgTextFormat {
             .iter()
             .all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let rows = if constant { 1 } else { args.number_rows };
+        // A scalar stays one text, not one a row (a long one copied a
+        // batch's rows times took gigabytes).
         let texts = args
             .args
             .iter()
-            .map(|a| as_text(&a.to_array(rows)?))
+            .map(|a| match a {
+                ColumnarValue::Scalar(s) => as_text(&s.to_array()?),
+                ColumnarValue::Array(a) => as_text(a),
+            })
             .collect::<Result<Vec<_>>>()?;
         if constant {
             self.check(&texts, 0)?;
@@ -226,6 +236,12 @@ impl ScalarUDFImpl for PgTextFormat {
         for row in 0..rows {
             self.check(&texts, row)?;
             out.append_option(self.row(&args, &texts, row)?);
+            if out.values_slice().len() as i64 > MAX_CALL_BYTES {
+                return exec_err!(
+                    "{}(): the results of {rows} rows would take more than the {MAX_CALL_BYTES}-byte limit on one call's results (rows are computed a batch at a time)",
+                    self.inner.name()
+                );
+            }
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }

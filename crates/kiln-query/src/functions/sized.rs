@@ -1,22 +1,36 @@
-//! DataFusion's functions whose result size is an argument (`repeat`,
-//! `lpad`, `rpad`, `array_repeat`), refusing a result larger than
-//! [`MAX_VALUE_BYTES`] before allocating it.
+//! DataFusion's functions whose result size is not bounded by their
+//! arguments' sizes (`repeat`, `lpad`, `rpad`, `array_repeat`,
+//! `array_resize`, `range` and `generate_series` as arrays, `replace`,
+//! `regexp_replace`), refusing a result larger than [`MAX_VALUE_BYTES`], or
+//! one call's results larger than [`MAX_CALL_BYTES`], before allocating
+//! them.
 //!
-//! Why: these allocate what they are asked for at once, outside any
-//! memory accounting, so `SELECT repeat('x', 2e9)` alone took gigabytes.
-//! The wrapper keeps the function's name, signature and types and checks
-//! the requested size row by row first.
+//! Why: these allocate what they are asked for at once, outside any memory
+//! accounting: `SELECT repeat('x', 2e9)` alone took gigabytes, and so did
+//! thirty rows of `array_repeat(x, 3e7)` each under the one-value limit, or
+//! `range(1, 2e9)`. Enough of them end the process. The wrapper keeps the
+//! function's name, signature and types and works out, row by row, how many
+//! bytes the result can take ([`bounds`]) before the function runs.
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, FieldRef, Int64Type};
-use datafusion::common::{Result, ScalarValue, exec_err};
+mod bounds;
+#[cfg(test)]
+mod tests;
+
+use arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::{Result, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 
+use bounds::{Arg, Size};
+
 /// Largest value one of these functions may return (PostgreSQL's limit on
 /// one field is 1 GB; a result this size is already a mistake).
 pub const MAX_VALUE_BYTES: i64 = 256 << 20;
+
+/// Most bytes one call may return over all its rows (a batch of up to a
+/// few thousand rows): four values at the limit.
+pub const MAX_CALL_BYTES: i64 = 4 * MAX_VALUE_BYTES;
 
 /// The guarded versions of the sized functions in `registered` (the
 /// session's own, so signatures and coercions stay DataFusion's).
@@ -26,6 +40,11 @@ pub fn guard(registered: impl Fn(&str) -> Option<std::sync::Arc<ScalarUDF>>) -> 
         ("lpad", Size::Pad),
         ("rpad", Size::Pad),
         ("array_repeat", Size::RepeatElement),
+        ("array_resize", Size::Resize),
+        ("range", Size::Range { inclusive: false }),
+        ("generate_series", Size::Range { inclusive: true }),
+        ("replace", Size::Replace),
+        ("regexp_replace", Size::RegexpReplace),
     ]
     .into_iter()
     .filter_map(|(name, size)| {
@@ -38,17 +57,6 @@ pub fn guard(registered: impl Fn(&str) -> Option<std::sync::Arc<ScalarUDF>>) -> 
     .collect()
 }
 
-/// How a function's result size follows from its arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Size {
-    /// `repeat(s, n)`: `len(s) * n` bytes.
-    RepeatString,
-    /// `lpad(s, n [, fill])`: `n` characters, up to 4 bytes each.
-    Pad,
-    /// `array_repeat(x, n)`: `n` elements of at least 8 bytes.
-    RepeatElement,
-}
-
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Sized {
     inner: ScalarUDF,
@@ -56,73 +64,31 @@ struct Sized {
 }
 
 impl Sized {
-    /// Bytes row `row` asks for, from its string (if any) and count.
-    fn bytes(&self, unit: i64, count: i64) -> i64 {
-        let count = count.max(0);
-        match self.size {
-            Size::RepeatString => unit.saturating_mul(count),
-            Size::Pad => count.saturating_mul(4),
-            Size::RepeatElement => count.saturating_mul(8),
-        }
-    }
-
+    /// Refuses the call if a row's result, or all of them together, would
+    /// pass the limits. Arguments that are all scalars give one value.
     fn check(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
-        let (Some(first), Some(count)) = (args.first(), args.get(1)) else {
-            return Ok(());
+        let name = self.inner.name();
+        let args = args.iter().map(Arg::of).collect::<Result<Vec<_>>>()?;
+        let rows = match args.iter().all(Arg::is_scalar) {
+            true => rows.min(1),
+            false => rows,
         };
-        let count = count.to_array(rows)?;
-        let count = match count.data_type() {
-            DataType::Int64 => count,
-            _ => arrow::compute::cast(&count, &DataType::Int64)?,
-        };
-        let count = count.as_primitive::<Int64Type>();
-        let unit = match (self.size, first) {
-            (Size::RepeatString, ColumnarValue::Scalar(s)) => Some(scalar_len(s)),
-            _ => None,
-        };
-        let first = match (self.size, unit) {
-            (Size::RepeatString, None) => Some(first.to_array(rows)?),
-            _ => None,
-        };
-        for row in 0..count.len() {
-            if count.is_null(row) {
-                continue;
-            }
-            let unit = match (&first, unit) {
-                (_, Some(u)) => u,
-                (Some(a), None) => value_len(a.as_ref(), row),
-                (None, None) => 0,
-            };
-            let bytes = self.bytes(unit, count.value(row));
+        let mut total: i64 = 0;
+        for row in 0..rows {
+            let bytes = self.size.bytes(name, &args, row)?;
             if bytes > MAX_VALUE_BYTES {
                 return exec_err!(
-                    "{}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value",
-                    self.inner.name()
+                    "{name}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value"
+                );
+            }
+            total = total.saturating_add(bytes);
+            if total > MAX_CALL_BYTES {
+                return exec_err!(
+                    "{name}(): the results of {rows} rows would take more than the {MAX_CALL_BYTES}-byte limit on one call's results (rows are computed a batch at a time)"
                 );
             }
         }
         Ok(())
-    }
-}
-
-fn scalar_len(s: &ScalarValue) -> i64 {
-    match s {
-        ScalarValue::Utf8(Some(v))
-        | ScalarValue::LargeUtf8(Some(v))
-        | ScalarValue::Utf8View(Some(v)) => v.len() as i64,
-        _ => 0,
-    }
-}
-
-fn value_len(a: &dyn Array, row: usize) -> i64 {
-    if a.is_null(row) {
-        return 0;
-    }
-    match a.data_type() {
-        DataType::Utf8 => a.as_string::<i32>().value(row).len() as i64,
-        DataType::LargeUtf8 => a.as_string::<i64>().value(row).len() as i64,
-        DataType::Utf8View => a.as_string_view().value(row).len() as i64,
-        _ => 0,
     }
 }
 

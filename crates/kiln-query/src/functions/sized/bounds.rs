@@ -1,0 +1,302 @@
+//! How many bytes a sized function's result can take, from one row of its
+//! arguments: exact where that is cheap, else an upper bound that a real
+//! result reaches (so no query that fits is refused for a loose guess).
+
+use arrow::array::{Array, ArrayRef, AsArray};
+use arrow::datatypes::{DataType, Int64Type, IntervalMonthDayNanoType, TimeUnit};
+use datafusion::common::{Result, ScalarValue, exec_err};
+use datafusion::logical_expr::ColumnarValue;
+use regex::Regex;
+
+const NS_PER_DAY: i128 = 86_400_000_000_000;
+/// The shortest day with a time zone (a change to summer time).
+const NS_PER_SHORT_DAY: i128 = 23 * 3_600_000_000_000;
+
+/// How a function's result size follows from its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Size {
+    /// `repeat(s, n)`: `len(s) * n` bytes.
+    RepeatString,
+    /// `lpad(s, n [, fill])`: `s` cut to `n` characters, or padded to them
+    /// with `fill`'s widest character (a space without `fill`).
+    Pad,
+    /// `array_repeat(x, n)`: `n` copies of `x`, at least 8 bytes each.
+    RepeatElement,
+    /// `array_resize(a, n [, x])`: `a` and `n` elements of at least 8 bytes.
+    Resize,
+    /// `range(start, stop [, step])` as an array, with `stop` itself when
+    /// `inclusive` (`generate_series`): 8 bytes an element.
+    Range { inclusive: bool },
+    /// `replace(s, from, to)`: `s` with each match of `from` made `to`.
+    Replace,
+    /// `regexp_replace(s, pattern, replacement [, flags])`.
+    RegexpReplace,
+}
+
+impl Size {
+    /// The bytes row `row`'s result can take (0 for a NULL argument).
+    pub fn bytes(self, name: &str, args: &[Arg], row: usize) -> Result<i64> {
+        let n = |i: usize| args.get(i).and_then(|a| a.int(row)).unwrap_or(0).max(0) as i128;
+        let len = |i: usize| args.get(i).and_then(|a| a.len(row)).unwrap_or(0) as i128;
+        let bytes: i128 = match self {
+            Size::RepeatString => len(0) * n(1),
+            Size::Pad => {
+                let widest = match args.get(2) {
+                    Some(fill) => fill.str(row).map_or(0, widest_char),
+                    None => 1,
+                };
+                let chars = args[0].str(row).map_or(0, |s| s.chars().count()) as i128;
+                len(0) + (n(1) - chars).max(0) * widest as i128
+            }
+            Size::RepeatElement => n(1) * len(0).max(8),
+            Size::Resize => len(0) + n(1) * len(2).max(8),
+            Size::Range { inclusive } => range_elements(name, args, row, inclusive)? * 8,
+            Size::Replace => replaced(args, row),
+            Size::RegexpReplace => regexp_replaced(args, row),
+        };
+        Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
+    }
+}
+
+/// One argument of one call, read row by row: a scalar is not copied into
+/// an array (a large one would be copied a batch's rows times).
+pub enum Arg {
+    Scalar(ScalarValue),
+    Array(ArrayRef),
+}
+
+impl Arg {
+    pub fn of(value: &ColumnarValue) -> Result<Arg> {
+        Ok(match value {
+            ColumnarValue::Scalar(s) => Arg::Scalar(s.clone()),
+            ColumnarValue::Array(a) => Arg::Array(a.clone()),
+        })
+    }
+
+    pub fn is_scalar(&self) -> bool {
+        matches!(self, Arg::Scalar(_))
+    }
+
+    fn value(&self, row: usize) -> Result<ScalarValue> {
+        match self {
+            Arg::Scalar(s) => Ok(s.clone()),
+            Arg::Array(a) => ScalarValue::try_from_array(a, row),
+        }
+    }
+
+    /// An integer argument's value.
+    fn int(&self, row: usize) -> Option<i64> {
+        match self {
+            Arg::Scalar(s) => match s.cast_to(&DataType::Int64).ok()? {
+                ScalarValue::Int64(v) => v,
+                _ => None,
+            },
+            Arg::Array(a) if a.data_type() == &DataType::Int64 => {
+                let a = a.as_primitive::<Int64Type>();
+                a.is_valid(row).then(|| a.value(row))
+            }
+            Arg::Array(a) => {
+                let one = arrow::compute::cast(&a.slice(row, 1), &DataType::Int64).ok()?;
+                let one = one.as_primitive::<Int64Type>();
+                one.is_valid(0).then(|| one.value(0))
+            }
+        }
+    }
+
+    /// A text argument's value.
+    fn str(&self, row: usize) -> Option<&str> {
+        match self {
+            Arg::Scalar(s) => s.try_as_str().flatten(),
+            Arg::Array(a) if a.is_null(row) => None,
+            Arg::Array(a) => match a.data_type() {
+                DataType::Utf8 => Some(a.as_string::<i32>().value(row)),
+                DataType::LargeUtf8 => Some(a.as_string::<i64>().value(row)),
+                DataType::Utf8View => Some(a.as_string_view().value(row)),
+                _ => None,
+            },
+        }
+    }
+
+    /// The bytes of a value: a text's or binary's length, else what its
+    /// data takes in memory.
+    fn len(&self, row: usize) -> Option<usize> {
+        if let Some(s) = self.str(row) {
+            return Some(s.len());
+        }
+        match self {
+            Arg::Scalar(s) if s.is_null() => None,
+            Arg::Scalar(s) => Some(s.size() - size_of::<ScalarValue>()),
+            Arg::Array(a) if a.is_null(row) => None,
+            Arg::Array(a) => Some(a.slice(row, 1).to_data().get_slice_memory_size().ok()?),
+        }
+    }
+}
+
+/// The widest UTF-8 character of `s`, in bytes (0 if it is empty).
+fn widest_char(s: &str) -> usize {
+    s.chars().map(char::len_utf8).max().unwrap_or(0)
+}
+
+/// `replace(s, from, to)`: exact, counting the matches when `to` is the
+/// longer (else the result is no longer than `s`). An empty `from` is
+/// taken to match at every byte offset (DataFusion, like PostgreSQL,
+/// replaces nothing then; a bound either way).
+fn replaced(args: &[Arg], row: usize) -> i128 {
+    let part = |i: usize| args.get(i).and_then(|a| a.str(row));
+    let (Some(s), Some(from), Some(to)) = (part(0), part(1), part(2)) else {
+        return 0;
+    };
+    if to.len() <= from.len() {
+        return s.len() as i128;
+    }
+    let matches = match from.is_empty() {
+        true => s.len() + 1,
+        false => s.matches(from).count(),
+    };
+    (s.len() + matches * (to.len() - from.len())) as i128
+}
+
+/// `regexp_replace(s, pattern, replacement [, flags])`. Each match gives
+/// the replacement, whose group references (`$n`, `${n}`, `\n`) copy at
+/// most the match itself. A bound from `s`'s length alone (a match at
+/// every offset) is used when it is small; past that the matches are
+/// found, as DataFusion will find them.
+fn regexp_replaced(args: &[Arg], row: usize) -> i128 {
+    let part = |i: usize| args.get(i).and_then(|a| a.str(row));
+    let (Some(s), Some(pattern), Some(replacement)) = (part(0), part(1), part(2)) else {
+        return 0;
+    };
+    let flags = part(3).unwrap_or("");
+    let all = flags.contains('g');
+    let refs = replacement.matches(['$', '\\']).count() as i128;
+    let (len, with) = (s.len() as i128, replacement.len() as i128);
+    let matches = match all {
+        true => len + 1,
+        false => 1,
+    };
+    let rough = len * (1 + refs) + matches * with;
+    if rough <= super::MAX_VALUE_BYTES as i128 / 4 {
+        return rough;
+    }
+    // The pattern as DataFusion builds it: flags but `g` in front.
+    let inline = flags.replace('g', "");
+    let pattern = match inline.is_empty() {
+        true => pattern.to_string(),
+        false => format!("(?{inline}){pattern}"),
+    };
+    let Ok(re) = Regex::new(&pattern) else {
+        // DataFusion refuses it too.
+        return 0;
+    };
+    let (mut found, mut matched) = (0i128, 0i128);
+    for m in re.find_iter(s).take(if all { usize::MAX } else { 1 }) {
+        found += 1;
+        matched += m.len() as i128;
+    }
+    len - matched + found * with + refs * matched
+}
+
+/// The elements of row `row`'s `range` or `generate_series`, or at most
+/// that many. A step whose parts have different signs (`1 month - 31
+/// days`) is refused: it may not move at all, and then the range never
+/// ends.
+fn range_elements(name: &str, args: &[Arg], row: usize, inclusive: bool) -> Result<i128> {
+    let (start, stop, step) = match args {
+        [stop] => (ScalarValue::Int64(Some(0)), stop.value(row)?, None),
+        [start, stop] => (start.value(row)?, stop.value(row)?, None),
+        [start, stop, step] => (start.value(row)?, stop.value(row)?, Some(step.value(row)?)),
+        _ => return Ok(0),
+    };
+    // Both ends in one unit, and the smallest step in it.
+    let (from, to, step) = match (&start, &stop) {
+        (ScalarValue::Int64(Some(a)), ScalarValue::Int64(Some(b))) => {
+            let step = match step {
+                None => 1,
+                Some(ScalarValue::Int64(Some(s))) => s as i128,
+                Some(_) => return Ok(0),
+            };
+            (*a as i128, *b as i128, step)
+        }
+        (ScalarValue::Date32(_) | ScalarValue::Date64(_), _) => {
+            let (Some(a), Some(b)) = (days(&start), days(&stop)) else {
+                return Ok(0);
+            };
+            let Some((months, days, _)) = interval(step) else {
+                return Ok(0);
+            };
+            (a, b, step_of(name, months as i128 * 28, days as i128, 0)?)
+        }
+        (ScalarValue::TimestampSecond(..), _)
+        | (ScalarValue::TimestampMillisecond(..), _)
+        | (ScalarValue::TimestampMicrosecond(..), _)
+        | (ScalarValue::TimestampNanosecond(..), _) => {
+            let (Some(a), Some(b)) = (nanos(&start), nanos(&stop)) else {
+                return Ok(0);
+            };
+            let Some((months, days, ns)) = interval(step) else {
+                return Ok(0);
+            };
+            let step = step_of(
+                name,
+                months as i128 * 28 * NS_PER_DAY,
+                days as i128 * NS_PER_SHORT_DAY,
+                ns as i128,
+            )?;
+            (a, b, step)
+        }
+        _ => return Ok(0),
+    };
+    if step == 0 || (step > 0 && to < from) || (step < 0 && to > from) {
+        // DataFusion refuses a zero step; the rest are empty.
+        return Ok(0);
+    }
+    let (span, step) = ((to - from).abs(), step.abs());
+    Ok(match inclusive {
+        true => span / step + 1,
+        false => (span + step - 1) / step,
+    })
+}
+
+/// A step from its parts (in the range's unit), refused if they have
+/// different signs.
+fn step_of(name: &str, months: i128, days: i128, ns: i128) -> Result<i128> {
+    let parts = [months, days, ns];
+    if parts.iter().any(|p| *p > 0) && parts.iter().any(|p| *p < 0) {
+        return exec_err!(
+            "{name}(): a step whose months, days and time have different signs may never reach the end; give it one sign"
+        );
+    }
+    Ok(parts.iter().sum())
+}
+
+fn interval(step: Option<ScalarValue>) -> Option<(i32, i32, i64)> {
+    match step? {
+        ScalarValue::IntervalMonthDayNano(Some(v)) => Some(IntervalMonthDayNanoType::to_parts(v)),
+        _ => None,
+    }
+}
+
+fn days(v: &ScalarValue) -> Option<i128> {
+    match v {
+        ScalarValue::Date32(Some(d)) => Some(*d as i128),
+        ScalarValue::Date64(Some(ms)) => Some(ms.div_euclid(86_400_000) as i128),
+        _ => None,
+    }
+}
+
+fn nanos(v: &ScalarValue) -> Option<i128> {
+    let (value, unit) = match v {
+        ScalarValue::TimestampSecond(Some(v), _) => (*v, TimeUnit::Second),
+        ScalarValue::TimestampMillisecond(Some(v), _) => (*v, TimeUnit::Millisecond),
+        ScalarValue::TimestampMicrosecond(Some(v), _) => (*v, TimeUnit::Microsecond),
+        ScalarValue::TimestampNanosecond(Some(v), _) => (*v, TimeUnit::Nanosecond),
+        _ => return None,
+    };
+    let scale: i128 = match unit {
+        TimeUnit::Second => 1_000_000_000,
+        TimeUnit::Millisecond => 1_000_000,
+        TimeUnit::Microsecond => 1_000,
+        TimeUnit::Nanosecond => 1,
+    };
+    Some(value as i128 * scale)
+}

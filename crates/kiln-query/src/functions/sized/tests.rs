@@ -1,0 +1,243 @@
+//! The bounds against the results DataFusion's functions really give. SQL
+//! behaviour (the errors, answers under the limits) is in
+//! `tests/slt/fn_sized.slt`.
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Int32Type, Int64Type, IntervalMonthDayNano, UInt64Type};
+use datafusion::common::ScalarValue;
+use datafusion::prelude::SessionContext;
+
+use super::bounds::{Arg, Size};
+
+fn text(s: &str) -> Arg {
+    Arg::Scalar(ScalarValue::Utf8(Some(s.to_string())))
+}
+
+fn int(n: i64) -> Arg {
+    Arg::Scalar(ScalarValue::Int64(Some(n)))
+}
+
+/// One value of `sql` (an integer or unsigned count).
+async fn one(ctx: &SessionContext, sql: &str) -> i64 {
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let column = batches[0].column(0);
+    assert!(column.is_valid(0), "{sql}");
+    match column.data_type() {
+        DataType::UInt64 => column.as_primitive::<UInt64Type>().value(0) as i64,
+        DataType::Int32 => column.as_primitive::<Int32Type>().value(0) as i64,
+        _ => column.as_primitive::<Int64Type>().value(0),
+    }
+}
+
+fn ctx() -> SessionContext {
+    let ctx = SessionContext::new();
+    crate::functions::register(&ctx);
+    ctx
+}
+
+#[tokio::test]
+async fn text_bounds_are_the_results_lengths() {
+    let ctx = ctx();
+    for (s, n) in [("ab", 3), ("é", 5), ("", 9), ("x", 0), ("x", -2)] {
+        let real = one(&ctx, &format!("SELECT octet_length(repeat('{s}', {n}))")).await;
+        let bound = Size::RepeatString
+            .bytes("repeat", &[text(s), int(n)], 0)
+            .unwrap();
+        assert_eq!(bound, real, "repeat('{s}', {n})");
+    }
+    for (s, from, to) in [
+        ("a-b-c", "-", "--"),
+        ("aaaa", "aa", "xyz"),
+        ("abc", "", "XY"),
+        ("héllo", "l", "LLL"),
+        ("none", "z", "zzzz"),
+        ("shrink", "shr", "s"),
+    ] {
+        let real = one(
+            &ctx,
+            &format!("SELECT octet_length(replace('{s}', '{from}', '{to}'))"),
+        )
+        .await;
+        let args = [text(s), text(from), text(to)];
+        let bound = Size::Replace.bytes("replace", &args, 0).unwrap();
+        match to.len() > from.len() && !from.is_empty() {
+            true => assert_eq!(bound, real, "replace('{s}', '{from}', '{to}')"),
+            false => assert!(bound >= real, "replace('{s}', '{from}', '{to}')"),
+        }
+    }
+    // lpad and rpad: at most the string and the pad's widest character.
+    for (s, n, fill) in [("7", 3, "0"), ("abcdef", 3, "x"), ("ab", 5, "é")] {
+        let real = one(
+            &ctx,
+            &format!("SELECT octet_length(lpad('{s}', {n}, '{fill}'))"),
+        )
+        .await;
+        let bound = Size::Pad
+            .bytes("lpad", &[text(s), int(n), text(fill)], 0)
+            .unwrap();
+        match s.chars().count() < n as usize {
+            true => assert_eq!(bound, real, "lpad('{s}', {n}, '{fill}')"),
+            false => assert!(bound >= real, "lpad('{s}', {n}, '{fill}')"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_regexp_replace_bound_counts_the_matches_when_it_is_large() {
+    let ctx = ctx();
+    // Small: the rough bound, never less than the result.
+    for (s, pattern, with, flags) in [
+        ("foobarbaz", "b(..)", "X\\1Y", "g"),
+        ("foobarbaz", "b(..)", "X\\1Y", "i"),
+        ("aaa", "", "-", "g"),
+    ] {
+        let real = one(
+            &ctx,
+            &format!(
+                "SELECT octet_length(regexp_replace('{s}', '{pattern}', '{with}', '{flags}'))"
+            ),
+        )
+        .await;
+        let args = [text(s), text(pattern), text(with), text(flags)];
+        let bound = Size::RegexpReplace
+            .bytes("regexp_replace", &args, 0)
+            .unwrap();
+        assert!(
+            bound >= real,
+            "{s} {pattern} {with} {flags}: {bound} < {real}"
+        );
+    }
+    // Large: a million characters and a long replacement, found matches.
+    let s = "a".repeat(1_000_000);
+    let with = "b".repeat(1000);
+    let none = [text(&s), text("z"), text(&with), text("g")];
+    let bound = Size::RegexpReplace
+        .bytes("regexp_replace", &none, 0)
+        .unwrap();
+    assert_eq!(bound, 1_000_000, "no match leaves the string");
+    let every = [text(&s), text("a"), text(&with), text("g")];
+    let bound = Size::RegexpReplace
+        .bytes("regexp_replace", &every, 0)
+        .unwrap();
+    assert_eq!(bound, 1_000_000 * 1000);
+    let first = [text(&s), text("a"), text(&with), text("i")];
+    let bound = Size::RegexpReplace
+        .bytes("regexp_replace", &first, 0)
+        .unwrap();
+    assert_eq!(bound, 1_000_000 + 1000, "without g, one replacement");
+}
+
+fn date(d: &str) -> Arg {
+    let d = chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
+    Arg::Scalar(ScalarValue::Date32(Some(
+        (d - chrono::NaiveDate::default()).num_days() as i32,
+    )))
+}
+
+fn timestamp(t: &str) -> Arg {
+    let t = chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").unwrap();
+    Arg::Scalar(ScalarValue::TimestampNanosecond(
+        t.and_utc().timestamp_nanos_opt(),
+        None,
+    ))
+}
+
+fn step(months: i32, days: i32, ns: i64) -> Arg {
+    Arg::Scalar(ScalarValue::IntervalMonthDayNano(Some(
+        IntervalMonthDayNano::new(months, days, ns),
+    )))
+}
+
+#[tokio::test]
+async fn range_bounds_count_the_elements() {
+    let ctx = ctx();
+    const HOUR: i64 = 3_600_000_000_000;
+    // Each call, its arguments, and whether the bound is the count (a
+    // month is taken as 28 days, a day with a time zone as 23 hours).
+    let cases = [
+        ("range(5)", vec![int(5)], true),
+        ("range(1, 10, 3)", vec![int(1), int(10), int(3)], true),
+        (
+            "generate_series(1, 10, 3)",
+            vec![int(1), int(10), int(3)],
+            true,
+        ),
+        ("range(10, 1, -2)", vec![int(10), int(1), int(-2)], true),
+        ("generate_series(10, 1)", vec![int(10), int(1)], true),
+        (
+            "range(DATE '2026-01-01', DATE '2027-01-01', INTERVAL '1 day')",
+            vec![date("2026-01-01"), date("2027-01-01"), step(0, 1, 0)],
+            true,
+        ),
+        (
+            "generate_series(DATE '2026-01-31', DATE '2026-12-31', INTERVAL '1 month')",
+            vec![date("2026-01-31"), date("2026-12-31"), step(1, 0, 0)],
+            false,
+        ),
+        (
+            "range(TIMESTAMP '2026-01-01 00:00:00', TIMESTAMP '2026-01-02 00:00:00', INTERVAL '1 hour')",
+            vec![
+                timestamp("2026-01-01 00:00:00"),
+                timestamp("2026-01-02 00:00:00"),
+                step(0, 0, HOUR),
+            ],
+            true,
+        ),
+        (
+            "generate_series(TIMESTAMP '2026-01-02 00:00:00', TIMESTAMP '2026-01-01 00:00:00', INTERVAL '-90 minutes')",
+            vec![
+                timestamp("2026-01-02 00:00:00"),
+                timestamp("2026-01-01 00:00:00"),
+                step(0, 0, -HOUR * 3 / 2),
+            ],
+            true,
+        ),
+        (
+            "generate_series(TIMESTAMP '2026-01-01 00:00:00', TIMESTAMP '2026-03-01 00:00:00', INTERVAL '1 day')",
+            vec![
+                timestamp("2026-01-01 00:00:00"),
+                timestamp("2026-03-01 00:00:00"),
+                step(0, 1, 0),
+            ],
+            false,
+        ),
+        // The wrong way: empty.
+        ("range(5, 1)", vec![int(5), int(1)], true),
+    ];
+    for (call, args, exact) in cases {
+        let real = one(&ctx, &format!("SELECT cardinality({call})")).await;
+        let inclusive = call.starts_with("generate_series");
+        let name = if inclusive {
+            "generate_series"
+        } else {
+            "range"
+        };
+        let bound = Size::Range { inclusive }.bytes(name, &args, 0).unwrap() / 8;
+        match exact {
+            true => assert_eq!(bound, real, "{call}"),
+            false => assert!(
+                bound >= real && bound <= real * 11 / 10,
+                "{call}: {bound} for {real}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_step_of_mixed_signs_is_refused() {
+    let days = |d: i32| Arg::Scalar(ScalarValue::Date32(Some(d)));
+    let size = Size::Range { inclusive: true };
+    let err = size
+        .bytes("generate_series", &[days(0), days(400), step(1, -31, 0)], 0)
+        .unwrap_err();
+    assert!(err.to_string().contains("different signs"), "{err}");
+    let one_sign = size.bytes("generate_series", &[days(0), days(400), step(1, 1, 0)], 0);
+    assert!(one_sign.unwrap() > 0);
+    // A NULL bound gives a NULL result: nothing to refuse.
+    let null = Arg::Scalar(ScalarValue::Date32(None));
+    assert_eq!(
+        size.bytes("generate_series", &[null, days(400), step(1, -31, 0)], 0)
+            .unwrap(),
+        0
+    );
+}

@@ -7,9 +7,10 @@
 //! - funnels (`funnel.rs`): ClickHouse-style `retention` and `window_funnel`;
 //! - tests (`stats.rs`, `distributions.rs`): `welch_t_test` and
 //!   `proportion_z_test`;
-//! - size guards (`sized.rs`): DataFusion's `repeat`, `lpad`, `rpad` and
-//!   `array_repeat`, refusing a result too large before allocating it
-//!   (`format` bounds its own);
+//! - size guards (`sized.rs`): DataFusion's functions whose result size
+//!   is an argument (`repeat`, `lpad`, `array_repeat`, `range`, `replace`,
+//!   ...), refusing a value or a call's results too large before
+//!   allocating them (`format` bounds its own);
 //! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
 //!   leaves its type's range instead of wrapping around;
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char`, `to_timestamp` and

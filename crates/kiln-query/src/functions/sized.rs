@@ -68,14 +68,29 @@ impl Sized {
     /// pass the limits. Arguments that are all scalars give one value.
     fn check(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
         let name = self.inner.name();
-        let args = args.iter().map(Arg::of).collect::<Result<Vec<_>>>()?;
+        let args: Vec<Arg> = args.iter().map(Arg::of).collect();
         let rows = match args.iter().all(Arg::is_scalar) {
             true => rows.min(1),
             false => rows,
         };
+        // Quick bounds first; closer ones before refusing a call for them.
+        if self.total(&args, rows, false)? <= MAX_CALL_BYTES
+            || self.total(&args, rows, true)? <= MAX_CALL_BYTES
+        {
+            return Ok(());
+        }
+        exec_err!(
+            "{name}(): the results of {rows} rows would take more than the {MAX_CALL_BYTES}-byte limit on one call's results (rows are computed a batch at a time)"
+        )
+    }
+
+    /// The bytes of `rows` rows' results together, counted until they pass
+    /// [`MAX_CALL_BYTES`]; an error for a row past [`MAX_VALUE_BYTES`].
+    fn total(&self, args: &[Arg], rows: usize, exact: bool) -> Result<i64> {
+        let name = self.inner.name();
         let mut total: i64 = 0;
         for row in 0..rows {
-            let bytes = self.size.bytes(name, &args, row)?;
+            let bytes = self.size.bytes(name, args, row, exact)?;
             if bytes > MAX_VALUE_BYTES {
                 return exec_err!(
                     "{name}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value"
@@ -83,12 +98,10 @@ impl Sized {
             }
             total = total.saturating_add(bytes);
             if total > MAX_CALL_BYTES {
-                return exec_err!(
-                    "{name}(): the results of {rows} rows would take more than the {MAX_CALL_BYTES}-byte limit on one call's results (rows are computed a batch at a time)"
-                );
+                break;
             }
         }
-        Ok(())
+        Ok(total)
     }
 }
 

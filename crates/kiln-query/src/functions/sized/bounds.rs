@@ -2,11 +2,15 @@
 //! arguments: exact where that is cheap, else an upper bound that a real
 //! result reaches (so no query that fits is refused for a loose guess).
 
+use std::borrow::Cow;
+
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Int64Type, IntervalMonthDayNanoType, TimeUnit};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::ColumnarValue;
 use regex::Regex;
+
+use super::MAX_VALUE_BYTES;
 
 const NS_PER_DAY: i128 = 86_400_000_000_000;
 /// The shortest day with a time zone (a change to summer time).
@@ -34,8 +38,10 @@ pub enum Size {
 }
 
 impl Size {
-    /// The bytes row `row`'s result can take (0 for a NULL argument).
-    pub fn bytes(self, name: &str, args: &[Arg], row: usize) -> Result<i64> {
+    /// The bytes row `row`'s result can take (0 for a NULL argument). With
+    /// `exact`, no shortcut is taken where a closer bound costs a search
+    /// (`regexp_replace`'s matches).
+    pub fn bytes(self, name: &str, args: &[Arg], row: usize, exact: bool) -> Result<i64> {
         let n = |i: usize| args.get(i).and_then(|a| a.int(row)).unwrap_or(0).max(0) as i128;
         let len = |i: usize| args.get(i).and_then(|a| a.len(row)).unwrap_or(0) as i128;
         let bytes: i128 = match self {
@@ -52,7 +58,7 @@ impl Size {
             Size::Resize => len(0) + n(1) * len(2).max(8),
             Size::Range { inclusive } => range_elements(name, args, row, inclusive)? * 8,
             Size::Replace => replaced(args, row),
-            Size::RegexpReplace => regexp_replaced(args, row),
+            Size::RegexpReplace => regexp_replaced(args, row, exact),
         };
         Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
     }
@@ -60,17 +66,17 @@ impl Size {
 
 /// One argument of one call, read row by row: a scalar is not copied into
 /// an array (a large one would be copied a batch's rows times).
-pub enum Arg {
-    Scalar(ScalarValue),
-    Array(ArrayRef),
+pub enum Arg<'a> {
+    Scalar(Cow<'a, ScalarValue>),
+    Array(&'a ArrayRef),
 }
 
-impl Arg {
-    pub fn of(value: &ColumnarValue) -> Result<Arg> {
-        Ok(match value {
-            ColumnarValue::Scalar(s) => Arg::Scalar(s.clone()),
-            ColumnarValue::Array(a) => Arg::Array(a.clone()),
-        })
+impl<'a> Arg<'a> {
+    pub fn of(value: &'a ColumnarValue) -> Arg<'a> {
+        match value {
+            ColumnarValue::Scalar(s) => Arg::Scalar(Cow::Borrowed(s)),
+            ColumnarValue::Array(a) => Arg::Array(a),
+        }
     }
 
     pub fn is_scalar(&self) -> bool {
@@ -79,7 +85,7 @@ impl Arg {
 
     fn value(&self, row: usize) -> Result<ScalarValue> {
         match self {
-            Arg::Scalar(s) => Ok(s.clone()),
+            Arg::Scalar(s) => Ok(s.as_ref().clone()),
             Arg::Array(a) => ScalarValue::try_from_array(a, row),
         }
     }
@@ -137,31 +143,36 @@ fn widest_char(s: &str) -> usize {
     s.chars().map(char::len_utf8).max().unwrap_or(0)
 }
 
-/// `replace(s, from, to)`: exact, counting the matches when `to` is the
-/// longer (else the result is no longer than `s`). An empty `from` is
-/// taken to match at every byte offset (DataFusion, like PostgreSQL,
-/// replaces nothing then; a bound either way).
+/// `replace(s, from, to)`: exact. When `to` is the longer the matches are
+/// counted (the same search DataFusion makes), until the result is past
+/// the limit on one value. An empty `from` replaces nothing (as in
+/// PostgreSQL).
 fn replaced(args: &[Arg], row: usize) -> i128 {
     let part = |i: usize| args.get(i).and_then(|a| a.str(row));
     let (Some(s), Some(from), Some(to)) = (part(0), part(1), part(2)) else {
         return 0;
     };
-    if to.len() <= from.len() {
+    if to.len() <= from.len() || from.is_empty() {
         return s.len() as i128;
     }
-    let matches = match from.is_empty() {
-        true => s.len() + 1,
-        false => s.matches(from).count(),
-    };
-    (s.len() + matches * (to.len() - from.len())) as i128
+    let grow = (to.len() - from.len()) as i128;
+    let mut bytes = s.len() as i128;
+    for _ in memchr::memmem::find_iter(s.as_bytes(), from.as_bytes()) {
+        bytes += grow;
+        if bytes > MAX_VALUE_BYTES as i128 {
+            break;
+        }
+    }
+    bytes
 }
 
 /// `regexp_replace(s, pattern, replacement [, flags])`. Each match gives
 /// the replacement, whose group references (`$n`, `${n}`, `\n`) copy at
-/// most the match itself. A bound from `s`'s length alone (a match at
-/// every offset) is used when it is small; past that the matches are
-/// found, as DataFusion will find them.
-fn regexp_replaced(args: &[Arg], row: usize) -> i128 {
+/// most the match itself. Unless `exact`, a bound from `s`'s length alone
+/// (a match at every offset) is taken when it is small; else the matches
+/// are found, as DataFusion will find them, until the result is past the
+/// limit on one value.
+fn regexp_replaced(args: &[Arg], row: usize, exact: bool) -> i128 {
     let part = |i: usize| args.get(i).and_then(|a| a.str(row));
     let (Some(s), Some(pattern), Some(replacement)) = (part(0), part(1), part(2)) else {
         return 0;
@@ -175,7 +186,7 @@ fn regexp_replaced(args: &[Arg], row: usize) -> i128 {
         false => 1,
     };
     let rough = len * (1 + refs) + matches * with;
-    if rough <= super::MAX_VALUE_BYTES as i128 / 4 {
+    if !exact && rough <= MAX_VALUE_BYTES as i128 / 4 {
         return rough;
     }
     // The pattern as DataFusion builds it: flags but `g` in front.
@@ -188,12 +199,14 @@ fn regexp_replaced(args: &[Arg], row: usize) -> i128 {
         // DataFusion refuses it too.
         return 0;
     };
-    let (mut found, mut matched) = (0i128, 0i128);
+    let mut bytes = len;
     for m in re.find_iter(s).take(if all { usize::MAX } else { 1 }) {
-        found += 1;
-        matched += m.len() as i128;
+        bytes += with + (refs - 1) * m.len() as i128;
+        if bytes > MAX_VALUE_BYTES as i128 {
+            break;
+        }
     }
-    len - matched + found * with + refs * matched
+    bytes
 }
 
 /// The elements of row `row`'s `range` or `generate_series`, or at most

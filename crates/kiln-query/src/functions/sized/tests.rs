@@ -7,14 +7,20 @@ use arrow::datatypes::{DataType, Int32Type, Int64Type, IntervalMonthDayNano, UIn
 use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
 
+use super::MAX_VALUE_BYTES;
 use super::bounds::{Arg, Size};
 
-fn text(s: &str) -> Arg {
-    Arg::Scalar(ScalarValue::Utf8(Some(s.to_string())))
+/// An argument holding `v`.
+fn scalar(v: ScalarValue) -> Arg<'static> {
+    Arg::Scalar(std::borrow::Cow::Owned(v))
 }
 
-fn int(n: i64) -> Arg {
-    Arg::Scalar(ScalarValue::Int64(Some(n)))
+fn text(s: &str) -> Arg<'static> {
+    scalar(ScalarValue::Utf8(Some(s.to_string())))
+}
+
+fn int(n: i64) -> Arg<'static> {
+    scalar(ScalarValue::Int64(Some(n)))
 }
 
 /// One value of `sql` (an integer or unsigned count).
@@ -41,7 +47,7 @@ async fn text_bounds_are_the_results_lengths() {
     for (s, n) in [("ab", 3), ("é", 5), ("", 9), ("x", 0), ("x", -2)] {
         let real = one(&ctx, &format!("SELECT octet_length(repeat('{s}', {n}))")).await;
         let bound = Size::RepeatString
-            .bytes("repeat", &[text(s), int(n)], 0)
+            .bytes("repeat", &[text(s), int(n)], 0, false)
             .unwrap();
         assert_eq!(bound, real, "repeat('{s}', {n})");
     }
@@ -59,7 +65,7 @@ async fn text_bounds_are_the_results_lengths() {
         )
         .await;
         let args = [text(s), text(from), text(to)];
-        let bound = Size::Replace.bytes("replace", &args, 0).unwrap();
+        let bound = Size::Replace.bytes("replace", &args, 0, false).unwrap();
         match to.len() > from.len() && !from.is_empty() {
             true => assert_eq!(bound, real, "replace('{s}', '{from}', '{to}')"),
             false => assert!(bound >= real, "replace('{s}', '{from}', '{to}')"),
@@ -73,7 +79,7 @@ async fn text_bounds_are_the_results_lengths() {
         )
         .await;
         let bound = Size::Pad
-            .bytes("lpad", &[text(s), int(n), text(fill)], 0)
+            .bytes("lpad", &[text(s), int(n), text(fill)], 0, false)
             .unwrap();
         match s.chars().count() < n as usize {
             true => assert_eq!(bound, real, "lpad('{s}', {n}, '{fill}')"),
@@ -100,7 +106,7 @@ async fn a_regexp_replace_bound_counts_the_matches_when_it_is_large() {
         .await;
         let args = [text(s), text(pattern), text(with), text(flags)];
         let bound = Size::RegexpReplace
-            .bytes("regexp_replace", &args, 0)
+            .bytes("regexp_replace", &args, 0, false)
             .unwrap();
         assert!(
             bound >= real,
@@ -112,38 +118,43 @@ async fn a_regexp_replace_bound_counts_the_matches_when_it_is_large() {
     let with = "b".repeat(1000);
     let none = [text(&s), text("z"), text(&with), text("g")];
     let bound = Size::RegexpReplace
-        .bytes("regexp_replace", &none, 0)
+        .bytes("regexp_replace", &none, 0, false)
         .unwrap();
     assert_eq!(bound, 1_000_000, "no match leaves the string");
     let every = [text(&s), text("a"), text(&with), text("g")];
     let bound = Size::RegexpReplace
-        .bytes("regexp_replace", &every, 0)
+        .bytes("regexp_replace", &every, 0, false)
         .unwrap();
-    assert_eq!(bound, 1_000_000 * 1000);
+    assert!(bound > MAX_VALUE_BYTES, "counted until past the limit");
+    let few = [text(&format!("{s}zz")), text("z"), text(&with), text("g")];
+    let bound = Size::RegexpReplace
+        .bytes("regexp_replace", &few, 0, true)
+        .unwrap();
+    assert_eq!(bound, 1_000_000 + 2 * 1000, "exact: two matches");
     let first = [text(&s), text("a"), text(&with), text("i")];
     let bound = Size::RegexpReplace
-        .bytes("regexp_replace", &first, 0)
+        .bytes("regexp_replace", &first, 0, false)
         .unwrap();
     assert_eq!(bound, 1_000_000 + 1000, "without g, one replacement");
 }
 
-fn date(d: &str) -> Arg {
+fn date(d: &str) -> Arg<'static> {
     let d = chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").unwrap();
-    Arg::Scalar(ScalarValue::Date32(Some(
+    scalar(ScalarValue::Date32(Some(
         (d - chrono::NaiveDate::default()).num_days() as i32,
     )))
 }
 
-fn timestamp(t: &str) -> Arg {
+fn timestamp(t: &str) -> Arg<'static> {
     let t = chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").unwrap();
-    Arg::Scalar(ScalarValue::TimestampNanosecond(
+    scalar(ScalarValue::TimestampNanosecond(
         t.and_utc().timestamp_nanos_opt(),
         None,
     ))
 }
 
-fn step(months: i32, days: i32, ns: i64) -> Arg {
-    Arg::Scalar(ScalarValue::IntervalMonthDayNano(Some(
+fn step(months: i32, days: i32, ns: i64) -> Arg<'static> {
+    scalar(ScalarValue::IntervalMonthDayNano(Some(
         IntervalMonthDayNano::new(months, days, ns),
     )))
 }
@@ -212,7 +223,10 @@ async fn range_bounds_count_the_elements() {
         } else {
             "range"
         };
-        let bound = Size::Range { inclusive }.bytes(name, &args, 0).unwrap() / 8;
+        let bound = Size::Range { inclusive }
+            .bytes(name, &args, 0, false)
+            .unwrap()
+            / 8;
         match exact {
             true => assert_eq!(bound, real, "{call}"),
             false => assert!(
@@ -225,19 +239,34 @@ async fn range_bounds_count_the_elements() {
 
 #[test]
 fn a_step_of_mixed_signs_is_refused() {
-    let days = |d: i32| Arg::Scalar(ScalarValue::Date32(Some(d)));
+    let days = |d: i32| scalar(ScalarValue::Date32(Some(d)));
     let size = Size::Range { inclusive: true };
     let err = size
-        .bytes("generate_series", &[days(0), days(400), step(1, -31, 0)], 0)
+        .bytes(
+            "generate_series",
+            &[days(0), days(400), step(1, -31, 0)],
+            0,
+            false,
+        )
         .unwrap_err();
     assert!(err.to_string().contains("different signs"), "{err}");
-    let one_sign = size.bytes("generate_series", &[days(0), days(400), step(1, 1, 0)], 0);
+    let one_sign = size.bytes(
+        "generate_series",
+        &[days(0), days(400), step(1, 1, 0)],
+        0,
+        false,
+    );
     assert!(one_sign.unwrap() > 0);
     // A NULL bound gives a NULL result: nothing to refuse.
-    let null = Arg::Scalar(ScalarValue::Date32(None));
+    let null = scalar(ScalarValue::Date32(None));
     assert_eq!(
-        size.bytes("generate_series", &[null, days(400), step(1, -31, 0)], 0)
-            .unwrap(),
+        size.bytes(
+            "generate_series",
+            &[null, days(400), step(1, -31, 0)],
+            0,
+            false
+        )
+        .unwrap(),
         0
     );
 }

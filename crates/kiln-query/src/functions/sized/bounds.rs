@@ -40,7 +40,7 @@ pub enum Size {
 impl Size {
     /// The bytes row `row`'s result can take (0 for a NULL argument). With
     /// `exact`, no shortcut is taken where a closer bound costs a search
-    /// (`regexp_replace`'s matches).
+    /// (the matches of `replace` and `regexp_replace`).
     pub fn bytes(self, name: &str, args: &[Arg], row: usize, exact: bool) -> Result<i64> {
         let n = |i: usize| args.get(i).and_then(|a| a.int(row)).unwrap_or(0).max(0) as i128;
         let len = |i: usize| args.get(i).and_then(|a| a.len(row)).unwrap_or(0) as i128;
@@ -57,7 +57,7 @@ impl Size {
             Size::RepeatElement => n(1) * len(0).max(8),
             Size::Resize => len(0) + n(1) * len(2).max(8),
             Size::Range { inclusive } => range_elements(name, args, row, inclusive)? * 8,
-            Size::Replace => replaced(args, row),
+            Size::Replace => replaced(args, row, exact),
             Size::RegexpReplace => regexp_replaced(args, row, exact),
         };
         Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
@@ -143,11 +143,12 @@ fn widest_char(s: &str) -> usize {
     s.chars().map(char::len_utf8).max().unwrap_or(0)
 }
 
-/// `replace(s, from, to)`: exact. When `to` is the longer the matches are
-/// counted (the same search DataFusion makes), until the result is past
-/// the limit on one value. An empty `from` replaces nothing (as in
-/// PostgreSQL).
-fn replaced(args: &[Arg], row: usize) -> i128 {
+/// `replace(s, from, to)`. When `to` is the longer, unless `exact`, a
+/// bound from the lengths alone (`from` at every place it fits) is taken
+/// when it is small; else the matches are counted (the same search
+/// DataFusion makes), until the result is past the limit on one value.
+/// An empty `from` replaces nothing (as in PostgreSQL).
+fn replaced(args: &[Arg], row: usize, exact: bool) -> i128 {
     let part = |i: usize| args.get(i).and_then(|a| a.str(row));
     let (Some(s), Some(from), Some(to)) = (part(0), part(1), part(2)) else {
         return 0;
@@ -157,6 +158,10 @@ fn replaced(args: &[Arg], row: usize) -> i128 {
     }
     let grow = (to.len() - from.len()) as i128;
     let mut bytes = s.len() as i128;
+    let rough = bytes + (s.len() / from.len()) as i128 * grow;
+    if !exact && rough <= MAX_VALUE_BYTES as i128 / 4 {
+        return rough;
+    }
     for _ in memchr::memmem::find_iter(s.as_bytes(), from.as_bytes()) {
         bytes += grow;
         if bytes > MAX_VALUE_BYTES as i128 {

@@ -73,8 +73,12 @@ impl Sized {
             true => rows.min(1),
             false => rows,
         };
-        // Quick bounds first; closer ones before refusing a call for them.
-        if self.total(&args, rows, false)? <= MAX_CALL_BYTES
+        // A bound on all rows at once (then on each) where the lengths
+        // give one; then quick bounds row by row; closer ones before
+        // refusing a call for them.
+        let all_rows = self.size.all_rows(&args, rows);
+        if all_rows.is_some_and(|bytes| bytes <= MAX_VALUE_BYTES as i128)
+            || self.total(&args, rows, false)? <= MAX_CALL_BYTES
             || self.total(&args, rows, true)? <= MAX_CALL_BYTES
         {
             return Ok(());

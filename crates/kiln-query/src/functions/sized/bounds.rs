@@ -38,6 +38,57 @@ pub enum Size {
 }
 
 impl Size {
+    /// A bound on the bytes of all `rows` results together, from the
+    /// arguments' total lengths, where the parameters other than the first
+    /// argument are scalars (as written in most queries); `None` where it
+    /// takes rows one by one. It costs no pass over the rows' values.
+    pub fn all_rows(self, args: &[Arg], rows: usize) -> Option<i128> {
+        let scalar = |i: usize| match args.get(i) {
+            Some(Arg::Scalar(s)) => Some(s.as_ref()),
+            _ => None,
+        };
+        let n = |i: usize| {
+            let v = scalar(i)?.cast_to(&DataType::Int64).ok()?;
+            Some(v.try_into().unwrap_or(0i64).max(0) as i128)
+        };
+        let text = |i: usize| scalar(i).map(|s| s.try_as_str().flatten().unwrap_or(""));
+        let rows = rows as i128;
+        let first = args.first()?.total_len(rows);
+        Some(match self {
+            Size::RepeatString => first * n(1)?,
+            Size::Pad => {
+                let widest = match args.get(2) {
+                    Some(_) => widest_char(text(2)?),
+                    None => 1,
+                };
+                first + rows * n(1)? * widest as i128
+            }
+            Size::RepeatElement => n(1)? * (first + 8 * rows),
+            Size::Resize => {
+                let fill = args.get(2).map_or(0, |a| a.total_len(rows));
+                first + n(1)? * (fill + 8 * rows)
+            }
+            Size::Range { .. } => return None,
+            Size::Replace => {
+                let (from, to) = (text(1)?.len() as i128, text(2)?.len() as i128);
+                match to <= from || from == 0 {
+                    true => first,
+                    false => first + first / from * (to - from),
+                }
+            }
+            Size::RegexpReplace => {
+                let with = text(2)?;
+                let refs = with.matches(['$', '\\']).count() as i128;
+                let all = match args.get(3) {
+                    Some(_) => text(3)?.contains('g'),
+                    None => false,
+                };
+                let matches = if all { first + rows } else { rows };
+                first * (1 + refs) + matches * with.len() as i128
+            }
+        })
+    }
+
     /// The bytes row `row`'s result can take (0 for a NULL argument). With
     /// `exact`, no shortcut is taken where a closer bound costs a search
     /// (the matches of `replace` and `regexp_replace`).
@@ -119,6 +170,32 @@ impl<'a> Arg<'a> {
                 DataType::LargeUtf8 => Some(a.as_string::<i64>().value(row)),
                 DataType::Utf8View => Some(a.as_string_view().value(row)),
                 _ => None,
+            },
+        }
+    }
+
+    /// The bytes of all `rows` values together (a scalar's for each row):
+    /// texts' lengths, else what their data takes in memory.
+    fn total_len(&self, rows: i128) -> i128 {
+        match self {
+            Arg::Scalar(_) => self.len(0).unwrap_or(0) as i128 * rows,
+            Arg::Array(a) => match a.data_type() {
+                DataType::Utf8 => {
+                    let offsets = a.as_string::<i32>().value_offsets();
+                    (offsets[offsets.len() - 1] - offsets[0]) as i128
+                }
+                DataType::LargeUtf8 => {
+                    let offsets = a.as_string::<i64>().value_offsets();
+                    (offsets[offsets.len() - 1] - offsets[0]) as i128
+                }
+                // A view's low 32 bits are its length.
+                DataType::Utf8View => a
+                    .as_string_view()
+                    .views()
+                    .iter()
+                    .map(|v| *v as u32 as i128)
+                    .sum(),
+                _ => a.to_data().get_slice_memory_size().unwrap_or(usize::MAX) as i128,
             },
         }
     }

@@ -272,3 +272,62 @@ fn a_step_of_mixed_signs_is_refused() {
         0
     );
 }
+
+/// The bound on all rows at once is never below the rows' own bounds
+/// summed, for each kind of text array (sliced too, as a batch may be).
+#[test]
+fn a_bound_on_all_rows_covers_every_row() {
+    use arrow::array::{ArrayRef, LargeStringArray, StringArray, StringViewArray};
+    use std::sync::Arc;
+    let values = [
+        "a-b-c",
+        "",
+        "héllo wörld",
+        "x",
+        "---",
+        "long text with - and -",
+    ];
+    let arrays: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(values.to_vec())),
+        Arc::new(LargeStringArray::from(values.to_vec())),
+        Arc::new(StringViewArray::from(values.to_vec())),
+        Arc::new(StringArray::from(values.to_vec()).slice(2, 3)),
+        Arc::new(StringViewArray::from(values.to_vec()).slice(1, 4)),
+    ];
+    for array in &arrays {
+        let rows = array.len();
+        let calls: Vec<(Size, Vec<Arg>)> = vec![
+            (Size::RepeatString, vec![Arg::Array(array), int(3)]),
+            (Size::Pad, vec![Arg::Array(array), int(12), text("é")]),
+            (Size::Pad, vec![Arg::Array(array), int(4)]),
+            (
+                Size::Replace,
+                vec![Arg::Array(array), text("-"), text("<->")],
+            ),
+            (
+                Size::Replace,
+                vec![Arg::Array(array), text("--"), text("+")],
+            ),
+            (
+                Size::RegexpReplace,
+                vec![
+                    Arg::Array(array),
+                    text("[a-z]+"),
+                    text("<\\1$0>"),
+                    text("g"),
+                ],
+            ),
+            (Size::RepeatElement, vec![Arg::Array(array), int(5)]),
+        ];
+        for (size, args) in calls {
+            let all = size.all_rows(&args, rows).unwrap();
+            let each: i64 = (0..rows)
+                .map(|row| size.bytes("f", &args, row, true).unwrap())
+                .sum();
+            assert!(
+                all >= each as i128,
+                "{size:?} over {array:?}: {all} < {each}"
+            );
+        }
+    }
+}

@@ -9,8 +9,10 @@
 //! accounting: `SELECT repeat('x', 2e9)` alone took gigabytes, and so did
 //! thirty rows of `array_repeat(x, 3e7)` each under the one-value limit, or
 //! `range(1, 2e9)`. Enough of them end the process. The wrapper keeps the
-//! function's name, signature and types and works out, row by row, how many
-//! bytes the result can take ([`bounds`]) before the function runs.
+//! function's name, signature and types and works out how many bytes the
+//! results can take ([`bounds`]) before the function runs: for all rows at
+//! once from the arguments' lengths where that bound is small, else row
+//! by row.
 
 mod bounds;
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! How many bytes a sized function's result can take, from one row of its
-//! arguments: exact where that is cheap, else an upper bound that a real
-//! result reaches (so no query that fits is refused for a loose guess).
+//! How many bytes a sized function's results can take: for one row from
+//! its arguments (`Size::bytes`), exact where that is cheap, else an upper
+//! bound that a real result can reach, made closer before a call is
+//! refused for it; for all of a call's rows at once from the arguments'
+//! total lengths (`Size::all_rows`), which needs no pass over the values.
 
 use std::borrow::Cow;
 

@@ -24,7 +24,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 
-use bounds::{Arg, Size};
+use bounds::{Arg, Patterns, Size};
 
 /// Largest value one of these functions may return (PostgreSQL's limit on
 /// one field is 1 GB; a result this size is already a mistake).
@@ -95,8 +95,11 @@ impl Sized {
     fn total(&self, args: &[Arg], rows: usize, exact: bool) -> Result<i64> {
         let name = self.inner.name();
         let mut total: i64 = 0;
+        let mut patterns = Patterns::default();
         for row in 0..rows {
-            let bytes = self.size.bytes(name, args, row, exact)?;
+            let bytes = self
+                .size
+                .bytes_with(name, args, row, exact, &mut patterns)?;
             if bytes > MAX_VALUE_BYTES {
                 return exec_err!(
                     "{name}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value"

@@ -94,7 +94,21 @@ impl Size {
     /// The bytes row `row`'s result can take (0 for a NULL argument). With
     /// `exact`, no shortcut is taken where a closer bound costs a search
     /// (the matches of `replace` and `regexp_replace`).
+    #[cfg(test)]
     pub fn bytes(self, name: &str, args: &[Arg], row: usize, exact: bool) -> Result<i64> {
+        self.bytes_with(name, args, row, exact, &mut Patterns::default())
+    }
+
+    /// [`Size::bytes`], compiling a pattern once for all the rows that
+    /// share it (`patterns` lives as long as one pass over a call's rows).
+    pub fn bytes_with(
+        self,
+        name: &str,
+        args: &[Arg],
+        row: usize,
+        exact: bool,
+        patterns: &mut Patterns,
+    ) -> Result<i64> {
         let n = |i: usize| args.get(i).and_then(|a| a.int(row)).unwrap_or(0).max(0) as i128;
         let len = |i: usize| args.get(i).and_then(|a| a.len(row)).unwrap_or(0) as i128;
         let bytes: i128 = match self {
@@ -111,7 +125,7 @@ impl Size {
             Size::Resize => len(0) + n(1) * len(2).max(8),
             Size::Range { inclusive } => range_elements(name, args, row, inclusive)? * 8,
             Size::Replace => replaced(args, row, exact),
-            Size::RegexpReplace => regexp_replaced(args, row, exact),
+            Size::RegexpReplace => regexp_replaced(args, row, exact, patterns),
         };
         Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
     }
@@ -217,6 +231,21 @@ impl<'a> Arg<'a> {
     }
 }
 
+/// The last pattern a pass compiled, and what it gave (`None`: it does not
+/// compile). Rows of a call nearly always share one pattern.
+#[derive(Default)]
+pub struct Patterns(Option<(String, Option<Regex>)>);
+
+impl Patterns {
+    fn compiled(&mut self, pattern: String) -> Option<&Regex> {
+        if self.0.as_ref().is_none_or(|(kept, _)| *kept != pattern) {
+            let re = Regex::new(&pattern).ok();
+            self.0 = Some((pattern, re));
+        }
+        self.0.as_ref()?.1.as_ref()
+    }
+}
+
 /// The widest UTF-8 character of `s`, in bytes (0 if it is empty).
 fn widest_char(s: &str) -> usize {
     s.chars().map(char::len_utf8).max().unwrap_or(0)
@@ -256,7 +285,7 @@ fn replaced(args: &[Arg], row: usize, exact: bool) -> i128 {
 /// (a match at every offset) is taken when it is small; else the matches
 /// are found, as DataFusion will find them, until the result is past the
 /// limit on one value.
-fn regexp_replaced(args: &[Arg], row: usize, exact: bool) -> i128 {
+fn regexp_replaced(args: &[Arg], row: usize, exact: bool, patterns: &mut Patterns) -> i128 {
     let part = |i: usize| args.get(i).and_then(|a| a.str(row));
     let (Some(s), Some(pattern), Some(replacement)) = (part(0), part(1), part(2)) else {
         return 0;
@@ -279,7 +308,7 @@ fn regexp_replaced(args: &[Arg], row: usize, exact: bool) -> i128 {
         true => pattern.to_string(),
         false => format!("(?{inline}){pattern}"),
     };
-    let Ok(re) = Regex::new(&pattern) else {
+    let Some(re) = patterns.compiled(pattern) else {
         // DataFusion refuses it too.
         return 0;
     };

@@ -331,3 +331,18 @@ fn a_bound_on_all_rows_covers_every_row() {
         }
     }
 }
+
+/// One pass keeps its last compiled pattern: rows with another pattern, or
+/// one that does not compile, get their own, as with a fresh pass.
+#[test]
+fn a_pass_compiles_a_pattern_once_and_follows_changes() {
+    use super::bounds::Patterns;
+    let s = "ab".repeat(1000);
+    let mut patterns = Patterns::default();
+    for pattern in ["a", "a", "b+", "(", "a"] {
+        let args = [text(&s), text(pattern), text("xyz"), text("g")];
+        let kept = Size::RegexpReplace.bytes_with("regexp_replace", &args, 0, true, &mut patterns);
+        let fresh = Size::RegexpReplace.bytes("regexp_replace", &args, 0, true);
+        assert_eq!(kept.unwrap(), fresh.unwrap(), "{pattern}");
+    }
+}

@@ -139,12 +139,17 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
     // A result too large for one value is refused before it is built.
     let (status, v) = post_sql(&s, "SELECT length(repeat('x', 2000000000))");
     assert_eq!(status, 400, "{v}");
-    // So are one call's results over many rows each under that limit, an
-    // array as long as its arguments say, and a step that may not move
-    // (each of these took gigabytes, or ran on until the process died).
+    // So are one call's results over many rows each under that limit, a
+    // large constant joined to every row, an array as long as its
+    // arguments say, and a step that may not move (each of these took
+    // gigabytes, or ran on until the process died).
     for (sql, why) in [
         (
             "SELECT sum(cardinality(array_repeat(x, 30000000))) FROM generate_series(1, 30) t(x)",
+            "limit on one call's results",
+        ),
+        (
+            "SELECT max(length(concat_ws(repeat('a', 100000000), CAST(x AS VARCHAR), 'b'))) FROM generate_series(1, 40) t(x)",
             "limit on one call's results",
         ),
         (

@@ -1,7 +1,8 @@
 //! DataFusion's functions whose result size is not bounded by their
 //! arguments' sizes (`repeat`, `lpad`, `rpad`, `array_repeat`,
 //! `array_resize`, `range` and `generate_series` as arrays, `replace`,
-//! `regexp_replace`), refusing a result larger than [`MAX_VALUE_BYTES`], or
+//! `regexp_replace`), or by one row's arguments (`concat` and `concat_ws`
+//! repeat a constant argument on every row), refusing a result larger than [`MAX_VALUE_BYTES`], or
 //! one call's results larger than [`MAX_CALL_BYTES`], before allocating
 //! them.
 //!
@@ -18,10 +19,14 @@ mod bounds;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, exec_err};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
 };
 
 use bounds::{Arg, Patterns, Size};
@@ -34,29 +39,56 @@ pub const MAX_VALUE_BYTES: i64 = 256 << 20;
 /// few thousand rows): four values at the limit.
 pub const MAX_CALL_BYTES: i64 = 4 * MAX_VALUE_BYTES;
 
+/// The guarded functions, by name, and how their results' sizes follow.
+const GUARDED: [(&str, Size); 11] = [
+    ("repeat", Size::RepeatString),
+    ("lpad", Size::Pad),
+    ("rpad", Size::Pad),
+    ("array_repeat", Size::RepeatElement),
+    ("array_resize", Size::Resize),
+    ("range", Size::Range { inclusive: false }),
+    ("generate_series", Size::Range { inclusive: true }),
+    ("replace", Size::Replace),
+    ("regexp_replace", Size::RegexpReplace),
+    ("concat", Size::Concat),
+    ("concat_ws", Size::ConcatWs),
+];
+
 /// The guarded versions of the sized functions in `registered` (the
 /// session's own, so signatures and coercions stay DataFusion's).
-pub fn guard(registered: impl Fn(&str) -> Option<std::sync::Arc<ScalarUDF>>) -> Vec<ScalarUDF> {
-    [
-        ("repeat", Size::RepeatString),
-        ("lpad", Size::Pad),
-        ("rpad", Size::Pad),
-        ("array_repeat", Size::RepeatElement),
-        ("array_resize", Size::Resize),
-        ("range", Size::Range { inclusive: false }),
-        ("generate_series", Size::Range { inclusive: true }),
-        ("replace", Size::Replace),
-        ("regexp_replace", Size::RegexpReplace),
-    ]
-    .into_iter()
-    .filter_map(|(name, size)| {
-        let inner = registered(name)?;
-        Some(super::udf(Sized {
-            inner: inner.as_ref().clone(),
-            size,
-        }))
-    })
-    .collect()
+pub fn guard(registered: impl Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarUDF> {
+    GUARDED
+        .into_iter()
+        .filter_map(|(name, size)| {
+            let inner = registered(name)?;
+            Some(super::udf(Sized {
+                inner: inner.as_ref().clone(),
+                size,
+            }))
+        })
+        .collect()
+}
+
+/// `expr` with a call of an unguarded sized function (as DataFusion's
+/// simplifications build them: `concat_ws` with an empty separator becomes
+/// DataFusion's own `concat`) made a guarded one.
+fn guarded(expr: Expr) -> Expr {
+    match expr {
+        Expr::ScalarFunction(ScalarFunction { func, args })
+            if func.inner().downcast_ref::<Sized>().is_none() =>
+        {
+            let size = GUARDED.iter().find(|(name, _)| *name == func.name());
+            let func = match size {
+                Some((_, size)) => Arc::new(super::udf(Sized {
+                    inner: func.as_ref().clone(),
+                    size: *size,
+                })),
+                None => func,
+            };
+            Expr::ScalarFunction(ScalarFunction { func, args })
+        }
+        expr => expr,
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -142,5 +174,14 @@ impl ScalarUDFImpl for Sized {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         self.check(&args.args, args.number_rows)?;
         self.inner.invoke_with_args(args)
+    }
+
+    /// DataFusion's simplification (`concat` joins adjacent constants),
+    /// its result kept guarded.
+    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        Ok(match self.inner.simplify(args, info)? {
+            ExprSimplifyResult::Simplified(expr) => ExprSimplifyResult::Simplified(guarded(expr)),
+            original => original,
+        })
     }
 }

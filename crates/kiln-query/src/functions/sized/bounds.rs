@@ -37,6 +37,12 @@ pub enum Size {
     Replace,
     /// `regexp_replace(s, pattern, replacement [, flags])`.
     RegexpReplace,
+    /// `concat(a, b, ...)`: the arguments' lengths together. A scalar
+    /// argument counts once for each row it is joined to.
+    Concat,
+    /// `concat_ws(sep, a, b, ...)`: the arguments' lengths and a separator
+    /// between each two of them.
+    ConcatWs,
 }
 
 impl Size {
@@ -88,6 +94,11 @@ impl Size {
                 let matches = if all { first + rows } else { rows };
                 first * (1 + refs) + matches * with.len() as i128
             }
+            Size::Concat => args.iter().map(|a| a.total_len(rows)).sum(),
+            Size::ConcatWs => {
+                let parts = args[1..].iter().map(|a| a.total_len(rows)).sum::<i128>();
+                parts + first * args.len().saturating_sub(2) as i128
+            }
         })
     }
 
@@ -126,6 +137,12 @@ impl Size {
             Size::Range { inclusive } => range_elements(name, args, row, inclusive)? * 8,
             Size::Replace => replaced(args, row, exact),
             Size::RegexpReplace => regexp_replaced(args, row, exact, patterns),
+            Size::Concat => (0..args.len()).map(len).sum(),
+            Size::ConcatWs if args.first().is_none_or(|sep| sep.len(row).is_none()) => 0,
+            Size::ConcatWs => {
+                let parts = (1..args.len()).map(len).sum::<i128>();
+                parts + len(0) * args.len().saturating_sub(2) as i128
+            }
         };
         Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
     }

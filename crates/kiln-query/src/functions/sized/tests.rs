@@ -90,6 +90,103 @@ async fn text_bounds_are_the_results_lengths() {
     }
 }
 
+/// `concat` and `concat_ws`: exact, NULL arguments left out (a NULL
+/// separator gives NULL).
+#[tokio::test]
+async fn concat_bounds_are_the_results_lengths() {
+    let ctx = ctx();
+    let null = || scalar(ScalarValue::Utf8(None));
+    let calls: Vec<(&str, Vec<Arg>)> = vec![
+        (
+            "concat('ab', 'é', '')",
+            vec![text("ab"), text("é"), text("")],
+        ),
+        (
+            "concat('ab', NULL, 'cd')",
+            vec![text("ab"), null(), text("cd")],
+        ),
+        (
+            "concat_ws(', ', 'ab', 'é', 'x')",
+            vec![text(", "), text("ab"), text("é"), text("x")],
+        ),
+        ("concat_ws('--', 'ab')", vec![text("--"), text("ab")]),
+    ];
+    for (sql, args) in calls {
+        let real = one(&ctx, &format!("SELECT octet_length({sql})")).await;
+        let size = match sql.starts_with("concat_ws") {
+            true => Size::ConcatWs,
+            false => Size::Concat,
+        };
+        assert_eq!(size.bytes("f", &args, 0, false).unwrap(), real, "{sql}");
+    }
+    // A NULL argument to concat_ws may drop its separator: never below.
+    let args = [text("-"), text("ab"), null(), text("cd")];
+    let bound = Size::ConcatWs.bytes("concat_ws", &args, 0, false).unwrap();
+    assert!(
+        bound
+            >= one(
+                &ctx,
+                "SELECT octet_length(concat_ws('-', 'ab', NULL, 'cd'))"
+            )
+            .await
+    );
+    let args = [null(), text("ab")];
+    assert_eq!(
+        Size::ConcatWs.bytes("concat_ws", &args, 0, false).unwrap(),
+        0
+    );
+}
+
+/// DataFusion's simplification of `concat` (adjacent constants joined)
+/// still happens, and what it builds is still guarded.
+#[tokio::test]
+async fn a_simplified_concat_stays_guarded() {
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::logical_expr::Expr;
+    let ctx = ctx();
+    for (sql, joined) in [
+        (
+            "SELECT concat(CAST(x AS VARCHAR), 'a', 'b') FROM generate_series(1, 2) t(x)",
+            "concat",
+        ),
+        (
+            "SELECT concat_ws('', CAST(x AS VARCHAR), 'c') FROM generate_series(1, 2) t(x)",
+            "concat",
+        ),
+        (
+            "SELECT concat_ws(',', CAST(x AS VARCHAR), 'a', 'b') FROM generate_series(1, 2) t(x)",
+            "concat_ws",
+        ),
+    ] {
+        let plan = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+        let mut calls = vec![];
+        plan.apply(|node| {
+            node.apply_expressions(|e| {
+                e.apply(|e| {
+                    if let Expr::ScalarFunction(f) = e {
+                        calls.push((
+                            f.name().to_string(),
+                            f.args.len(),
+                            f.func.inner().downcast_ref::<super::Sized>().is_some(),
+                        ));
+                    }
+                    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                })
+            })
+        })
+        .unwrap();
+        assert_eq!(
+            calls,
+            vec![(
+                joined.to_string(),
+                2 + (joined == "concat_ws") as usize,
+                true
+            )],
+            "{sql}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_regexp_replace_bound_counts_the_matches_when_it_is_large() {
     let ctx = ctx();
@@ -318,6 +415,18 @@ fn a_bound_on_all_rows_covers_every_row() {
                 ],
             ),
             (Size::RepeatElement, vec![Arg::Array(array), int(5)]),
+            (
+                Size::Concat,
+                vec![Arg::Array(array), text("--"), Arg::Array(array)],
+            ),
+            (
+                Size::ConcatWs,
+                vec![text(", "), Arg::Array(array), text("x"), Arg::Array(array)],
+            ),
+            (
+                Size::ConcatWs,
+                vec![Arg::Array(array), text("x"), text("y")],
+            ),
         ];
         for (size, args) in calls {
             let all = size.all_rows(&args, rows).unwrap();

@@ -64,6 +64,12 @@ impl Encoder {
         }
     }
 
+    /// Whether rows are written as text (their size then follows the
+    /// values, not the batch's memory: see [`crate::chunks`]).
+    pub(crate) fn is_text(&self) -> bool {
+        self.format != ResultFormat::Arrow
+    }
+
     /// What comes before the rows: JSON's column list, CSV's header line,
     /// the Arrow IPC schema message.
     pub(crate) fn head(&mut self) -> Result<Vec<u8>, ArrowError> {

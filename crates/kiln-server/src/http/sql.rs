@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use datafusion::common::ScalarValue;
 use datafusion::sql::parser::Statement as DfStatement;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use kiln_query::engine::Learn;
 use kiln_query::plan_cache::Door;
@@ -237,7 +238,8 @@ async fn respond(
 }
 
 /// The response body: head, the first batch, every further batch as it
-/// arrives, tail.
+/// arrives, tail. Text formats take batches in slices of bounded size
+/// ([`crate::chunks`]), one body chunk each.
 fn encode<S>(
     encoder: Encoder,
     first: Option<RecordBatch>,
@@ -246,28 +248,28 @@ fn encode<S>(
 where
     S: Stream<Item = Result<RecordBatch, kiln_query::Error>> + Send + Unpin + 'static,
 {
+    let rows = futures::stream::iter(first.map(Ok)).chain(rows);
+    let rows: BoxStream<'static, _> = match encoder.is_text() {
+        true => crate::chunks::sliced(rows).boxed(),
+        false => rows.boxed(),
+    };
     enum Phase {
         Head,
-        First,
         Rows,
         Done,
     }
-    let state = (encoder, first, rows, Phase::Head);
-    futures::stream::unfold(state, |(mut enc, mut first, mut rows, phase)| async move {
+    let state = (encoder, rows, Phase::Head);
+    futures::stream::unfold(state, |(mut enc, mut rows, phase)| async move {
         let (chunk, next) = match phase {
             Phase::Done => return None,
-            Phase::Head => (enc.head(), Phase::First),
-            Phase::First => match first.take() {
-                Some(b) => (enc.batch(&b), Phase::Rows),
-                None => (enc.tail(), Phase::Done),
-            },
+            Phase::Head => (enc.head(), Phase::Rows),
             Phase::Rows => match rows.next().await {
                 Some(Ok(b)) => (enc.batch(&b), Phase::Rows),
-                Some(Err(e)) => return Some((Err(e), (enc, first, rows, Phase::Done))),
+                Some(Err(e)) => return Some((Err(e), (enc, rows, Phase::Done))),
                 None => (enc.tail(), Phase::Done),
             },
         };
         let item = chunk.map(Bytes::from).map_err(kiln_query::Error::from);
-        Some((item, (enc, first, rows, next)))
+        Some((item, (enc, rows, next)))
     })
 }

@@ -49,9 +49,9 @@ where
 /// (one range, even with no rows) when all of it fits.
 pub(crate) fn pieces(batch: &RecordBatch, target: u64) -> Vec<Range<usize>> {
     let rows = batch.num_rows();
-    let total: u64 = batch.columns().iter().map(|c| column_bytes(c)).sum();
+    let total: u64 = batch.columns().iter().map(column_bytes).sum();
     if total <= target {
-        return vec![0..rows];
+        return std::iter::once(0..rows).collect();
     }
     let mut each = vec![0u64; rows];
     for column in batch.columns() {

@@ -19,6 +19,8 @@ QUERIES=(
   "SELECT sum(length(regexp_replace(page_url, '[0-9]+', 'N', 'g'))) FROM abtest"
   "SELECT sum(length(lpad(page_url, 40, '*'))) FROM abtest"
   "SELECT sum(length(repeat(arm, 3))) FROM abtest"
+  "SELECT sum(length(concat(page_url, '?arm=', arm))) FROM abtest"
+  "SELECT sum(length(concat_ws('/', arm, page_url))) FROM abtest"
   "SELECT sum(length(page_url)) FROM abtest"
 )
 WORK=$(mktemp -d /tmp/sized.XXXXXX)

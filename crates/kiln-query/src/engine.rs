@@ -268,12 +268,14 @@ impl Engine {
 
     /// Rebalances long AND/OR chains of a parsed statement and refuses it
     /// if an expression nests deeper than `--max-expression-depth`
-    /// ([`crate::shape`]); then writes PostgreSQL syntax DataFusion spells
+    /// ([`crate::shape`]) or a regular expression literal does not compile
+    /// ([`shape::patterns`]); then writes PostgreSQL syntax DataFusion spells
     /// otherwise as DataFusion plans it ([`shape::postgres`],
     /// [`shape::relations`], [`shape::order`], [`shape::first`]); returns
     /// whether it did. Every protocol calls it on what it parsed.
     pub fn check_shape(&self, stmt: &mut Statement) -> Result<bool> {
         shape::check(stmt, self.max_expression_depth)?;
+        shape::patterns::check(stmt)?;
         let is_table_function = |name: &str| self.ctx.table_function(name).is_ok();
         let relations = shape::relations::rewrite(stmt, &is_table_function);
         let order = shape::order::rewrite(stmt);

@@ -45,6 +45,10 @@ pub enum Error {
     /// ([`crate::shape`]).
     #[error("{0}")]
     TooComplex(String),
+    /// A regular expression literal that does not compile
+    /// ([`crate::shape::patterns`]): names the pattern, where and why.
+    #[error("{0}")]
+    InvalidRegex(String),
     /// A limit that is not a resource shortage: retrying the same will
     /// fail again (a transaction staging more than it may).
     #[error("{0}")]
@@ -97,6 +101,8 @@ pub enum ErrorKind {
     /// Values that do not fit: a bad cast, a bad file or body.
     InvalidData,
     DivisionByZero,
+    /// A regular expression that does not compile.
+    InvalidRegularExpression,
     /// A result outside its type's range (an arithmetic overflow).
     NumericOutOfRange,
     /// A memory or other resource limit was reached.
@@ -135,6 +141,7 @@ impl Error {
             Error::Import { .. } => ErrorKind::InvalidData,
             Error::Overloaded(_) => ErrorKind::Overloaded,
             Error::TooComplex(_) => ErrorKind::TooComplex,
+            Error::InvalidRegex(_) => ErrorKind::InvalidRegularExpression,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NoSavepoint(_) => ErrorKind::NoSavepoint,
             Error::PermissionDenied(_) => ErrorKind::PermissionDenied,

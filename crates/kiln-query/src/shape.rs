@@ -20,6 +20,7 @@ use std::ops::ControlFlow;
 pub mod first;
 pub mod labels;
 pub mod order;
+pub mod patterns;
 pub mod postgres;
 pub mod relations;
 

@@ -252,6 +252,11 @@ impl From<kiln_query::Error> for ApiError {
             K::Unsupported => (StatusCode::BAD_REQUEST, "not_supported", "0A000"),
             K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
             K::DivisionByZero => (StatusCode::BAD_REQUEST, "division_by_zero", "22012"),
+            K::InvalidRegularExpression => (
+                StatusCode::BAD_REQUEST,
+                "invalid_regular_expression",
+                "2201B",
+            ),
             K::NumericOutOfRange => (StatusCode::BAD_REQUEST, "numeric_out_of_range", "22003"),
             K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
@@ -342,6 +347,8 @@ mod tests {
         assert_eq!((e.status.as_u16(), e.sqlstate), (400, "42601"));
         let e = ApiError::from(kiln_query::Error::Unsupported("CTAS".into()));
         assert_eq!((e.status.as_u16(), e.sqlstate), (400, "0A000"));
+        let e = ApiError::from(kiln_query::Error::InvalidRegex("(".into()));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "2201B"));
         let e = ApiError::from(DataFusionError::ArrowError(
             Box::new(arrow::error::ArrowError::DivideByZero),
             None,

@@ -167,6 +167,17 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
         let message = v["error"]["message"].as_str().unwrap();
         assert!(message.contains(why), "{sql}: {v}");
     }
+    // A regular expression that does not compile is bad input, on both
+    // protocols (it was an internal error).
+    let sql = "SELECT count(*) FROM t WHERE s ~ 'a('";
+    let (status, v) = post_sql(&s, sql);
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(
+        v["error"]["code"],
+        json!("invalid_regular_expression"),
+        "{v}"
+    );
+    assert_eq!(common::psql_sqlstate(&s, sql), "2201B");
     assert_eq!(count(&s), 2);
     assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
 }

@@ -2,9 +2,9 @@
 //! arguments' sizes (`repeat`, `lpad`, `rpad`, `array_repeat`,
 //! `array_resize`, `range` and `generate_series` as arrays, `replace`,
 //! `regexp_replace`), or by one row's arguments (`concat` and `concat_ws`
-//! repeat a constant argument on every row), refusing a result larger than [`MAX_VALUE_BYTES`], or
-//! one call's results larger than [`MAX_CALL_BYTES`], before allocating
-//! them.
+//! copy a constant argument into every row), refusing a result larger
+//! than [`MAX_VALUE_BYTES`], or one call's results larger than
+//! [`MAX_CALL_BYTES`], before allocating them.
 //!
 //! Why: these allocate what they are asked for at once, outside any memory
 //! accounting: `SELECT repeat('x', 2e9)` alone took gigabytes, and so did

@@ -6,8 +6,8 @@
 //! The rows are one registered query at the engine's door, computed as
 //! they are sent (one CopyData message per row, as PostgreSQL sends them,
 //! so the socket paces the query), encoded a slice of a batch at a time
-//! ([`crate::chunks`]). Values are written as PostgreSQL
-//! writes them: timestamps `2026-01-01 00:00:00`, booleans `t`/`f`, NULL
+//! ([`crate::chunks`]). Values are written as PostgreSQL writes them:
+//! timestamps `2026-01-01 00:00:00`, booleans `t`/`f`, NULL
 //! as `\N` (text) or an empty field (CSV), text-format backslash escapes,
 //! CSV quoting of fields that need it (an empty string is `""`, not NULL).
 //! The binary format is PostgreSQL's (`PGCOPY` header, each field's

@@ -514,17 +514,9 @@ fn a_large_result_is_sent_in_bounded_pieces() {
             "{format}: {out}"
         );
     }
-    let copy = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &s.pg_port.to_string(),
-            "-U",
-            "postgres",
-        ])
+    let copy = s
+        .psql_command()
         .args(["-c", &format!("COPY ({query}) TO STDOUT")])
-        .env("PGSSLMODE", "disable")
         .stdout(Stdio::null())
         .status()
         .unwrap();

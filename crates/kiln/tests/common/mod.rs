@@ -115,23 +115,26 @@ impl Server {
         (status, v)
     }
 
+    /// `psql -At` against the server, to be given its arguments.
+    pub fn psql_command(&self) -> Command {
+        let mut psql = Command::new("psql");
+        psql.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &self.pg_port.to_string(),
+            "-U",
+            "postgres",
+            "-At",
+        ])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env("PGSSLMODE", "disable");
+        psql
+    }
+
     /// Runs `psql -At` with `args` against the server.
     pub fn psql_output(&self, args: &[&str]) -> std::process::Output {
-        Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &self.pg_port.to_string(),
-                "-U",
-                "postgres",
-                "-At",
-            ])
-            .args(args)
-            .env("PGCONNECT_TIMEOUT", "10")
-            .env("PGSSLMODE", "disable")
-            .output()
-            .expect("run psql")
+        self.psql_command().args(args).output().expect("run psql")
     }
 
     /// Runs one command with psql; it must succeed. Returns its output.

@@ -1,5 +1,5 @@
 //! Regular expressions written as literals (`x ~ '...'`, `~*`, `!~`,
-//! `!~*`, and the pattern of `regexp_like`, `regexp_match`,
+//! `!~*`, `SIMILAR TO`, and the pattern of `regexp_like`, `regexp_match`,
 //! `regexp_replace`, `regexp_count`, `regexp_instr`), compiled right after
 //! parsing, so a pattern that does not compile is refused as bad input
 //! ([`Error::InvalidRegex`], SQLSTATE 2201B) naming the pattern, the byte
@@ -12,7 +12,8 @@
 //! those kernels compile them (flags as a `(?flags)` prefix, `g` meaning
 //! "every match" to `regexp_replace`), with the same size limit. A pattern
 //! that is not a literal (a column, a parameter) is compiled where it is
-//! used, as before.
+//! used, as before. DataFusion matches a `SIMILAR TO` pattern as a
+//! regular expression, so it is compiled as one here too.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
@@ -48,6 +49,9 @@ impl Visitor for Patterns {
                 }
                 _ => return ControlFlow::Continue(()),
             },
+            // DataFusion matches SIMILAR TO's pattern as a regular
+            // expression.
+            Expr::SimilarTo { pattern, .. } => (text(pattern), Some(Cow::Borrowed(""))),
             Expr::Function(f) => match function_pattern(f) {
                 Some(found) => found,
                 None => return ControlFlow::Continue(()),

@@ -40,6 +40,11 @@ fn a_literal_pattern_that_does_not_compile_is_refused_with_where_and_why() {
     // In a subquery, a CTE, a function's argument.
     refused("WITH a AS (SELECT 1 AS x WHERE 'a' ~ '*') SELECT * FROM a");
     refused("SELECT count(*) FROM t WHERE lower(s) ~ (('(('))");
+    // SIMILAR TO's pattern is matched as a regular expression.
+    assert!(
+        refused("SELECT * FROM t WHERE s NOT SIMILAR TO 'a[b'")
+            .starts_with("invalid regular expression 'a[b':")
+    );
     // A flag the regex crate does not know.
     assert!(refused("SELECT regexp_match(s, 'a', 'z') FROM t").contains("(in its flags)"));
 }
@@ -48,6 +53,7 @@ fn a_literal_pattern_that_does_not_compile_is_refused_with_where_and_why() {
 fn patterns_that_compile_or_are_not_literals_pass() {
     for sql in [
         "SELECT * FROM t WHERE url ~ '^/item/[0-9]+$' AND s !~* 'BOT'",
+        "SELECT * FROM t WHERE s SIMILAR TO '(a|b)+'",
         "SELECT regexp_replace(s, '(a)(b)', '\\2\\1', 'gi') FROM t",
         // x: spaces and comments are ignored, so this compiles.
         "SELECT regexp_like(s, 'a #(', 'x') FROM t",

@@ -79,7 +79,10 @@ fn column_bytes(column: &ArrayRef) -> u64 {
         DataType::LargeUtf8 => spread(column.as_string::<i64>().value_offsets()),
         DataType::Binary => spread(column.as_binary::<i32>().value_offsets()),
         DataType::LargeBinary => spread(column.as_binary::<i64>().value_offsets()),
-        DataType::Utf8View | DataType::BinaryView | DataType::Dictionary(..) => {
+        // A view's low 32 bits are its length.
+        DataType::Utf8View => view_bytes(column.as_string_view().views()),
+        DataType::BinaryView => view_bytes(column.as_binary_view().views()),
+        DataType::Dictionary(..) => {
             let mut each = vec![0u64; column.len()];
             add_row_bytes(column, &mut each);
             each.iter().sum()
@@ -97,6 +100,10 @@ fn spread<O: arrow::datatypes::ArrowNativeType>(offsets: &[O]) -> u64 {
         (Some(first), Some(last)) => (last.as_usize() - first.as_usize()) as u64,
         _ => 0,
     }
+}
+
+fn view_bytes(views: &[u128]) -> u64 {
+    views.iter().map(|v| *v as u32 as u64).sum()
 }
 
 /// Adds each row's bytes of `column` to `each`.
@@ -140,15 +147,11 @@ fn add_row_bytes(column: &ArrayRef, each: &mut [u64]) {
         t if t.is_primitive() || t == &DataType::Boolean || t == &DataType::Null => {
             add(each, &|_| FIXED_BYTES as usize)
         }
-        // Lists, structs, maps: what a row's slice takes in memory.
-        _ => add(each, &|r| {
-            column
-                .slice(r, 1)
-                .to_data()
-                .get_slice_memory_size()
-                .unwrap_or(0)
-                + FIXED_BYTES as usize
-        }),
+        // Lists, structs, maps: their memory shared evenly by the rows.
+        _ => {
+            let share = column_bytes(column) / each.len().max(1) as u64;
+            add(each, &|_| share as usize)
+        }
     }
 }
 

@@ -111,12 +111,20 @@ fn text(e: &Expr) -> Option<&str> {
     }
 }
 
-/// Compiles `pattern` as the kernels do: `(?flags)pattern`.
-fn compile(pattern: &str, flags: &str) -> Result<()> {
-    let full = match flags.is_empty() {
+/// `pattern` as DataFusion's and Arrow's kernels compile it: its flags
+/// but `g` (every match, to `regexp_replace`) as a `(?flags)` prefix.
+pub(crate) fn with_flags(pattern: &str, flags: &str) -> String {
+    let inline = flags.replace('g', "");
+    match inline.is_empty() {
         true => pattern.to_string(),
-        false => format!("(?{flags}){pattern}"),
-    };
+        false => format!("(?{inline}){pattern}"),
+    }
+}
+
+/// Compiles `pattern` as the kernels do ([`with_flags`]; `flags` hold no
+/// `g` here).
+fn compile(pattern: &str, flags: &str) -> Result<()> {
+    let full = with_flags(pattern, flags);
     let why = match regex::Regex::new(&full) {
         Ok(_) => return Ok(()),
         Err(regex::Error::CompiledTooBig(limit)) => {

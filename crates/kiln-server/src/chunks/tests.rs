@@ -114,3 +114,22 @@ fn every_kind_of_text_array_is_cut_by_its_rows() {
     let b = batch(vec![Arc::new(dict)]);
     check(&b, target, &|r| values[keys[r] as usize].len() as u64);
 }
+
+/// Lists (and other nested values) are cut by their memory, shared
+/// evenly by the rows.
+#[test]
+fn nested_values_are_cut_by_their_memory() {
+    use arrow::array::ListArray;
+    use arrow::datatypes::Int64Type;
+    let rows = 10_000;
+    let list = ListArray::from_iter_primitive::<Int64Type, _, _>(
+        (0..rows).map(|i| Some((0..100).map(move |j| Some(i * j)))),
+    );
+    let b = batch(vec![Arc::new(list)]);
+    let ranges = pieces(&b, 1 << 20);
+    // 8 MB of values and 40 KB of offsets: 8 or 9 pieces.
+    assert!((8..=9).contains(&ranges.len()), "{ranges:?}");
+    assert_eq!(ranges.first().unwrap().start, 0);
+    assert_eq!(ranges.last().unwrap().end, rows as usize);
+    assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+}

@@ -319,12 +319,7 @@ fn regexp_replaced(args: &[Arg], row: usize, exact: bool, patterns: &mut Pattern
     if !exact && rough <= MAX_VALUE_BYTES as i128 / 4 {
         return rough;
     }
-    // The pattern as DataFusion builds it: flags but `g` in front.
-    let inline = flags.replace('g', "");
-    let pattern = match inline.is_empty() {
-        true => pattern.to_string(),
-        false => format!("(?{inline}){pattern}"),
-    };
+    let pattern = crate::shape::patterns::with_flags(pattern, flags);
     let Some(re) = patterns.compiled(pattern) else {
         // DataFusion refuses it too.
         return 0;

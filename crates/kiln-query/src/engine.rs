@@ -37,7 +37,7 @@ use crate::executor::{Executor, deferred};
 use crate::files::FileAccess;
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
-use crate::shape;
+use crate::shape::{self, patterns};
 use crate::transaction::Transaction;
 
 /// Who sends a query: its protocol and, over the PostgreSQL wire, the
@@ -468,7 +468,10 @@ impl Engine {
             ddl::check_insert_values(stmt, &self.db)?;
             let plan = match params {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
-                params => plan.clone().replace_params_with_values(params)?,
+                params => {
+                    patterns::check_bound(plan, &patterns::bound_values(params))?;
+                    plan.clone().replace_params_with_values(params)?
+                }
             };
             self.start_plan(plan, query).await
         })
@@ -488,6 +491,7 @@ impl Engine {
     ) -> Result<Streamed> {
         self.guarded(query, async {
             self.authorize_plan(query, logical)?;
+            patterns::check_bound(logical, &patterns::positional(params))?;
             let stream = self
                 .plans
                 .execute(&self.ctx, query, sql, logical, types, params)
@@ -754,6 +758,7 @@ pub struct Names {
 /// infers for its placeholder (a JSON string becomes a TIMESTAMP where the
 /// plan compares it with one); a value that does not fit names its `$N`.
 fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan> {
+    patterns::check_bound(&plan, &patterns::positional(params))?;
     let types = plan.get_parameter_types()?;
     let mut bound = Vec::with_capacity(params.len());
     for (i, v) in params.iter().enumerate() {

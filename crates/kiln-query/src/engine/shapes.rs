@@ -15,6 +15,7 @@ use crate::error::Result;
 use crate::plan_cache::{Door, Kept, Shape, Template, TextHit, cast_param};
 use crate::session::{apply_settings, settings_key};
 use crate::shape::labels::Labels;
+use crate::shape::patterns;
 
 /// What a door gives a statement's run so that, if it runs through a
 /// kept shape, its text's template learns that shape
@@ -204,5 +205,6 @@ fn bind_params(shape: &Shape, params: &[ScalarValue]) -> Result<Option<Vec<Scala
         .enumerate()
         .map(|(i, (v, t))| cast_param(i, v, t))
         .collect::<datafusion::common::Result<Vec<_>>>()?;
+    patterns::check_bound(&shape.logical, &patterns::positional(params))?;
     Ok(Some(values))
 }

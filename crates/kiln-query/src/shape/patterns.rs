@@ -12,12 +12,20 @@
 //! those kernels compile them (flags as a `(?flags)` prefix, `g` meaning
 //! "every match" to `regexp_replace`), with the same size limit. A pattern
 //! that is not a literal (a column, a parameter) is compiled where it is
-//! used, as before. DataFusion matches a `SIMILAR TO` pattern as a
-//! regular expression, so it is compiled as one here too.
+//! used. DataFusion matches a `SIMILAR TO` pattern as a regular
+//! expression, so it is compiled as one here too.
+//!
+//! A pattern (or its flags) given as a parameter (`url ~ $1`) is checked
+//! the same way when its value is bound ([`check_bound`], on the plan with
+//! placeholders), so the error names the parameter. A pattern read from a
+//! column is compiled by the kernels alone.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
 
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::logical_expr::{Expr as PlanExpr, LogicalPlan, Operator};
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Statement,
     Value, Visit, Visitor,
@@ -59,7 +67,7 @@ impl Visitor for Patterns {
             _ => return ControlFlow::Continue(()),
         };
         match (pattern, flags) {
-            (Some(pattern), Some(flags)) => match compile(pattern, &flags) {
+            (Some(pattern), Some(flags)) => match compile(pattern, &flags, "") {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => ControlFlow::Break(e),
             },
@@ -68,17 +76,33 @@ impl Visitor for Patterns {
     }
 }
 
+/// Where a regular expression function's flags are, after its subject
+/// (0) and pattern (1); None for other functions.
+fn flags_at(name: &str) -> Option<usize> {
+    match name {
+        "regexp_like" | "regexp_match" => Some(2),
+        "regexp_replace" | "regexp_count" => Some(3),
+        "regexp_instr" => Some(4),
+        _ => None,
+    }
+}
+
+/// Flags as the kernels take them: `regexp_replace` reads `g` itself (every
+/// match); None where another function is given `g`, which it refuses
+/// with its own message.
+fn usable_flags<'a>(function: &str, flags: &'a str) -> Option<Cow<'a, str>> {
+    match (function, flags.contains('g')) {
+        ("regexp_replace", true) => Some(Cow::Owned(flags.replace('g', ""))),
+        (_, true) => None,
+        (_, false) => Some(Cow::Borrowed(flags)),
+    }
+}
+
 /// A regular expression function's pattern and flags (`None` where either
-/// is not a literal; no flags is `""`). Flags other functions refuse
-/// (`g`) are left to them.
+/// is not a literal; no flags is `""`).
 fn function_pattern(f: &Function) -> Option<(Option<&str>, Option<Cow<'_, str>>)> {
     let name = f.name.0.last()?.as_ident()?.value.to_ascii_lowercase();
-    let flags_at = match name.as_str() {
-        "regexp_like" | "regexp_match" => 2,
-        "regexp_replace" | "regexp_count" => 3,
-        "regexp_instr" => 4,
-        _ => return None,
-    };
+    let flags_at = flags_at(&name)?;
     let FunctionArguments::List(list) = &f.args else {
         return None;
     };
@@ -91,9 +115,7 @@ fn function_pattern(f: &Function) -> Option<(Option<&str>, Option<Cow<'_, str>>)
     let flags = match arg(flags_at) {
         None => Some(Cow::Borrowed("")),
         Some(None) => None,
-        Some(Some(flags)) if name == "regexp_replace" => Some(Cow::Owned(flags.replace('g', ""))),
-        Some(Some(flags)) if flags.contains('g') => None,
-        Some(Some(flags)) => Some(Cow::Borrowed(flags)),
+        Some(Some(flags)) => usable_flags(&name, flags),
     };
     Some((pattern, flags))
 }
@@ -121,9 +143,136 @@ pub(crate) fn with_flags(pattern: &str, flags: &str) -> String {
     }
 }
 
+/// Refuses the values bound to `plan`'s placeholders where one is the
+/// pattern or the flags of a regular expression and it does not compile;
+/// `value` gives a placeholder's value by its id (`$1`). Literals were
+/// checked at parse ([`check`]) and are not compiled again.
+pub fn check_bound<'v>(
+    plan: &LogicalPlan,
+    value: &dyn Fn(&str) -> Option<&'v ScalarValue>,
+) -> Result<()> {
+    let mut refused = Ok(());
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                Ok(match check_bound_expr(e, value) {
+                    Ok(()) => TreeNodeRecursion::Continue,
+                    Err(e) => {
+                        refused = Err(e);
+                        TreeNodeRecursion::Stop
+                    }
+                })
+            })
+        })
+    })?;
+    refused
+}
+
+/// The value of the parameter `$n` in `params` (positional, from `$1`).
+pub fn positional<'v>(params: &'v [ScalarValue]) -> impl Fn(&str) -> Option<&'v ScalarValue> {
+    |id| {
+        params.get(
+            id.strip_prefix('$')?
+                .parse::<usize>()
+                .ok()?
+                .checked_sub(1)?,
+        )
+    }
+}
+
+/// The value of the parameter `$n` or `$name` in `params`.
+pub fn bound_values<'v>(params: &'v ParamValues) -> impl Fn(&str) -> Option<&'v ScalarValue> {
+    move |id| {
+        let id = id.strip_prefix('$')?;
+        match params {
+            ParamValues::List(list) => list.get(id.parse::<usize>().ok()?.checked_sub(1)?),
+            ParamValues::Map(map) => map.get(id),
+        }
+        .map(|v| &v.value)
+    }
+}
+
+/// [`check_bound`] for one expression (not its children).
+fn check_bound_expr<'e, 'v: 'e>(
+    e: &'e PlanExpr,
+    value: &dyn Fn(&str) -> Option<&'v ScalarValue>,
+) -> Result<()> {
+    let (pattern, flags, function) = match e {
+        PlanExpr::BinaryExpr(b) => match b.op {
+            Operator::RegexMatch | Operator::RegexNotMatch => (&*b.right, Bound::NO_FLAGS, ""),
+            Operator::RegexIMatch | Operator::RegexNotIMatch => {
+                (&*b.right, Bound::Text("i", None), "")
+            }
+            _ => return Ok(()),
+        },
+        PlanExpr::SimilarTo(like) => match like.case_insensitive {
+            true => (&*like.pattern, Bound::Text("i", None), ""),
+            false => (&*like.pattern, Bound::NO_FLAGS, ""),
+        },
+        PlanExpr::ScalarFunction(f) => {
+            let name = f.name();
+            let (Some(at), Some(pattern)) = (flags_at(name), f.args.get(1)) else {
+                return Ok(());
+            };
+            let flags = f.args.get(at).map_or(Bound::NO_FLAGS, |e| bound(e, value));
+            (pattern, flags, name)
+        }
+        _ => return Ok(()),
+    };
+    let (Bound::Text(pattern, p), Bound::Text(flags, q)) = (bound(pattern, value), flags) else {
+        return Ok(());
+    };
+    let from = match (p, q) {
+        // Literals alone were checked at parse.
+        (None, None) => return Ok(()),
+        (Some(p), Some(q)) if p != q => format!(" (parameters {p}, {q})"),
+        (Some(p), _) | (None, Some(p)) => format!(" (parameter {p})"),
+    };
+    match usable_flags(function, flags) {
+        Some(flags) => compile(pattern, &flags, &from),
+        None => Ok(()),
+    }
+}
+
+/// What a pattern or flags argument is when its parameters are bound.
+enum Bound<'e> {
+    /// Text: a literal's, or the value of the parameter named.
+    Text(&'e str, Option<&'e str>),
+    /// Anything else: a column, a NULL, a call; left to the kernels.
+    Other,
+}
+
+impl Bound<'_> {
+    const NO_FLAGS: Bound<'static> = Bound::Text("", None);
+}
+
+/// `e` as [`Bound`]: a text literal, or a placeholder whose value is text,
+/// through casts (which leave text as it is).
+fn bound<'e, 'v: 'e>(
+    e: &'e PlanExpr,
+    value: &dyn Fn(&str) -> Option<&'v ScalarValue>,
+) -> Bound<'e> {
+    let text = |v: &'e ScalarValue| match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    match e {
+        PlanExpr::Literal(v, _) => text(v).map_or(Bound::Other, |t| Bound::Text(t, None)),
+        PlanExpr::Placeholder(p) => value(&p.id)
+            .and_then(text)
+            .map_or(Bound::Other, |t| Bound::Text(t, Some(p.id.as_str()))),
+        PlanExpr::Cast(c) => bound(&c.expr, value),
+        PlanExpr::TryCast(c) => bound(&c.expr, value),
+        _ => Bound::Other,
+    }
+}
+
 /// Compiles `pattern` as the kernels do ([`with_flags`]; `flags` hold no
-/// `g` here).
-fn compile(pattern: &str, flags: &str) -> Result<()> {
+/// `g` here); `from` follows the pattern in the error (the parameters it
+/// came from).
+fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
     let full = with_flags(pattern, flags);
     let why = match regex::Regex::new(&full) {
         Ok(_) => return Ok(()),
@@ -137,7 +286,7 @@ fn compile(pattern: &str, flags: &str) -> Result<()> {
         },
     };
     Err(Error::InvalidRegex(format!(
-        "invalid regular expression '{pattern}'{}: {why}",
+        "invalid regular expression '{pattern}'{}{from}: {why}",
         match flags.is_empty() {
             true => String::new(),
             false => format!(" with flags '{flags}'"),

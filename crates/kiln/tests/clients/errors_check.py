@@ -1,6 +1,8 @@
 """SQLSTATEs and messages as PostgreSQL gives them, identical over the
 simple protocol, the extended protocol (psycopg prepare=True) and HTTP's
-JSON `code`; no planner internals in messages.
+JSON `code`; no planner internals in messages. A regular expression given
+as a parameter that does not compile is bad input naming its parameter,
+prepared or not, also once a prepared statement runs a kept plan.
 
 Usage: python3 errors_check.py PG_PORT HTTP_PORT   (prints "ok" on success)
 """
@@ -37,6 +39,14 @@ POSITIONS = [
     ("SELEC 1", 1),
     ("SELECT 1\nFROM er WHERE id = = 2", 29),
     ("SELECT 'é', 1 +* 2", 16),
+]
+
+# a pattern bound to a parameter: statement, a value that compiles, one
+# that does not
+BOUND = [
+    ("SELECT count(*) FROM er WHERE CAST(id AS TEXT) ~ %s", "^[0-9]+$", "a("),
+    ("SELECT regexp_replace('abc', 'b', 'x', %s)", "gi", "z"),
+    ("SELECT count(*) FROM er WHERE CAST(id AS TEXT) SIMILAR TO %s", "(1|2)%", "[1"),
 ]
 
 INTERNALS = ["Optimizer rule", "Arrow error", "Schema error", "Error during planning", "SQL error"]
@@ -91,6 +101,28 @@ def main(pg_port, http_port):
         for how, p in got.items():
             if p != position:
                 failures.append(f"{sql!r} over {how}: position {p}, expected {position}")
+    for sql, good, bad in BOUND:
+        for prepare in (False, True):
+            # Enough runs for a prepared statement to keep a generic plan.
+            for _ in range(8):
+                conn.execute(sql, [good], prepare=prepare)
+            try:
+                conn.execute(sql, [bad], prepare=prepare)
+                failures.append(f"{sql!r} accepted {bad!r} (prepare={prepare})")
+            except psycopg.Error as e:
+                msg = e.diag.message_primary or str(e)
+                if e.sqlstate != "2201B" or "(parameter $1)" not in msg:
+                    failures.append(f"{sql!r} with {bad!r} (prepare={prepare}): {e.sqlstate} {msg}")
+        body = json.dumps({"sql": sql.replace("%s", "$1"), "params": [bad]}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/v1/sql", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req).read()
+            failures.append(f"{sql!r} accepted {bad!r} over HTTP")
+        except urllib.error.HTTPError as e:
+            err = json.loads(e.read())["error"]
+            if err["code"] != "invalid_regular_expression" or "(parameter $1)" not in err["message"]:
+                failures.append(f"{sql!r} with {bad!r} over HTTP: {err}")
     assert not failures, "\n".join(failures)
     # The connection is fine afterwards.
     assert conn.execute("SELECT count(*) FROM er").fetchone()[0] == 0

@@ -69,3 +69,118 @@ fn patterns_that_compile_or_are_not_literals_pass() {
         checked(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
+
+/// `sql`'s plan, with placeholders, over a table `t` of a text column `s`.
+async fn plan(sql: &str) -> LogicalPlan {
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.sql("CREATE TABLE t (s VARCHAR, n BIGINT)")
+        .await
+        .unwrap();
+    ctx.state().create_logical_plan(sql).await.unwrap()
+}
+
+/// [`check_bound`] of `sql` with `params` as `$1`, `$2`...
+async fn bound_check(sql: &str, params: &[ScalarValue]) -> Result<()> {
+    check_bound(&plan(sql).await, &positional(params))
+}
+
+fn text(s: &str) -> ScalarValue {
+    ScalarValue::Utf8(Some(s.into()))
+}
+
+#[tokio::test]
+async fn a_bound_pattern_that_does_not_compile_is_refused_naming_its_parameter() {
+    let refused = |r: Result<()>| {
+        let e = r.expect_err("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidRegularExpression);
+        e.to_string()
+    };
+    let n = ScalarValue::Int64(Some(1));
+    assert_eq!(
+        refused(bound_check("SELECT * FROM t WHERE n = $1 AND s ~ $2", &[n, text("(")]).await),
+        "invalid regular expression '(' (parameter $2): unclosed group at byte 0"
+    );
+    assert_eq!(
+        refused(bound_check("SELECT * FROM t WHERE s !~* $1", &[text("ab[z-a]")]).await),
+        "invalid regular expression 'ab[z-a]' with flags 'i' (parameter $1): invalid character class range, the start must be <= the end at byte 3"
+    );
+    // Through a cast, in a subquery, in SIMILAR TO.
+    refused(
+        bound_check(
+            "SELECT * FROM t WHERE s ~ CAST($1 AS VARCHAR)",
+            &[text("[")],
+        )
+        .await,
+    );
+    refused(
+        bound_check(
+            "SELECT (SELECT count(*) FROM t WHERE s ~ $1) AS c",
+            &[text("a)")],
+        )
+        .await,
+    );
+    refused(bound_check("SELECT * FROM t WHERE s SIMILAR TO $1", &[text("(")]).await);
+    // A function's pattern, its flags, or both.
+    assert!(
+        refused(bound_check("SELECT regexp_like(s, $1) FROM t", &[text("*")]).await)
+            .contains("(parameter $1)")
+    );
+    let flags = refused(bound_check("SELECT regexp_match(s, 'a', $1) FROM t", &[text("z")]).await);
+    assert!(
+        flags.contains("(parameter $1)") && flags.contains("(in its flags)"),
+        "{flags}"
+    );
+    assert!(
+        refused(
+            bound_check(
+                "SELECT regexp_replace(s, $1, 'x', $2) FROM t",
+                &[text("a("), text("gi")]
+            )
+            .await
+        )
+        .starts_with("invalid regular expression 'a(' with flags 'i' (parameters $1, $2):")
+    );
+    // Named parameters, as DataFusion's ParamValues hold them.
+    let named = ParamValues::Map([("p".to_string(), text("(").into())].into_iter().collect());
+    let by_name = plan("SELECT * FROM t WHERE s ~ $p").await;
+    refused(check_bound(&by_name, &bound_values(&named)));
+    let list = ParamValues::List(vec![text("(").into()]);
+    let by_position = plan("SELECT * FROM t WHERE s ~ $1").await;
+    refused(check_bound(&by_position, &bound_values(&list)));
+}
+
+#[tokio::test]
+async fn bound_patterns_that_compile_or_are_not_text_pass() {
+    for (sql, params) in [
+        ("SELECT * FROM t WHERE s ~ $1", vec![text("^/item/[0-9]+$")]),
+        (
+            "SELECT * FROM t WHERE s ~ $1",
+            vec![ScalarValue::Utf8(None)],
+        ),
+        (
+            "SELECT regexp_like(s, $1, $2) FROM t",
+            vec![text("a #("), text("x")],
+        ),
+        // `g` is refused by regexp_like itself, with its own message.
+        (
+            "SELECT regexp_like(s, $1, $2) FROM t",
+            vec![text("("), text("g")],
+        ),
+        // Not a pattern.
+        ("SELECT * FROM t WHERE s LIKE $1 OR s = $1", vec![text("(")]),
+        // A literal was checked at parse, and is not compiled again.
+        (
+            "SELECT * FROM t WHERE s ~ '(' AND n = $1",
+            vec![ScalarValue::Int64(Some(1))],
+        ),
+        // A column is compiled by the kernel.
+        (
+            "SELECT * FROM t WHERE s ~ s AND n = $1",
+            vec![ScalarValue::Int64(Some(1))],
+        ),
+    ] {
+        bound_check(sql, &params)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}

@@ -1,24 +1,23 @@
-//! Regular expressions written as literals (`x ~ '...'`, `~*`, `!~`,
-//! `!~*`, `SIMILAR TO`, and the pattern of `regexp_like`, `regexp_match`,
-//! `regexp_replace`, `regexp_count`, `regexp_instr`), compiled right after
-//! parsing, so a pattern that does not compile is refused as bad input
-//! ([`Error::InvalidRegex`], SQLSTATE 2201B) naming the pattern, the byte
-//! where it goes wrong and why.
+//! Regular expressions (`x ~ '...'`, `~*`, `!~`, `!~*`, `SIMILAR TO`, and
+//! the pattern and flags of `regexp_like`, `regexp_match`,
+//! `regexp_replace`, `regexp_count`, `regexp_instr`) compiled before they
+//! run: literals right after parsing ([`check`]), parameters' values when
+//! they are bound ([`check_bound`]). A pattern that does not compile is
+//! refused as bad input ([`Error::InvalidRegex`], SQLSTATE 2201B) naming
+//! the pattern, the byte where it goes wrong, why, and the parameter it
+//! came from.
 //!
 //! Why: Arrow's and DataFusion's regular expression kernels report a
 //! pattern that does not compile as a computation error, which carries
 //! only text; it reached the client as an internal error (500, XX000), as
 //! if `WHERE url ~ '('` were a bug in the server. Patterns are compiled as
 //! those kernels compile them (flags as a `(?flags)` prefix, `g` meaning
-//! "every match" to `regexp_replace`), with the same size limit. A pattern
-//! that is not a literal (a column, a parameter) is compiled where it is
-//! used. DataFusion matches a `SIMILAR TO` pattern as a regular
-//! expression, so it is compiled as one here too.
-//!
-//! A pattern (or its flags) given as a parameter (`url ~ $1`) is checked
-//! the same way when its value is bound ([`check_bound`], on the plan with
-//! placeholders), so the error names the parameter. A pattern read from a
-//! column is compiled by the kernels alone.
+//! "every match" to `regexp_replace`), with the same size limit.
+//! DataFusion matches a `SIMILAR TO` pattern as a regular expression, so
+//! it is compiled as one here too. A parameter is checked on the plan with
+//! placeholders, as every door binds them (prepared statements' custom and
+//! generic plans, HTTP `params`). A pattern read from a column is compiled
+//! by the kernels alone.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
@@ -30,6 +29,7 @@ use datafusion::sql::sqlparser::ast::{
     BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Statement,
     Value, Visit, Visitor,
 };
+use regex_automata::nfa::thompson::{self, WhichCaptures};
 
 use crate::error::{Error, Result};
 
@@ -269,21 +269,31 @@ fn bound<'e, 'v: 'e>(
     }
 }
 
+/// The regex crate's limit on one pattern's compiled size (its
+/// `RegexBuilder::size_limit` default), which the kernels use.
+const SIZE_LIMIT: usize = 10 << 20;
+
 /// Compiles `pattern` as the kernels do ([`with_flags`]; `flags` hold no
-/// `g` here); `from` follows the pattern in the error (the parameters it
-/// came from).
+/// `g` here), as far as it can fail: parsed as `regex` parses it, then its
+/// forward and reverse NFAs (those `regex` builds for a pattern, under
+/// [`SIZE_LIMIT`]). The rest of its compilation (prefilters, DFAs) falls
+/// back rather than fails, and costs several times as much. `from`
+/// follows the pattern in the error (the parameters it came from).
 fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
     let full = with_flags(pattern, flags);
-    let why = match regex::Regex::new(&full) {
-        Ok(_) => return Ok(()),
-        Err(regex::Error::CompiledTooBig(limit)) => {
-            format!("it compiles to more than the {limit}-byte limit on one pattern")
-        }
-        Err(_) => match regex_syntax::Parser::new().parse(&full) {
-            Err(regex_syntax::Error::Parse(e)) => at(flags, e.span().start.offset, e.kind()),
-            Err(regex_syntax::Error::Translate(e)) => at(flags, e.span().start.offset, e.kind()),
-            _ => "it does not compile".to_string(),
+    let why = match regex_syntax::Parser::new().parse(&full) {
+        Ok(hir) => match fits(&hir) {
+            Ok(()) => return Ok(()),
+            Err(e) => match e.size_limit() {
+                Some(limit) => {
+                    format!("it compiles to more than the {limit}-byte limit on one pattern")
+                }
+                None => format!("it does not compile: {e}"),
+            },
         },
+        Err(regex_syntax::Error::Parse(e)) => at(flags, e.span().start.offset, e.kind()),
+        Err(regex_syntax::Error::Translate(e)) => at(flags, e.span().start.offset, e.kind()),
+        Err(_) => "it does not compile".to_string(),
     };
     Err(Error::InvalidRegex(format!(
         "invalid regular expression '{pattern}'{}{from}: {why}",
@@ -292,6 +302,20 @@ fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
             false => format!(" with flags '{flags}'"),
         }
     )))
+}
+
+/// Builds `hir`'s NFAs as `regex` does, to see that they fit.
+fn fits(hir: &regex_syntax::hir::Hir) -> std::result::Result<(), thompson::BuildError> {
+    let config = thompson::Config::new()
+        .nfa_size_limit(Some(SIZE_LIMIT))
+        .shrink(false);
+    thompson::Compiler::new()
+        .configure(config.clone().which_captures(WhichCaptures::All))
+        .build_from_hir(hir)?;
+    thompson::Compiler::new()
+        .configure(config.which_captures(WhichCaptures::None).reverse(true))
+        .build_from_hir(hir)?;
+    Ok(())
 }
 
 /// Why a pattern fails, where (a byte offset in the pattern as written,

@@ -184,3 +184,33 @@ async fn bound_patterns_that_compile_or_are_not_text_pass() {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 }
+
+#[test]
+fn the_check_agrees_with_the_regex_crate() {
+    // Patterns that compile, fail to parse, or pass the size limit (some
+    // near it: `\w` is hundreds of NFA states, `{n}` copies them n times).
+    let patterns = [
+        "^x[0-9]{1,17}(a|b)?$",
+        "(?i)(chrome|firefox|safari)/[0-9.]+",
+        r"\w+@\w+\.com",
+        "(a|b){3000}",
+        r"\w{100}",
+        r"\w{100}{10}",
+        r"\w{30}{30}",
+        r"\pL{500}",
+        "a{1000}{1000}",
+        "[[:alpha:]]{2000}",
+        "(",
+        "a{2,1}",
+        r"\p{Nope}",
+        "(?z)a",
+        r"\bword\b",
+    ];
+    for flags in ["", "i", "s"] {
+        for p in patterns {
+            let ours = compile(p, flags, "");
+            let theirs = regex::Regex::new(&with_flags(p, flags));
+            assert_eq!(ours.is_ok(), theirs.is_ok(), "{p} ({flags}): {ours:?} / {theirs:?}");
+        }
+    }
+}

@@ -282,14 +282,9 @@ const SIZE_LIMIT: usize = 10 << 20;
 fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
     let full = with_flags(pattern, flags);
     let why = match regex_syntax::Parser::new().parse(&full) {
-        Ok(hir) => match fits(&hir) {
-            Ok(()) => return Ok(()),
-            Err(e) => match e.size_limit() {
-                Some(limit) => {
-                    format!("it compiles to more than the {limit}-byte limit on one pattern")
-                }
-                None => format!("it does not compile: {e}"),
-            },
+        Ok(hir) => match unfit(&hir) {
+            None => return Ok(()),
+            Some(why) => why,
         },
         Err(regex_syntax::Error::Parse(e)) => at(flags, e.span().start.offset, e.kind()),
         Err(regex_syntax::Error::Translate(e)) => at(flags, e.span().start.offset, e.kind()),
@@ -304,18 +299,24 @@ fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
     )))
 }
 
-/// Builds `hir`'s NFAs as `regex` does, to see that they fit.
-fn fits(hir: &regex_syntax::hir::Hir) -> std::result::Result<(), thompson::BuildError> {
+/// Why `hir`'s NFAs, built as `regex` builds them, do not fit; None
+/// where they do.
+fn unfit(hir: &regex_syntax::hir::Hir) -> Option<String> {
     let config = thompson::Config::new()
         .nfa_size_limit(Some(SIZE_LIMIT))
         .shrink(false);
-    thompson::Compiler::new()
-        .configure(config.clone().which_captures(WhichCaptures::All))
-        .build_from_hir(hir)?;
-    thompson::Compiler::new()
-        .configure(config.which_captures(WhichCaptures::None).reverse(true))
-        .build_from_hir(hir)?;
-    Ok(())
+    let forward = config.clone().which_captures(WhichCaptures::All);
+    let reverse = config.which_captures(WhichCaptures::None).reverse(true);
+    let e = [forward, reverse].into_iter().find_map(|config| {
+        thompson::Compiler::new()
+            .configure(config)
+            .build_from_hir(hir)
+            .err()
+    })?;
+    Some(match e.size_limit() {
+        Some(limit) => format!("it compiles to more than the {limit}-byte limit on one pattern"),
+        None => format!("it does not compile: {e}"),
+    })
 }
 
 /// Why a pattern fails, where (a byte offset in the pattern as written,

@@ -210,7 +210,11 @@ fn the_check_agrees_with_the_regex_crate() {
         for p in patterns {
             let ours = compile(p, flags, "");
             let theirs = regex::Regex::new(&with_flags(p, flags));
-            assert_eq!(ours.is_ok(), theirs.is_ok(), "{p} ({flags}): {ours:?} / {theirs:?}");
+            assert_eq!(
+                ours.is_ok(),
+                theirs.is_ok(),
+                "{p} ({flags}): {ours:?} / {theirs:?}"
+            );
         }
     }
 }

@@ -5,7 +5,8 @@
 # alternates two builds, on a fresh 50-row table. One psycopg connection
 # sends small queries one after another, each with other values: over the
 # simple protocol with literals (so each is parsed and checked), a query
-# with two regular expressions and a LIKE query as the control; then as
+# with two regular expressions, one matching each row against a pattern
+# computed from it (50 patterns), and a LIKE query as the control; then as
 # prepared statements with parameters (psycopg prepare=True, so bound
 # values are checked at every execution), the same two and a grouped
 # query with a text parameter and no pattern. Prints per build and query
@@ -28,6 +29,8 @@ with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="kiln"
     cases = [
         ("regex", "SELECT count(*) FROM t WHERE s ~ '^x[0-9]{1,%d}(a|b)?$' AND s !~* 'y{2,}'", None),
         ("plain", "SELECT count(*) FROM t WHERE s LIKE 'x%d%%'", None),
+        # a pattern per row, computed from a column: checked as it runs
+        ("column", "SELECT count(*) FROM t WHERE s ~ concat('^', s, '%d?$')", None),
         ("regex $", "SELECT count(*) FROM t WHERE s ~ %s AND s !~* %s",
          lambda n: ["^x[0-9]{1,%d}(a|b)?$" % n, "y{2,}"]),
         ("plain $", "SELECT count(*) FROM t WHERE s LIKE %s", lambda n: ["x%d%%" % n]),

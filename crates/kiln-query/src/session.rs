@@ -110,6 +110,7 @@ pub fn build_session(
         .with_analyzer_rule(Arc::new(crate::rules::pg_types::PgTypeNames))
         .with_analyzer_rule(Arc::new(crate::rules::single_row::SingleRowSubqueries))
         .with_analyzer_rule(Arc::new(crate::rules::mark_subqueries::MarkSubqueries))
+        .with_analyzer_rule(Arc::new(crate::rules::checked_patterns::CheckedPatterns))
         // Cubes first: before DataFusion splits `count(DISTINCT)` apart.
         .with_optimizer_rules(
             std::iter::once(

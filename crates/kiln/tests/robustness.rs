@@ -178,6 +178,16 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
         "{v}"
     );
     assert_eq!(common::psql_sqlstate(&s, sql), "2201B");
+    // So is one read from a column, as the query runs.
+    let sql = "SELECT count(*) FROM t WHERE 'x' ~ concat(s, '(')";
+    let (status, v) = post_sql(&s, sql);
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(
+        v["error"]["code"],
+        json!("invalid_regular_expression"),
+        "{v}"
+    );
+    assert_eq!(common::psql_sqlstate(&s, sql), "2201B");
     assert_eq!(count(&s), 2);
     assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
 }

@@ -13,6 +13,9 @@
 //!   select lists and sorts answered through mark joins (an analyzer rule);
 //! - [`int_casts`]: a float cast to an integer rounds, as in PostgreSQL
 //!   (an analyzer rule after type coercion);
+//! - [`checked_patterns`]: a regular expression's pattern read from a
+//!   column or computed is checked as it runs, so one that does not
+//!   compile is bad input (an analyzer rule after type coercion);
 //! - [`single_row`]: a correlated scalar subquery without an aggregate
 //!   gives its one row's value, as in PostgreSQL (an analyzer rule);
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
@@ -26,6 +29,7 @@
 
 pub mod arithmetic;
 pub mod balance;
+pub mod checked_patterns;
 pub mod dedup;
 pub mod int_casts;
 pub mod mark_subqueries;

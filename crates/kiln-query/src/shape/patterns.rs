@@ -16,8 +16,8 @@
 //! DataFusion matches a `SIMILAR TO` pattern as a regular expression, so
 //! it is compiled as one here too. A parameter is checked on the plan with
 //! placeholders, as every door binds them (prepared statements' custom and
-//! generic plans, HTTP `params`). A pattern read from a column is compiled
-//! by the kernels alone.
+//! generic plans, HTTP `params`). Any other pattern (read from a column,
+//! computed) is checked as it runs ([`crate::rules::checked_patterns`]).
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;
@@ -78,7 +78,7 @@ impl Visitor for Patterns {
 
 /// Where a regular expression function's flags are, after its subject
 /// (0) and pattern (1); None for other functions.
-fn flags_at(name: &str) -> Option<usize> {
+pub(crate) fn flags_at(name: &str) -> Option<usize> {
     match name {
         "regexp_like" | "regexp_match" => Some(2),
         "regexp_replace" | "regexp_count" => Some(3),
@@ -90,7 +90,7 @@ fn flags_at(name: &str) -> Option<usize> {
 /// Flags as the kernels take them: `regexp_replace` reads `g` itself (every
 /// match); None where another function is given `g`, which it refuses
 /// with its own message.
-fn usable_flags<'a>(function: &str, flags: &'a str) -> Option<Cow<'a, str>> {
+pub(crate) fn usable_flags<'a>(function: &str, flags: &'a str) -> Option<Cow<'a, str>> {
     match (function, flags.contains('g')) {
         ("regexp_replace", true) => Some(Cow::Owned(flags.replace('g', ""))),
         (_, true) => None,
@@ -120,7 +120,7 @@ fn function_pattern(f: &Function) -> Option<(Option<&str>, Option<Cow<'_, str>>)
     Some((pattern, flags))
 }
 
-/// A string literal's text.
+/// A string literal's text, in parentheses or cast (`'...'::text`) or not.
 fn text(e: &Expr) -> Option<&str> {
     match e {
         Expr::Value(v) => match &v.value {
@@ -128,7 +128,7 @@ fn text(e: &Expr) -> Option<&str> {
             Value::DollarQuotedString(d) => Some(&d.value),
             _ => None,
         },
-        Expr::Nested(inner) => text(inner),
+        Expr::Nested(inner) | Expr::Cast { expr: inner, .. } => text(inner),
         _ => None,
     }
 }
@@ -269,6 +269,22 @@ fn bound<'e, 'v: 'e>(
     }
 }
 
+/// Whether `e` is written out, so checked before it runs: a text literal
+/// ([`check`]) or a parameter ([`check_bound`]), cast or not. Anything else
+/// is checked as it runs ([`crate::rules::checked_patterns`]).
+pub(crate) fn written(e: &PlanExpr) -> bool {
+    match e {
+        PlanExpr::Literal(v, _) => matches!(
+            v,
+            ScalarValue::Utf8(_) | ScalarValue::LargeUtf8(_) | ScalarValue::Utf8View(_)
+        ),
+        PlanExpr::Placeholder(_) => true,
+        PlanExpr::Cast(c) => written(&c.expr),
+        PlanExpr::TryCast(c) => written(&c.expr),
+        _ => false,
+    }
+}
+
 /// The regex crate's limit on one pattern's compiled size (its
 /// `RegexBuilder::size_limit` default), which the kernels use.
 const SIZE_LIMIT: usize = 10 << 20;
@@ -279,7 +295,7 @@ const SIZE_LIMIT: usize = 10 << 20;
 /// [`SIZE_LIMIT`]). The rest of its compilation (prefilters, DFAs) falls
 /// back rather than fails, and costs several times as much. `from`
 /// follows the pattern in the error (the parameters it came from).
-fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
+pub(crate) fn compile(pattern: &str, flags: &str, from: &str) -> Result<()> {
     let full = with_flags(pattern, flags);
     let why = match regex_syntax::Parser::new().parse(&full) {
         Ok(hir) => match unfit(&hir) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# patterns.sh BUILD... : what compiling regular expression literals after
-# parsing costs (crates/kiln-query/src/shape/patterns.rs). Each BUILD (a
+# patterns.sh BUILD... : what checking regular expressions before they
+# run costs (crates/kiln-query/src/shape/patterns.rs, and
+# rules/checked_patterns.rs as they run). Each BUILD (a
 # release kiln binary) in the order given, so `patterns.sh A B B A`
 # alternates two builds, on a fresh 50-row table. One psycopg connection
 # sends small queries one after another, each with other values: over the

@@ -123,7 +123,9 @@ fn the_pattern_comes_back_unchanged_once_each_one_compiles() {
         let rows = pattern.len();
         udf.invoke_with_args(ScalarFunctionArgs {
             args: vec![ColumnarValue::Array(pattern.clone()), flags],
-            arg_fields: vec![Arc::new(Field::new("p", pattern.data_type().clone(), true)); 2],
+            arg_fields: ["p", "f"]
+                .map(|name| Arc::new(Field::new(name, DataType::Utf8, true)))
+                .to_vec(),
             number_rows: rows,
             return_field: Arc::new(Field::new("r", pattern.data_type().clone(), true)),
             config_options: Arc::new(ConfigOptions::default()),

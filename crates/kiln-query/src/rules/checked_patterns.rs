@@ -30,12 +30,12 @@ use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, LogicalPlan, Operator, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility, lit,
+    ColumnarValue, Expr, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    Volatility, lit,
 };
 use datafusion::optimizer::AnalyzerRule;
 
-use crate::shape::patterns::{compile, flags_at, usable_flags, written};
+use crate::shape::patterns::{Flags, RegexArgs, compile, regex_args, usable_flags, written};
 
 /// Puts every regular expression's pattern that is not written out (a
 /// literal or a parameter) through [`CheckedPattern`].
@@ -83,30 +83,21 @@ fn has_unchecked(node: &LogicalPlan) -> bool {
 /// pattern or flags are not written out (and not already checked), and
 /// the function that reads them (`""` for the operators).
 fn unchecked(e: &Expr) -> Option<(Expr, String)> {
-    let open = |e: &Expr| !written(e) && !is_checked(e);
-    match e {
-        Expr::BinaryExpr(b) if open(&b.right) => match b.op {
-            Operator::RegexMatch | Operator::RegexNotMatch => Some((lit(""), String::new())),
-            Operator::RegexIMatch | Operator::RegexNotIMatch => Some((lit("i"), String::new())),
-            _ => None,
-        },
-        Expr::SimilarTo(like) if open(&like.pattern) => {
-            let flags = if like.case_insensitive { "i" } else { "" };
-            Some((lit(flags), String::new()))
-        }
-        Expr::ScalarFunction(f) => {
-            let name = f.func.name();
-            let at = flags_at(name)?;
-            let pattern = f.args.get(1)?;
-            let flags = f.args.get(at);
-            let checked = is_checked(pattern);
-            match !checked && (open(pattern) || flags.is_some_and(|f| !written(f))) {
-                true => Some((flags.cloned().unwrap_or_else(|| lit("")), name.to_string())),
-                false => None,
-            }
-        }
-        _ => None,
+    let RegexArgs {
+        pattern,
+        flags,
+        function,
+    } = regex_args(e)?;
+    if is_checked(pattern) {
+        return None;
     }
+    let flags = match flags {
+        Flags::Fixed(_) if written(pattern) => return None,
+        Flags::Fixed(flags) => lit(flags),
+        Flags::Arg(flags) if written(pattern) && written(flags) => return None,
+        Flags::Arg(flags) => flags.clone(),
+    };
+    Some((flags, function.to_string()))
 }
 
 /// `e` with its pattern put through [`CheckedPattern`] where

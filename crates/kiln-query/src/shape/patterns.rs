@@ -192,34 +192,65 @@ pub fn bound_values<'v>(params: &'v ParamValues) -> impl Fn(&str) -> Option<&'v 
     }
 }
 
+/// A regular expression's arguments in a plan: its pattern, its flags,
+/// and the function that reads them (`""` for the operators).
+pub(crate) struct RegexArgs<'e> {
+    pub pattern: &'e PlanExpr,
+    pub flags: Flags<'e>,
+    pub function: &'e str,
+}
+
+/// A regular expression's flags: set by its operator, or an argument.
+pub(crate) enum Flags<'e> {
+    Fixed(&'static str),
+    Arg(&'e PlanExpr),
+}
+
+/// `e`'s [`RegexArgs`] if `e` matches a regular expression (`~`, `~*`,
+/// `!~`, `!~*`, `SIMILAR TO`, a `regexp_*` function); not its children's.
+pub(crate) fn regex_args(e: &PlanExpr) -> Option<RegexArgs<'_>> {
+    let (pattern, flags, function) = match e {
+        PlanExpr::BinaryExpr(b) => match b.op {
+            Operator::RegexMatch | Operator::RegexNotMatch => (&*b.right, Flags::Fixed(""), ""),
+            Operator::RegexIMatch | Operator::RegexNotIMatch => (&*b.right, Flags::Fixed("i"), ""),
+            _ => return None,
+        },
+        PlanExpr::SimilarTo(like) => {
+            let flags = if like.case_insensitive { "i" } else { "" };
+            (&*like.pattern, Flags::Fixed(flags), "")
+        }
+        PlanExpr::ScalarFunction(f) => {
+            let name = f.name();
+            let pattern = f.args.get(1)?;
+            let flags = f
+                .args
+                .get(flags_at(name)?)
+                .map_or(Flags::Fixed(""), Flags::Arg);
+            (pattern, flags, name)
+        }
+        _ => return None,
+    };
+    Some(RegexArgs {
+        pattern,
+        flags,
+        function,
+    })
+}
+
 /// [`check_bound`] for one expression (not its children).
 fn check_bound_expr<'e, 'v: 'e>(
     e: &'e PlanExpr,
     value: &dyn Fn(&str) -> Option<&'v ScalarValue>,
 ) -> Result<()> {
-    let (pattern, flags, function) = match e {
-        PlanExpr::BinaryExpr(b) => match b.op {
-            Operator::RegexMatch | Operator::RegexNotMatch => (&*b.right, Bound::NO_FLAGS, ""),
-            Operator::RegexIMatch | Operator::RegexNotIMatch => {
-                (&*b.right, Bound::Text("i", None), "")
-            }
-            _ => return Ok(()),
-        },
-        PlanExpr::SimilarTo(like) => match like.case_insensitive {
-            true => (&*like.pattern, Bound::Text("i", None), ""),
-            false => (&*like.pattern, Bound::NO_FLAGS, ""),
-        },
-        PlanExpr::ScalarFunction(f) => {
-            let name = f.name();
-            let (Some(at), Some(pattern)) = (flags_at(name), f.args.get(1)) else {
-                return Ok(());
-            };
-            let flags = f.args.get(at).map_or(Bound::NO_FLAGS, |e| bound(e, value));
-            (pattern, flags, name)
-        }
-        _ => return Ok(()),
+    let Some(args) = regex_args(e) else {
+        return Ok(());
     };
-    let (Bound::Text(pattern, p), Bound::Text(flags, q)) = (bound(pattern, value), flags) else {
+    let flags = match args.flags {
+        Flags::Fixed(flags) => Bound::Text(flags, None),
+        Flags::Arg(e) => bound(e, value),
+    };
+    let (Bound::Text(pattern, p), Bound::Text(flags, q)) = (bound(args.pattern, value), flags)
+    else {
         return Ok(());
     };
     let from = match (p, q) {
@@ -228,7 +259,7 @@ fn check_bound_expr<'e, 'v: 'e>(
         (Some(p), Some(q)) if p != q => format!(" (parameters {p}, {q})"),
         (Some(p), _) | (None, Some(p)) => format!(" (parameter {p})"),
     };
-    match usable_flags(function, flags) {
+    match usable_flags(args.function, flags) {
         Some(flags) => compile(pattern, &flags, &from),
         None => Ok(()),
     }
@@ -240,10 +271,6 @@ enum Bound<'e> {
     Text(&'e str, Option<&'e str>),
     /// Anything else: a column, a NULL, a call; left to the kernels.
     Other,
-}
-
-impl Bound<'_> {
-    const NO_FLAGS: Bound<'static> = Bound::Text("", None);
 }
 
 /// `e` as [`Bound`]: a text literal, or a placeholder whose value is text,

@@ -178,12 +178,16 @@ async fn check(engine: &Engine, rows: &[Row], stage: &str) {
 }
 
 async fn open(dir: &std::path::Path) -> Engine {
+    Engine::new(Db::open(config(dir)).await.unwrap()).unwrap()
+}
+
+fn config(dir: &std::path::Path) -> StorageConfig {
     let mut cfg = StorageConfig::for_dir(dir);
     cfg.memstore_freeze_bytes = ByteSize::kib(16); // many frozen batches
     cfg.compaction_min_segments = 2;
     cfg.compaction = false; // the test compacts explicitly
     kiln_storage::testing::use_test_store(&mut cfg);
-    Engine::new(Db::open(cfg).await.unwrap()).unwrap()
+    cfg
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,7 +255,9 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prewarm_decodes_the_newest_segments_that_fit() {
     let tmp = tempfile::tempdir().unwrap();
-    let engine = open(tmp.path()).await;
+    let mut cfg = config(tmp.path());
+    cfg.segment_pack_bytes = ByteSize::b(0); // a segment per day
+    let engine = Engine::new(Db::open(cfg).await.unwrap()).unwrap();
     engine
         .execute("CREATE TABLE sales (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, region VARCHAR, amount DOUBLE)")
         .await
@@ -263,7 +269,7 @@ async fn prewarm_decodes_the_newest_segments_that_fit() {
     db.flush_all().await.unwrap();
     let mut segments = db.table("sales").unwrap().segments();
     assert!(segments.len() >= 3, "rows span several days");
-    segments.sort_by_key(|s| std::cmp::Reverse(s.meta.day));
+    segments.sort_by_key(|s| std::cmp::Reverse(s.meta.max_time));
     let newest = segments[0].meta.clone();
     db.close().await.unwrap();
     drop(engine);

@@ -130,7 +130,8 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     }
     let mut written = vec![];
     let wrote: Result<()> = async {
-        for (day, batches) in by_day {
+        let pack = inner.config.segment_pack_bytes.as_usize();
+        for (day, batches) in segment::pack_days(by_day, pack) {
             written.push(inner.write_segment(table, day, batches).await?);
         }
         failpoint!(FLUSH_AFTER_SEGMENTS, error);
@@ -170,36 +171,22 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     Ok(())
 }
 
-/// Merges the small segments of one partition of `table`, if any partition has enough.
+/// Merges small segments of `table`, if there are enough: first those of
+/// one day (at least `compaction_min_segments` under half the target size,
+/// up to the target), else a run of thin segments in time order (as
+/// many, files under `segment_pack_bytes` together).
 pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> {
     let mut doubt = table.manifest_lock.lock().await;
     table.settle(&inner.store, &mut doubt).await?;
     let current = table.mem.manifest();
     let target = inner.config.compaction_target_bytes.bytes();
-    let mut by_day: BTreeMap<i32, Vec<Arc<Segment>>> = BTreeMap::new();
-    for s in current
-        .segments
-        .iter()
-        .filter(|s| s.meta.bytes < target / 2)
-    {
-        by_day.entry(s.meta.day).or_default().push(s.clone());
-    }
-    let Some((day, mut small)) = by_day
-        .into_iter()
-        .find(|(_, v)| v.len() >= inner.config.compaction_min_segments.max(2))
-    else {
+    let min_segments = inner.config.compaction_min_segments.max(2);
+    let Some((day, picked)) = same_day(&current.segments, target, min_segments).or_else(|| {
+        let limit = inner.config.segment_pack_bytes.bytes();
+        thin_run(&current.segments, limit, min_segments)
+    }) else {
         return Ok(false);
     };
-    small.sort_by_key(|s| s.meta.bytes);
-    let mut picked = vec![];
-    let mut total = 0;
-    for s in small {
-        if picked.len() >= 2 && total + s.meta.bytes > target {
-            break;
-        }
-        total += s.meta.bytes;
-        picked.push(s);
-    }
     let started = Instant::now();
     let mut batches = vec![];
     for s in &picked {
@@ -239,6 +226,59 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     inner.metrics.compaction_duration.record(started.elapsed());
     tracing::info!(table = table.name(), day, merged = inputs, rows, elapsed = ?started.elapsed(), "compacted");
     Ok(true)
+}
+
+/// The first day with `min_segments` segments under half of `target`, and
+/// its smallest ones up to `target` (at least two).
+fn same_day(
+    segments: &[Arc<Segment>],
+    target: u64,
+    min_segments: usize,
+) -> Option<(i32, Vec<Arc<Segment>>)> {
+    let mut by_day: BTreeMap<i32, Vec<Arc<Segment>>> = BTreeMap::new();
+    for s in segments.iter().filter(|s| s.meta.bytes < target / 2) {
+        by_day.entry(s.meta.day).or_default().push(s.clone());
+    }
+    let (day, mut small) = by_day.into_iter().find(|(_, v)| v.len() >= min_segments)?;
+    small.sort_by_key(|s| s.meta.bytes);
+    let mut picked = vec![];
+    let mut total = 0;
+    for s in small {
+        if picked.len() >= 2 && total + s.meta.bytes > target {
+            break;
+        }
+        total += s.meta.bytes;
+        picked.push(s);
+    }
+    Some((day, picked))
+}
+
+/// The first run, in time order, of at least `min_segments` thin segments
+/// (files under `limit` bytes) whose files together take at most `limit`,
+/// and its first day. Thin segments of many days (each day's few rows
+/// flushed on its own, or a backfill written a file a day) so become one;
+/// a full day's segment between two is left out of the run, not merged.
+fn thin_run(
+    segments: &[Arc<Segment>],
+    limit: u64,
+    min_segments: usize,
+) -> Option<(i32, Vec<Arc<Segment>>)> {
+    let mut thin: Vec<_> = segments.iter().filter(|s| s.meta.bytes < limit).collect();
+    thin.sort_by_key(|s| (s.meta.min_time, s.meta.max_time));
+    let mut run: Vec<Arc<Segment>> = vec![];
+    let mut total = 0;
+    for s in thin {
+        if total + s.meta.bytes > limit {
+            if run.len() >= min_segments {
+                break;
+            }
+            (run, total) = (vec![], 0);
+        }
+        total += s.meta.bytes;
+        run.push(s.clone());
+    }
+    let day = run.iter().map(|s| s.meta.day).min()?;
+    (run.len() >= min_segments).then_some((day, run))
 }
 
 /// Deletes objects no manifest refers to: leftovers of a crash mid-flush,

@@ -19,7 +19,7 @@
 //! wal/{first_seq}.wal                   WAL segments
 //! idempotency.json                      live idempotency keys, saved before WAL files are deleted
 //! tables/{id}/manifest/{version}.json * the newest manifest of a table
-//! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet         * segments, by day partition
+//! tables/{id}/{YYYY-MM-DD}/{uuid}.parquet         * segments, by (first) day
 //! tables/{id}/{YYYY-MM-DD}/{uuid}.cube{n}.parquet  * a segment's part of cube n
 //! ```
 

@@ -42,7 +42,9 @@ pub struct ColumnStats {
 pub struct SegmentMeta {
     /// Object path relative to the store root.
     pub path: String,
-    /// Partition: days since the Unix epoch (UTC) of the time column.
+    /// The first day of its rows, in days since the Unix epoch (UTC) of the
+    /// time column: a segment holds that day's rows, or those of
+    /// consecutive thin days up to `max_time`'s ([`crate::segment::pack_days`]).
     pub day: i32,
     pub rows: u64,
     pub bytes: u64,

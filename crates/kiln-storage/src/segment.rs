@@ -1,6 +1,15 @@
-//! Parquet segments: sorting a partition's rows, encoding them (lz4 by default),
-//! column statistics and a page index, and the per-column min/max kept in
-//! the manifest for pruning without opening files.
+//! Parquet segments: which days' rows share one ([`pack_days`]), sorting
+//! them, encoding them (lz4 by default), column statistics and a page
+//! index, and the per-column min/max kept in the manifest for pruning
+//! without opening files.
+//!
+//! A segment holds one day's rows, so a query over a range of days reads
+//! those days' segments only. Days whose rows are few (a backfill of
+//! years at a reading a day) would make a file each, and a file costs a
+//! scan more to open than such a day costs to read: consecutive thin days
+//! share one segment instead (`--segment-pack-bytes`).
+
+use std::collections::BTreeMap;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{SortColumn, concat_batches, lexsort_to_indices, take_record_batch};
@@ -22,6 +31,31 @@ use crate::store::Store;
 
 /// Rows per Parquet row group: small enough to prune, large enough to scan fast.
 pub const ROW_GROUP_ROWS: usize = 128 * 1024;
+
+/// Groups rows by day into segments to write, in day order: each day
+/// alone, except runs of consecutive thin days, which share one segment
+/// while their rows together take at most `limit` bytes ([`batch_bytes`];
+/// 0: none share). Returns each segment's first day and its rows.
+pub fn pack_days(
+    by_day: BTreeMap<i32, Vec<RecordBatch>>,
+    limit: usize,
+) -> Vec<(i32, Vec<RecordBatch>)> {
+    let mut packs: Vec<(i32, Vec<RecordBatch>, usize)> = vec![];
+    for (day, batches) in by_day {
+        let bytes: usize = batches.iter().map(batch_bytes).sum();
+        match packs.last_mut() {
+            Some((_, rows, held)) if *held + bytes <= limit => {
+                rows.extend(batches);
+                *held += bytes;
+            }
+            _ => packs.push((day, batches, bytes)),
+        }
+    }
+    packs
+        .into_iter()
+        .map(|(day, rows, _)| (day, rows))
+        .collect()
+}
 
 /// Concatenates and sorts rows by the table's sort key, then time.
 pub fn sort_rows(
@@ -65,7 +99,7 @@ pub fn encode(batch: &RecordBatch, compression: SegmentCompression) -> Result<By
     Ok(Bytes::from(buf))
 }
 
-/// Sorts, encodes and durably writes one segment of partition `day`.
+/// Sorts, encodes and durably writes one segment whose first day is `day`.
 /// Returns its manifest entry and its sorted rows; the segment is not
 /// visible until a manifest refers to it.
 pub async fn write(
@@ -217,6 +251,49 @@ mod tests {
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     use super::*;
+
+    /// A batch of `rows` rows of one Int64 column (8 bytes a row).
+    fn rows(rows: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let n = Int64Array::from_iter_values(0..rows as i64);
+        RecordBatch::try_new(schema, vec![Arc::new(n)]).unwrap()
+    }
+
+    /// Thin days share a segment in day order up to the limit; a full day
+    /// is alone, and ends the run before it; a limit of 0 packs nothing.
+    #[test]
+    fn thin_days_are_packed_in_order_and_full_days_stand_alone() {
+        let limit = 4 << 20;
+        let full = limit / 8 + 1;
+        let thin = limit / 8 / 3;
+        let days = BTreeMap::from([
+            (1, vec![rows(10), rows(5)]),
+            (2, vec![rows(10)]),
+            (5, vec![rows(full)]),
+            (6, vec![rows(thin)]),
+            (7, vec![rows(thin)]),
+            (9, vec![rows(thin)]),
+            (10, vec![rows(thin)]),
+        ]);
+        let rows_of = |packs: Vec<(i32, Vec<RecordBatch>)>| -> Vec<(i32, Vec<usize>)> {
+            packs
+                .into_iter()
+                .map(|(day, b)| (day, b.iter().map(|b| b.num_rows()).collect()))
+                .collect()
+        };
+        let packed = rows_of(pack_days(days.clone(), limit));
+        assert_eq!(
+            packed,
+            [
+                (1, vec![10, 5, 10]),
+                (5, vec![full]),
+                (6, vec![thin, thin, thin]),
+                (10, vec![thin]),
+            ]
+        );
+        let apart = rows_of(pack_days(days, 0));
+        assert_eq!(apart.len(), 7, "0: a segment per day");
+    }
 
     /// Every codec round-trips the rows, and the file says which codec it used.
     #[test]

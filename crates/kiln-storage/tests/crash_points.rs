@@ -78,15 +78,12 @@ fn crash_after_a_flush_wrote_its_segments() {
     run(|dir| async move {
         let db = open(&dir).await;
         create(&db).await;
-        let want = write(&db, 0, 0..100).await + write(&db, 1, 100..120).await;
+        // A full day (16 bytes a row) and a thin one: two segments.
+        let want = write(&db, 0, 0..300_000).await + write(&db, 1, 300_000..300_020).await;
         fail::cfg(FLUSH_AFTER_SEGMENTS, "panic").unwrap();
         crash_during(&db, |db| async move { db.flush_all().await }).await;
         fail::remove(FLUSH_AFTER_SEGMENTS);
-        assert_eq!(
-            parquet_files(&db).await.len(),
-            2,
-            "one segment per day written"
-        );
+        assert_eq!(parquet_files(&db).await.len(), 2, "both segments written");
         assert!(
             manifest_files(&db).await.is_empty(),
             "no manifest names them"
@@ -391,7 +388,8 @@ async fn parts(db: &Db) -> (Vec<String>, Vec<String>) {
 fn crash_during_a_flush_with_cubes_leaves_each_segment_with_its_part_or_neither() {
     run(|dir| async move {
         let db = open_with_cube(&dir).await;
-        let a = write(&db, 0, 0..100).await + write(&db, 1, 100..120).await;
+        // A full day (16 bytes a row) and a thin one: two segments.
+        let a = write(&db, 0, 0..300_000).await + write(&db, 1, 300_000..300_020).await;
         fail::cfg(FLUSH_AFTER_SEGMENTS, "panic").unwrap();
         crash_during(&db, |db| async move { db.flush_all().await }).await;
         fail::remove(FLUSH_AFTER_SEGMENTS);
@@ -412,7 +410,7 @@ fn crash_during_a_flush_with_cubes_leaves_each_segment_with_its_part_or_neither(
         assert_eq!(named.len(), 2, "every segment has its part");
 
         // Crash once the version naming the next segments and parts is written.
-        let b = write(&db, 0, 120..130).await;
+        let b = write(&db, 0, 300_020..300_030).await;
         fail::cfg(MANIFEST_AFTER_WRITE, "panic").unwrap();
         crash_during(&db, |db| async move { db.flush_all().await }).await;
         fail::remove(MANIFEST_AFTER_WRITE);

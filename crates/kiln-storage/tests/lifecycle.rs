@@ -39,11 +39,10 @@ async fn flush_moves_rows_from_memory_into_segments() {
     let m = db.table(TABLE).unwrap().mem.manifest();
     assert_eq!(m.version, 1);
     assert_eq!(m.flushed_seq, 2, "both WAL records are covered");
-    let days: BTreeSet<i32> = m.segments.iter().map(|s| s.meta.day).collect();
     assert_eq!(
-        (m.segments.len(), days.len()),
-        (2, 2),
-        "one segment per day"
+        (m.segments.len(), m.segments[0].meta.day),
+        (1, day_of(0)),
+        "two thin days share one segment, named by its first"
     );
     assert_eq!(parquet_files(&db).await, referenced(&db));
     assert_eq!(manifest_files(&db).await, [1]);
@@ -57,7 +56,7 @@ async fn flush_moves_rows_from_memory_into_segments() {
     let more = write(&db, 0, 150..160).await;
     db.flush_all().await.unwrap();
     assert_eq!(version(&db), 2);
-    assert_eq!(db.table(TABLE).unwrap().segments().len(), 3);
+    assert_eq!(db.table(TABLE).unwrap().segments().len(), 2);
     assert_eq!(stored(&db).await, want + more);
     assert_eq!(manifest_files(&db).await, [2], "older versions are pruned");
     db.close().await.unwrap();
@@ -107,6 +106,81 @@ async fn compaction_merges_small_segments_and_deletes_them_once_released() {
 
     let db = open(tmp.path()).await;
     assert_eq!(version(&db), 5);
+    assert_consistent(&db, want).await;
+    db.close().await.unwrap();
+}
+
+/// A day of many rows is a segment of its own; thin days around it share
+/// one, so a table spread thin over years keeps a few files, not one a day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_day_has_its_own_segment_and_thin_days_share_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    // 16 bytes a row: 300,000 rows pass the default 4 MiB of
+    // `segment_pack_bytes`, 600 days of one row do not.
+    assert_eq!(config(tmp.path()).segment_pack_bytes.bytes(), 4 << 20);
+    let mut want = write(&db, 300, 0..300_000).await;
+    for day in 0..600 {
+        want = want + write(&db, day, 300_000 + day..300_001 + day).await;
+    }
+    db.flush_all().await.unwrap();
+    let m = db.table(TABLE).unwrap().mem.manifest();
+    let mut spans: Vec<_> = m
+        .segments
+        .iter()
+        .map(|s| {
+            (
+                s.meta.day,
+                s.meta.rows,
+                day_at(s.meta.min_time),
+                day_at(s.meta.max_time),
+            )
+        })
+        .collect();
+    spans.sort();
+    let d = day_of;
+    assert_eq!(
+        spans,
+        [
+            (d(0), 300, d(0), d(299)),
+            (d(300), 300_001, d(300), d(300)),
+            (d(301), 299, d(301), d(599)),
+        ],
+        "(first day, rows, days of the first and last rows) of each segment"
+    );
+    assert_eq!(in_segments(&db).await, want);
+    db.close().await.unwrap();
+    let db = open(tmp.path()).await;
+    assert_consistent(&db, want).await;
+    db.close().await.unwrap();
+}
+
+/// Thin segments of different days (each day's few rows flushed on its
+/// own) are merged into one by compaction, as a day's small segments are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_merges_thin_segments_of_consecutive_days() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let mut want = Totals::default();
+    for day in 0..6 {
+        want = want + write(&db, day * 30, day * 10..day * 10 + 10).await;
+        db.flush_all().await.unwrap();
+    }
+    assert_eq!(db.table(TABLE).unwrap().segments().len(), 6);
+    assert_eq!(db.compact_all().await.unwrap(), 1);
+    let m = db.table(TABLE).unwrap().mem.manifest();
+    assert_eq!(m.segments.len(), 1);
+    let s = &m.segments[0].meta;
+    assert_eq!(
+        (s.day, s.rows, day_at(s.max_time)),
+        (day_of(0), 60, day_of(150))
+    );
+    assert_eq!(in_segments(&db).await, want);
+    assert_eq!(db.compact_all().await.unwrap(), 0, "nothing left to merge");
+    db.close().await.unwrap();
+    let db = open(tmp.path()).await;
     assert_consistent(&db, want).await;
     db.close().await.unwrap();
 }

@@ -25,7 +25,9 @@ fn start(dir: &Path, s3: &S3Server, prefix: &str, extra: &[&str]) -> Server {
 fn start_at(dir: &Path, endpoint: &str, prefix: &str, extra: &[&str]) -> Server {
     let flags = S3Server::flags_for(endpoint, BUCKET, prefix);
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // A segment per day, so a flush of a few days writes several files.
     args.extend(["--flush-age", "300ms", "--compaction", "false"]);
+    args.extend(["--segment-pack-bytes", "0"]);
     args.extend(extra);
     Server::start(dir, &args)
 }

@@ -451,7 +451,7 @@ impl SegmentCache {
                 t.segments().into_iter().map(move |s| (s, schema.clone()))
             })
             .collect();
-        all.sort_by_key(|(s, _)| std::cmp::Reverse(s.meta.day));
+        all.sort_by_key(|(s, _)| std::cmp::Reverse(s.meta.max_time));
         let budget = self.capacity() as u64 / PREWARM_EXPANSION;
         let (mut queued, mut bytes) = (0, 0);
         for (segment, schema) in all {

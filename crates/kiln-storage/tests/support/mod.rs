@@ -97,6 +97,16 @@ impl Totals {
     }
 }
 
+/// Partition `day` of [`write`] in days since the Unix epoch.
+pub fn day_of(day: i64) -> i32 {
+    (DAY_NS / NANOS_PER_DAY + day) as i32
+}
+
+/// The day since the Unix epoch of instant `ns`.
+pub fn day_at(ns: i64) -> i32 {
+    ns.div_euclid(NANOS_PER_DAY) as i32
+}
+
 /// Writes one row per value of `vs` in partition `day` (0 is [`DAY_NS`]'s
 /// day), acknowledged durably as one WAL record; returns their totals.
 pub async fn write(db: &Db, day: i64, vs: Range<i64>) -> Totals {

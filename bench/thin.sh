@@ -3,7 +3,7 @@
 # years at a few readings a day makes it (crates/kiln-storage/src/segment.rs,
 # `pack_days`). Per BUILD (a release kiln binary), in the order given, on a
 # fresh data directory: DAYS days (default 20,000, from 1970-01-02) of ROWS
-# rows each (default 5) written over HTTP in one request, flushed by a
+# rows each (default 5) written over HTTP, 100,000 rows a request, flushed by a
 # clean stop; then a restart, timed until its first answer; the table's
 # segments and its files' bytes; and three queries over HTTP and psycopg's
 # simple protocol (15 runs each after 2 warm-up runs, median ms on the
@@ -28,6 +28,7 @@ for d in range(days):
         ts = t0 + datetime.timedelta(days=d, seconds=k * 86400 // rows)
         print(json.dumps({"ts": ts.isoformat(), "sensor": k, "v": rng.random()}))
 PY
+split -l 100000 "$DATA/rows.ndjson" "$DATA/rows.part"
 
 # Stops the server started last, cleanly (a flush on close).
 kiln_stop() {
@@ -81,8 +82,10 @@ for KILN in "$@"; do
   DIR="$DATA/$NAME.$RANDOM"
   kiln_start "$DIR"
   kiln_sql "CREATE TABLE hist (ts TIMESTAMP NOT NULL, sensor BIGINT NOT NULL, v DOUBLE)" >/dev/null
-  curl -sf "http://$KILN_HTTP/v1/write/hist" -H 'Content-Type: application/x-ndjson' \
-    --data-binary @"$DATA/rows.ndjson" >/dev/null
+  for part in "$DATA"/rows.part*; do
+    curl -sf "http://$KILN_HTTP/v1/write/hist" -H 'Content-Type: application/x-ndjson' \
+      --data-binary @"$part" >/dev/null
+  done
   kiln_stop
   START=$(date +%s.%N)
   kiln_start "$DIR"

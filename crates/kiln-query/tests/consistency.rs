@@ -256,7 +256,7 @@ async fn same_answers_from_memory_segments_compaction_and_restart() {
 async fn prewarm_decodes_the_newest_segments_that_fit() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = config(tmp.path());
-    cfg.segment_pack_bytes = ByteSize::b(0); // a segment per day
+    cfg.segment_pack_rows = 0; // a segment per day
     let engine = Engine::new(Db::open(cfg).await.unwrap()).unwrap();
     engine
         .execute("CREATE TABLE sales (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, region VARCHAR, amount DOUBLE)")

@@ -2,7 +2,7 @@
 //! segments, pruned by time and by column statistics).
 
 use kiln_query::{Engine, Output};
-use kiln_storage::{ByteSize, Db, StorageConfig};
+use kiln_storage::{Db, StorageConfig};
 
 async fn explain(engine: &Engine, sql: &str) -> String {
     let mut out = engine.execute(&format!("EXPLAIN {sql}")).await.unwrap();
@@ -60,7 +60,7 @@ async fn explain_plans() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = StorageConfig::for_dir(tmp.path());
     cfg.compaction = false;
-    cfg.segment_pack_bytes = ByteSize::b(0); // a segment per day, to prune
+    cfg.segment_pack_rows = 0; // a segment per day, to prune
     let engine = Engine::new(Db::open(cfg).await.unwrap()).unwrap();
     engine
         .execute(

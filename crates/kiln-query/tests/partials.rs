@@ -81,7 +81,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
 async fn engine_with(dir: &std::path::Path, mut config: QueryConfig, held: usize) -> Engine {
     config.plan_cache_mode = PlanCacheMode::ForceGeneric;
     let mut storage = StorageConfig::for_dir(dir);
-    storage.segment_pack_bytes = ByteSize::b(0); // a segment per day
+    storage.segment_pack_rows = 0; // a segment per day
     let db = Db::open(storage).await.unwrap();
     let engine = Engine::with_config(db, &config).unwrap();
     engine

@@ -130,7 +130,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     }
     let mut written = vec![];
     let wrote: Result<()> = async {
-        let pack = inner.config.segment_pack_bytes.as_usize();
+        let pack = inner.config.segment_pack_rows;
         for (day, batches) in segment::pack_days(by_day, pack) {
             written.push(inner.write_segment(table, day, batches).await?);
         }
@@ -174,17 +174,17 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
 /// Merges small segments of `table`, if there are enough: first those of
 /// one day (at least `compaction_min_segments` under half the target size,
 /// up to the target), else a run of thin segments in time order (as
-/// many, files under `segment_pack_bytes` together).
+/// many, under `segment_pack_rows` rows together).
 pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> {
     let mut doubt = table.manifest_lock.lock().await;
     table.settle(&inner.store, &mut doubt).await?;
     let current = table.mem.manifest();
     let target = inner.config.compaction_target_bytes.bytes();
     let min_segments = inner.config.compaction_min_segments.max(2);
-    let Some((day, picked)) = same_day(&current.segments, target, min_segments).or_else(|| {
-        let limit = inner.config.segment_pack_bytes.bytes();
-        thin_run(&current.segments, limit, min_segments)
-    }) else {
+    let thin = inner.config.segment_pack_rows as u64;
+    let Some((day, picked)) = same_day(&current.segments, target, min_segments)
+        .or_else(|| thin_run(&current.segments, thin, min_segments))
+    else {
         return Ok(false);
     };
     let started = Instant::now();
@@ -254,8 +254,8 @@ fn same_day(
 }
 
 /// The first run, in time order, of at least `min_segments` thin segments
-/// (files under `limit` bytes) whose files together take at most `limit`,
-/// and its first day. Thin segments of many days (each day's few rows
+/// (of fewer than `limit` rows) holding together at most `limit` rows, and
+/// its first day: the rule [`segment::pack_days`] follows at flush. Thin segments of many days (each day's few rows
 /// flushed on its own, or a backfill written a file a day) so become one;
 /// a full day's segment between two is left out of the run, not merged.
 fn thin_run(
@@ -263,18 +263,18 @@ fn thin_run(
     limit: u64,
     min_segments: usize,
 ) -> Option<(i32, Vec<Arc<Segment>>)> {
-    let mut thin: Vec<_> = segments.iter().filter(|s| s.meta.bytes < limit).collect();
+    let mut thin: Vec<_> = segments.iter().filter(|s| s.meta.rows < limit).collect();
     thin.sort_by_key(|s| (s.meta.min_time, s.meta.max_time));
     let mut run: Vec<Arc<Segment>> = vec![];
     let mut total = 0;
     for s in thin {
-        if total + s.meta.bytes > limit {
+        if total + s.meta.rows > limit {
             if run.len() >= min_segments {
                 break;
             }
             (run, total) = (vec![], 0);
         }
-        total += s.meta.bytes;
+        total += s.meta.rows;
         run.push(s.clone());
     }
     let day = run.iter().map(|s| s.meta.day).min()?;

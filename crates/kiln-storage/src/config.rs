@@ -111,18 +111,19 @@ pub struct StorageConfig {
 
     /// A day is compacted once it has this many segments below half the
     /// target size; so are this many thin segments of any days, in time
-    /// order (files under `--segment-pack-bytes` together).
+    /// order (under `--segment-pack-rows` rows together).
     #[arg(long, env = "KILN_COMPACTION_MIN_SEGMENTS", default_value_t = 4)]
     pub compaction_min_segments: usize,
 
-    /// A segment holds one day's rows, except that consecutive days whose
-    /// rows take less than this share one while together they take at most
-    /// this (a flush's or an import's rows in memory, a compaction's
-    /// files): a table spread thin over years keeps a few files, not one a
-    /// day. Below this size a file costs a scan more to open than its rows
-    /// to read. 0 gives every day its own segments.
-    #[arg(long, env = "KILN_SEGMENT_PACK_BYTES", default_value = "4MiB")]
-    pub segment_pack_bytes: ByteSize,
+    /// A segment holds one day's rows, except that consecutive days of
+    /// fewer rows than this share one while together they hold at most
+    /// this many (at flush, import and compaction): a table spread thin
+    /// over years keeps a few files, not one a day. The default is one
+    /// Parquet row group, the unit a scan prunes within a file; below it a
+    /// file costs a scan more to open than its rows to read. 0 gives every
+    /// day its own segments.
+    #[arg(long, env = "KILN_SEGMENT_PACK_ROWS", default_value_t = crate::segment::ROW_GROUP_ROWS)]
+    pub segment_pack_rows: usize,
 
     /// How long a segment file removed from the manifest is kept after the last
     /// query pinning it let go (a margin for readers still streaming it).

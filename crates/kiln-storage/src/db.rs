@@ -618,7 +618,7 @@ impl Db {
         let wrote: Result<()> = async {
             // Partitions are sorted and encoded in parallel, one per core.
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-            let pack = self.inner.config.segment_pack_bytes.as_usize();
+            let pack = self.inner.config.segment_pack_rows;
             let mut writes = futures::stream::iter(segment::pack_days(by_day, pack))
                 .map(|(day, parts)| self.inner.write_segment(&t, day, parts))
                 .buffer_unordered(cores);

@@ -7,7 +7,8 @@
 //! those days' segments only. Days whose rows are few (a backfill of
 //! years at a reading a day) would make a file each, and a file costs a
 //! scan more to open than such a day costs to read: consecutive thin days
-//! share one segment instead (`--segment-pack-bytes`).
+//! share one segment instead, up to a row group's rows
+//! (`--segment-pack-rows`).
 
 use std::collections::BTreeMap;
 
@@ -34,21 +35,21 @@ pub const ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// Groups rows by day into segments to write, in day order: each day
 /// alone, except runs of consecutive thin days, which share one segment
-/// while their rows together take at most `limit` bytes ([`batch_bytes`];
-/// 0: none share). Returns each segment's first day and its rows.
+/// while together they hold at most `limit` rows (0: none share). Returns
+/// each segment's first day and its rows.
 pub fn pack_days(
     by_day: BTreeMap<i32, Vec<RecordBatch>>,
     limit: usize,
 ) -> Vec<(i32, Vec<RecordBatch>)> {
     let mut packs: Vec<(i32, Vec<RecordBatch>, usize)> = vec![];
     for (day, batches) in by_day {
-        let bytes: usize = batches.iter().map(batch_bytes).sum();
+        let n: usize = batches.iter().map(|b| b.num_rows()).sum();
         match packs.last_mut() {
-            Some((_, rows, held)) if *held + bytes <= limit => {
+            Some((_, rows, held)) if *held + n <= limit => {
                 rows.extend(batches);
-                *held += bytes;
+                *held += n;
             }
-            _ => packs.push((day, batches, bytes)),
+            _ => packs.push((day, batches, n)),
         }
     }
     packs
@@ -252,7 +253,7 @@ mod tests {
 
     use super::*;
 
-    /// A batch of `rows` rows of one Int64 column (8 bytes a row).
+    /// A batch of `rows` rows of one Int64 column.
     fn rows(rows: usize) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
         let n = Int64Array::from_iter_values(0..rows as i64);
@@ -263,9 +264,9 @@ mod tests {
     /// is alone, and ends the run before it; a limit of 0 packs nothing.
     #[test]
     fn thin_days_are_packed_in_order_and_full_days_stand_alone() {
-        let limit = 4 << 20;
-        let full = limit / 8 + 1;
-        let thin = limit / 8 / 3;
+        let limit = 3_000;
+        let full = limit + 1;
+        let thin = limit / 3;
         let days = BTreeMap::from([
             (1, vec![rows(10), rows(5)]),
             (2, vec![rows(10)]),

@@ -78,7 +78,7 @@ fn crash_after_a_flush_wrote_its_segments() {
     run(|dir| async move {
         let db = open(&dir).await;
         create(&db).await;
-        // A full day (16 bytes a row) and a thin one: two segments.
+        // A full day (over 131,072 rows) and a thin one: two segments.
         let want = write(&db, 0, 0..300_000).await + write(&db, 1, 300_000..300_020).await;
         fail::cfg(FLUSH_AFTER_SEGMENTS, "panic").unwrap();
         crash_during(&db, |db| async move { db.flush_all().await }).await;
@@ -388,7 +388,7 @@ async fn parts(db: &Db) -> (Vec<String>, Vec<String>) {
 fn crash_during_a_flush_with_cubes_leaves_each_segment_with_its_part_or_neither() {
     run(|dir| async move {
         let db = open_with_cube(&dir).await;
-        // A full day (16 bytes a row) and a thin one: two segments.
+        // A full day (over 131,072 rows) and a thin one: two segments.
         let a = write(&db, 0, 0..300_000).await + write(&db, 1, 300_000..300_020).await;
         fail::cfg(FLUSH_AFTER_SEGMENTS, "panic").unwrap();
         crash_during(&db, |db| async move { db.flush_all().await }).await;

@@ -117,9 +117,9 @@ async fn a_full_day_has_its_own_segment_and_thin_days_share_one() {
     let tmp = tempfile::tempdir().unwrap();
     let db = open(tmp.path()).await;
     create(&db).await;
-    // 16 bytes a row: 300,000 rows pass the default 4 MiB of
-    // `segment_pack_bytes`, 600 days of one row do not.
-    assert_eq!(config(tmp.path()).segment_pack_bytes.bytes(), 4 << 20);
+    // 300,000 rows pass the default `segment_pack_rows`, 600 days of one
+    // row do not.
+    assert_eq!(config(tmp.path()).segment_pack_rows, 131_072);
     let mut want = write(&db, 300, 0..300_000).await;
     for day in 0..600 {
         want = want + write(&db, day, 300_000 + day..300_001 + day).await;

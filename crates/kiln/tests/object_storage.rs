@@ -27,7 +27,7 @@ fn start_at(dir: &Path, endpoint: &str, prefix: &str, extra: &[&str]) -> Server 
     let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
     // A segment per day, so a flush of a few days writes several files.
     args.extend(["--flush-age", "300ms", "--compaction", "false"]);
-    args.extend(["--segment-pack-bytes", "0"]);
+    args.extend(["--segment-pack-rows", "0"]);
     args.extend(extra);
     Server::start(dir, &args)
 }

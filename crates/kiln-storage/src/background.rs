@@ -26,6 +26,10 @@ use crate::table::{Commit, Table};
 /// new cube over a large table does not hold up flushes.
 const PARTS_PER_ROUND: usize = 4;
 
+/// Most segments one compaction merges: it holds the table's manifest lock
+/// while it reads them, and the table's flushes wait for it.
+const MAX_MERGED: usize = 1024;
+
 /// Longest pause between two failed rounds.
 const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -229,7 +233,7 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
 }
 
 /// The first day with `min_segments` segments under half of `target`, and
-/// its smallest ones up to `target` (at least two).
+/// its smallest ones up to `target` (at least two, at most [`MAX_MERGED`]).
 fn same_day(
     segments: &[Arc<Segment>],
     target: u64,
@@ -244,7 +248,7 @@ fn same_day(
     let mut picked = vec![];
     let mut total = 0;
     for s in small {
-        if picked.len() >= 2 && total + s.meta.bytes > target {
+        if (picked.len() >= 2 && total + s.meta.bytes > target) || picked.len() == MAX_MERGED {
             break;
         }
         total += s.meta.bytes;
@@ -254,10 +258,12 @@ fn same_day(
 }
 
 /// The first run, in time order, of at least `min_segments` thin segments
-/// (of fewer than `limit` rows) holding together at most `limit` rows, and
-/// its first day: the rule [`segment::pack_days`] follows at flush. Thin segments of many days (each day's few rows
-/// flushed on its own, or a backfill written a file a day) so become one;
-/// a full day's segment between two is left out of the run, not merged.
+/// (of fewer than `limit` rows) holding together at most `limit` rows (and
+/// at most [`MAX_MERGED`] of them), and its first day: the rule
+/// [`segment::pack_days`] follows at flush. Thin segments of many days
+/// (each day's few rows flushed on its own, or a backfill written a file a
+/// day) so become one; a full day's segment between two is left out of
+/// the run, not merged.
 fn thin_run(
     segments: &[Arc<Segment>],
     limit: u64,
@@ -268,6 +274,9 @@ fn thin_run(
     let mut run: Vec<Arc<Segment>> = vec![];
     let mut total = 0;
     for s in thin {
+        if run.len() == MAX_MERGED {
+            break;
+        }
         if total + s.meta.rows > limit {
             if run.len() >= min_segments {
                 break;
@@ -318,3 +327,6 @@ pub(crate) async fn remove_orphans(inner: &Inner) -> Result<usize> {
     }
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests;

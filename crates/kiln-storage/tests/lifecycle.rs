@@ -159,7 +159,7 @@ async fn a_full_day_has_its_own_segment_and_thin_days_share_one() {
 /// Thin segments of different days (each day's few rows flushed on its
 /// own) are merged into one by compaction, as a day's small segments are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_merges_thin_segments_of_consecutive_days() {
+async fn compaction_merges_thin_segments_of_different_days() {
     let tmp = tempfile::tempdir().unwrap();
     let db = open(tmp.path()).await;
     create(&db).await;

@@ -78,7 +78,7 @@ impl Visitor for Patterns {
 
 /// Where a regular expression function's flags are, after its subject
 /// (0) and pattern (1); None for other functions.
-pub(crate) fn flags_at(name: &str) -> Option<usize> {
+fn flags_at(name: &str) -> Option<usize> {
     match name {
         "regexp_like" | "regexp_match" => Some(2),
         "regexp_replace" | "regexp_count" => Some(3),

@@ -10,6 +10,9 @@
 # client): all rows, the middle day, the 30 days from it, a year-by-year
 # chart. The table is sorted by sensor, so a segment of several days keeps
 # each day's rows spread through it.
+# With MEMORY=1, the queries also run while the rows are still in memory
+# (the first start keeps them there with --flush-age 1h), 2 s after the
+# last write (crates/kiln-storage/src/memstore/pack.rs).
 # With THEN=<binary>, each BUILD's data directory is then opened by THEN,
 # and how many segments are left after 5, 15, 30 and 60 s of its
 # background compaction is printed (the same queries follow).
@@ -84,12 +87,16 @@ PY
 for KILN in "$@"; do
   NAME=$(basename "$KILN")
   DIR="$DATA/$NAME.$RANDOM"
-  kiln_start "$DIR"
+  kiln_start "$DIR" --flush-age 1h
   kiln_sql "CREATE TABLE hist (ts TIMESTAMP NOT NULL, sensor BIGINT NOT NULL, v DOUBLE) WITH (sort_key = 'sensor')" >/dev/null
   for part in "$DATA"/rows.part*; do
     curl -sf "http://$KILN_HTTP/v1/write/hist" -H 'Content-Type: application/x-ndjson' \
       --data-binary @"$part" >/dev/null
   done
+  if [ -n "${MEMORY:-}" ]; then
+    sleep 2
+    queries "$NAME mem"
+  fi
   kiln_stop
   START=$(date +%s.%N)
   kiln_start "$DIR"

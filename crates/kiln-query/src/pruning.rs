@@ -22,6 +22,7 @@ use datafusion::physical_expr::expressions::{BinaryExpr, CastExpr, Column as Phy
 use datafusion::physical_expr::utils::{collect_columns, split_conjunction};
 use datafusion::physical_expr_common::physical_expr::is_volatile;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
+use kiln_storage::memstore::Days;
 use kiln_storage::{NANOS_PER_DAY, StatValue};
 
 /// Min/max/null statistics of one container (a segment or a memory partition).
@@ -33,15 +34,11 @@ pub struct ContainerStats {
 }
 
 impl ContainerStats {
-    /// Statistics of a memory partition: only its time range (the day) is known.
-    pub fn day(ncols: usize, time_column: usize, day: i32) -> Self {
+    /// Statistics of a memory partition: only its time range (its days) is known.
+    pub fn days(ncols: usize, time_column: usize, days: Days) -> Self {
         let mut columns = vec![(None, None, None); ncols];
-        let start = day as i64 * NANOS_PER_DAY;
-        columns[time_column] = (
-            Some(StatValue::Int(start)),
-            Some(StatValue::Int(start + NANOS_PER_DAY - 1)),
-            None,
-        );
+        let (start, end) = days.time_range();
+        columns[time_column] = (Some(StatValue::Int(start)), Some(StatValue::Int(end)), None);
         Self {
             columns,
             rows: None,

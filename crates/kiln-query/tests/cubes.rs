@@ -454,7 +454,7 @@ async fn cube_answers_equal_raw_answers() {
     }
     let snapshot = db.table("ev").unwrap().snapshot();
     assert!(!snapshot.version.frozen.is_empty(), "rows frozen");
-    let mem = snapshot.mem_by_day();
+    let mem = snapshot.mem_by_days();
     let large = mem.iter().filter(|(_, b)| b.rows() >= MEM_STATES_MIN_ROWS);
     let with_states = large.filter(|(_, b)| !b.derived_keys().is_empty()).count();
     assert!(

@@ -1,5 +1,5 @@
 //! Background work: flushing memstores to Parquet segments, compacting
-//! small segments, building the cube parts segments lack, and deleting WAL
+//! small segments, packing small in-memory batches of many days, building the cube parts segments lack, and deleting WAL
 //! files whose rows are all persisted.
 //!
 //! One task does it all, so flushes across tables are naturally staggered:
@@ -19,6 +19,7 @@ use crate::failpoints::{
     COMPACTION_AFTER_COMMIT, COMPACTION_AFTER_SEGMENT, FLUSH_AFTER_SEGMENTS, failpoint,
 };
 use crate::manifest::Segment;
+use crate::schema::split_by_day;
 use crate::segment;
 use crate::table::{Commit, Table};
 
@@ -91,6 +92,12 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
         }
     }
     let tables: Vec<_> = inner.registry.load().by_id.values().cloned().collect();
+    for t in &tables {
+        let packed = t.mem.pack_small(inner.config.segment_pack_rows);
+        if packed > 0 {
+            tracing::debug!(table = t.name(), packed, "packed small in-memory batches");
+        }
+    }
     for t in tables {
         inner.build_missing_parts(&t, PARTS_PER_ROUND).await?;
     }
@@ -128,12 +135,19 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
-    let mut by_day: BTreeMap<i32, Vec<_>> = BTreeMap::new();
-    for c in &set.chunks {
-        by_day.entry(c.day).or_default().push(c.batch.batch.clone());
-    }
     let mut written = vec![];
     let wrote: Result<()> = async {
+        let mut by_day: BTreeMap<i32, Vec<_>> = BTreeMap::new();
+        for c in &set.chunks {
+            let batch = &c.batch.batch;
+            let parts = match c.days.first == c.days.last {
+                true => vec![(c.days.first, batch.clone())],
+                false => split_by_day(batch, table.def.time_column)?,
+            };
+            for (day, part) in parts {
+                by_day.entry(day).or_default().push(part);
+            }
+        }
         let pack = inner.config.segment_pack_rows;
         for (day, batches) in segment::pack_days(by_day, pack) {
             written.push(inner.write_segment(table, day, batches).await?);

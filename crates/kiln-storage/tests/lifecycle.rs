@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use arrow::array::AsArray;
+use arrow::datatypes::TimestampNanosecondType;
+use kiln_storage::memstore::SMALL_ROWS;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,6 +115,8 @@ async fn compaction_merges_small_segments_and_deletes_them_once_released() {
 
 /// A day of many rows is a segment of its own; thin days around it share
 /// one, so a table spread thin over years keeps a few files, not one a day.
+/// Before their flush, the thin days' small batches in memory are packed
+/// into one, which the flush splits by day again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_day_has_its_own_segment_and_thin_days_share_one() {
     let tmp = tempfile::tempdir().unwrap();
@@ -124,6 +129,22 @@ async fn a_full_day_has_its_own_segment_and_thin_days_share_one() {
     for day in 0..600 {
         want = want + write(&db, day, 300_000 + day..300_001 + day).await;
     }
+    let t = db.table(TABLE).unwrap();
+    assert!(t.mem.pack_small(131_072) >= 600);
+    let snapshot = t.snapshot();
+    let mem = snapshot.mem_by_days();
+    let small: Vec<_> = mem.iter().filter(|(_, b)| b.rows() < SMALL_ROWS).collect();
+    assert_eq!(small.len(), 1, "the thin days' rows in one batch");
+    assert_eq!(
+        (small[0].0.first, small[0].0.last),
+        (day_of(0), day_of(599))
+    );
+    for (days, b) in &mem {
+        let (first, last) = days.time_range();
+        let ts = b.batch.column(0).as_primitive::<TimestampNanosecondType>();
+        assert!(ts.values().iter().all(|t| (first..=last).contains(t)));
+    }
+    assert_eq!(Totals::of(&snapshot.mem_batches()), want);
     db.flush_all().await.unwrap();
     let m = db.table(TABLE).unwrap().mem.manifest();
     let mut spans: Vec<_> = m

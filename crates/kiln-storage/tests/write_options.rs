@@ -71,11 +71,7 @@ fn count(db: &Db) -> u64 {
         .iter()
         .map(|s| s.meta.rows)
         .sum();
-    let mem: usize = snap
-        .mem_batches(|_| true)
-        .iter()
-        .map(|b| b.num_rows())
-        .sum();
+    let mem: usize = snap.mem_batches().iter().map(|b| b.num_rows()).sum();
     seg + mem as u64
 }
 

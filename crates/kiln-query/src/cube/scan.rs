@@ -23,6 +23,7 @@
 //! reach them.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -43,7 +44,7 @@ use datafusion::physical_plan::{
     ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
-use kiln_storage::memstore::MemBatch;
+use kiln_storage::memstore::{Days, MemBatch};
 use kiln_storage::{NANOS_PER_DAY, Segment, TableSnapshot};
 
 use super::Cubes;
@@ -386,15 +387,15 @@ impl CubeScanExec {
         // made once and kept with it; small ones are read raw.
         let time_column = table.table().def.time_column;
         let (mut mem_raw, mut mem_edges) = (vec![], vec![]);
-        for (day, batch) in snapshot.mem_by_day() {
-            // A day the range cannot reach: no states made, nothing sliced.
-            let first = i128::from(day) * i128::from(NANOS_PER_DAY);
-            let last = first + i128::from(NANOS_PER_DAY) - 1;
+        for (days, batch) in snapshot.mem_by_days() {
+            // Days the range cannot reach: no states made, nothing sliced.
+            let (first, last) = days.time_range();
+            let (first, last) = (i128::from(first), i128::from(last));
             if !on_edge(first, last) && !in_whole(first, last) {
                 continue;
             }
             if batch.rows() < MEM_STATES_MIN_ROWS {
-                mem_raw.push((day, batch));
+                mem_raw.push((days, batch));
                 continue;
             }
             let states = cubes
@@ -402,7 +403,7 @@ impl CubeScanExec {
                 .await?;
             let (min, max) = states.time;
             if on_edge(min, max) {
-                mem_edges.push((day, batch));
+                mem_edges.push((days, batch));
             }
             if in_whole(min, max) {
                 batches.push(selected(states.rows.clone(), min, max)?);
@@ -658,16 +659,13 @@ fn outside_buckets(r: &PhysicalRange, lo: i128, hi: i128) -> Option<Arc<dyn Phys
 fn pinned(
     snapshot: &TableSnapshot,
     segments: Vec<Arc<Segment>>,
-    mem: Vec<(i32, Arc<MemBatch>)>,
+    mem: Vec<(Days, Arc<MemBatch>)>,
 ) -> TableSnapshot {
-    let mut active: Vec<(i32, Vec<Arc<MemBatch>>)> = vec![];
-    for (day, batch) in mem {
-        match active.iter_mut().find(|(d, _)| *d == day) {
-            Some((_, batches)) => batches.push(batch),
-            None => active.push((day, vec![batch])),
-        }
+    let mut active: BTreeMap<Days, Vec<Arc<MemBatch>>> = BTreeMap::new();
+    for (days, batch) in mem {
+        active.entry(days).or_default().push(batch);
     }
-    narrowed(snapshot, segments, vec![], active)
+    narrowed(snapshot, segments, vec![], active.into_iter().collect())
 }
 
 impl DisplayAs for CubeScanExec {

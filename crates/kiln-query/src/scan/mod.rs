@@ -36,7 +36,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::TryStreamExt;
-use kiln_storage::memstore::{FrozenChunk, MemBatch, TableVersion};
+use kiln_storage::memstore::{Days, FrozenChunk, MemBatch, TableVersion};
 use kiln_storage::schema::view_schema;
 use kiln_storage::{Db, Manifest, STORE_URL, Segment, Table, TableSnapshot};
 use object_store::ObjectStore;
@@ -252,7 +252,7 @@ pub(crate) fn narrowed(
     snapshot: &TableSnapshot,
     segments: Vec<Arc<Segment>>,
     frozen: Vec<Arc<FrozenChunk>>,
-    active: Vec<(i32, Vec<Arc<MemBatch>>)>,
+    active: Vec<(Days, Vec<Arc<MemBatch>>)>,
 ) -> TableSnapshot {
     let m = &snapshot.version.manifest;
     TableSnapshot {
@@ -478,3 +478,6 @@ impl DataSink for KilnSink {
         Ok(rows as u64)
     }
 }
+
+#[cfg(test)]
+mod tests;

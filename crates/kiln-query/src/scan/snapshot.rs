@@ -20,6 +20,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExecBuilder;
+use kiln_storage::memstore::Days;
 use kiln_storage::{Segment, TableSnapshot};
 
 use super::observed::ObservedStore;
@@ -266,37 +267,32 @@ impl KilnTable {
         Ok(Some(plan))
     }
 
-    /// The memstore's rows of the day partitions the filter keeps, each
-    /// batch with the conjuncts its day does not prove: a day inside the
-    /// query's time range is not compared row by row with it.
+    /// The memstore's rows of the partitions the filter keeps, each batch
+    /// with the conjuncts its days do not prove: a day inside the query's
+    /// time range is not compared row by row with it.
     fn memstore_batches(
         &self,
         snapshot: &TableSnapshot,
         spec: &ScanSpec,
         pruning: Option<&Pruner>,
     ) -> Vec<Filtered> {
-        let mut days: Vec<i32> = snapshot
-            .version
-            .frozen
-            .iter()
-            .map(|c| c.day)
-            .chain(snapshot.active.iter().map(|(d, _)| *d))
-            .collect();
+        let mem = snapshot.mem_by_days();
+        let mut days: Vec<Days> = mem.iter().map(|(d, _)| *d).collect();
         days.sort_unstable();
         days.dedup();
         let ncols = self.schema.fields().len();
         let day_stats: Vec<_> = days
             .iter()
-            .map(|d| ContainerStats::day(ncols, self.table.def.time_column, *d))
+            .map(|d| ContainerStats::days(ncols, self.table.def.time_column, *d))
             .collect();
         let kept = keep(pruning, &self.schema, &day_stats);
         let left = match &spec.conjuncts {
             Some(c) => c.residuals_of(&self.schema, &day_stats),
             None => vec![0; days.len()],
         };
-        // Per kept day, its filter, made once per set of conjuncts left.
+        // Per kept partition, its filter, made once per set of conjuncts left.
         let mut filters: HashMap<Residual, Option<Arc<dyn PhysicalExpr>>> = HashMap::new();
-        let by_day: HashMap<i32, Option<Arc<dyn PhysicalExpr>>> = days
+        let by_days: HashMap<Days, Option<Arc<dyn PhysicalExpr>>> = days
             .iter()
             .zip(kept.into_iter().zip(left))
             .filter(|(_, (k, _))| *k)
@@ -311,10 +307,8 @@ impl KilnTable {
                 (*d, filter)
             })
             .collect();
-        snapshot
-            .mem_by_day()
-            .into_iter()
-            .filter_map(|(d, b)| Some((b.viewed().clone(), by_day.get(&d)?.clone())))
+        mem.into_iter()
+            .filter_map(|(d, b)| Some((b.viewed().clone(), by_days.get(&d)?.clone())))
             .collect()
     }
 }

@@ -13,8 +13,15 @@
 //! What they keep is counted with the rows ([`MemBatch::charge`]) while
 //! the batch is in the memstore: a table with many cubes holds states
 //! for each, and the memstore's limits must see them.
+//!
+//! A table written thinly over many days (a backfill) would hold a small
+//! batch per day, and every query would handle each one. The background
+//! task packs such small batches of many days into a few frozen batches
+//! ([`MemStore::pack_small`], in `pack`), as a flush packs thin days into a
+//! segment; a frozen batch therefore covers a range of [`Days`].
 
 mod active;
+mod pack;
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -27,16 +34,46 @@ use arrow::datatypes::{DataType, SchemaRef};
 use parking_lot::Mutex;
 
 pub use active::ActiveBuffer;
+pub use pack::{PACK_MIN_SMALL, SMALL_ROWS};
 
 use crate::manifest::Manifest;
-use crate::schema::{TableDef, split_by_day, view_schema};
+use crate::schema::{NANOS_PER_DAY, TableDef, split_by_day, view_schema};
 use crate::segment::batch_bytes;
 
-/// An immutable batch of one partition waiting to be flushed.
+/// The days an in-memory batch's rows fall in: one day for an active
+/// buffer's batches and most frozen ones, a range for a packed batch of
+/// small days ([`MemStore::pack_small`]). Its rows may not cover every day
+/// of the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Days {
+    pub first: i32,
+    pub last: i32,
+}
+
+impl Days {
+    /// The one day `day`.
+    pub fn one(day: i32) -> Self {
+        Self {
+            first: day,
+            last: day,
+        }
+    }
+
+    /// The first and last nanosecond of the range (clamped to the
+    /// timestamps there are: the first and last days are partial).
+    pub fn time_range(&self) -> (i64, i64) {
+        let start = |d: i32| i64::from(d).saturating_mul(NANOS_PER_DAY);
+        let end = start(self.last).saturating_add(NANOS_PER_DAY - 1);
+        (start(self.first), end)
+    }
+}
+
+/// An immutable batch of one partition, or of several small ones packed
+/// together, waiting to be flushed.
 #[derive(Debug)]
 pub struct FrozenChunk {
     pub id: u64,
-    pub day: i32,
+    pub days: Days,
     pub batch: Arc<MemBatch>,
     pub bytes: usize,
 }
@@ -219,14 +256,19 @@ pub struct TableVersion {
 #[derive(Debug, Clone)]
 pub struct TableSnapshot {
     pub version: Arc<TableVersion>,
-    /// Rows of the active buffers, by day.
-    pub active: Vec<(i32, Vec<Arc<MemBatch>>)>,
+    /// Rows of the active buffers, by day (a narrowed snapshot a query
+    /// pins may hold frozen batches here too, under their range).
+    pub active: Vec<(Days, Vec<Arc<MemBatch>>)>,
 }
 
 impl TableSnapshot {
-    /// Every in-memory batch with its day, frozen ones first.
-    pub fn mem_by_day(&self) -> Vec<(i32, Arc<MemBatch>)> {
-        let frozen = self.version.frozen.iter().map(|c| (c.day, c.batch.clone()));
+    /// Every in-memory batch with its days, frozen ones first.
+    pub fn mem_by_days(&self) -> Vec<(Days, Arc<MemBatch>)> {
+        let frozen = self
+            .version
+            .frozen
+            .iter()
+            .map(|c| (c.days, c.batch.clone()));
         let active = self
             .active
             .iter()
@@ -234,27 +276,10 @@ impl TableSnapshot {
         frozen.chain(active).collect()
     }
 
-    /// In-memory batches of the days `keep` accepts.
-    pub fn mem_batches(&self, keep: impl Fn(i32) -> bool) -> Vec<RecordBatch> {
-        self.mem(keep)
-            .into_iter()
-            .map(|b| b.batch.clone())
-            .collect()
-    }
-
-    fn mem(&self, keep: impl Fn(i32) -> bool) -> Vec<&MemBatch> {
-        let frozen = self
-            .version
-            .frozen
-            .iter()
-            .filter(|c| keep(c.day))
-            .map(|c| c.batch.as_ref());
-        let active = self
-            .active
-            .iter()
-            .filter(|(d, _)| keep(*d))
-            .flat_map(|(_, b)| b.iter().map(|b| b.as_ref()));
-        frozen.chain(active).collect()
+    /// Every in-memory batch's rows.
+    pub fn mem_batches(&self) -> Vec<RecordBatch> {
+        let batches = self.mem_by_days().into_iter();
+        batches.map(|(_, b)| b.batch.clone()).collect()
     }
 }
 
@@ -268,6 +293,9 @@ struct State {
     oldest_unflushed: Option<(u64, i64)>,
     /// Oldest WAL sequence of a flush under way.
     flushing_from: Option<u64>,
+    /// Flushes begun: a packing of small batches that a flush began
+    /// during is dropped, since the flush took the batches it read.
+    flushes_begun: u64,
     /// What the last frozen batch held, to pre-size the next active buffer
     /// of its day ([`SizeHint`]).
     size_hint: Option<SizeHint>,
@@ -324,6 +352,7 @@ impl MemStore {
                 last_seq,
                 oldest_unflushed: None,
                 flushing_from: None,
+                flushes_begun: 0,
                 size_hint: None,
             }),
             bytes: Arc::default(),
@@ -369,24 +398,13 @@ impl MemStore {
     }
 
     fn freeze_locked(&self, st: &mut State, day: i32) {
-        let Some(buf) = st.active.remove(&day) else {
+        let Some(chunk) = self.frozen_chunk(st, day) else {
             return;
         };
-        if buf.rows() == 0 {
-            return;
-        }
-        let bytes = buf.bytes();
-        let batch = buf.freeze();
         st.size_hint = Some(SizeHint {
             day,
-            rows: batch.num_rows(),
-            string_bytes: string_widths(&batch),
-        });
-        let chunk = Arc::new(FrozenChunk {
-            id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
-            day,
-            batch: Arc::new(MemBatch::new(batch, self.bytes.clone())),
-            bytes,
+            rows: chunk.batch.rows(),
+            string_bytes: string_widths(&chunk.batch.batch),
         });
         let mut frozen = st.version.frozen.clone();
         frozen.push(chunk);
@@ -396,13 +414,30 @@ impl MemStore {
         });
     }
 
+    /// `day`'s active buffer, taken out and frozen (none if it is empty).
+    /// The caller adds the chunk to the frozen batches in the same hold of
+    /// the lock, so its rows stay visible.
+    fn frozen_chunk(&self, st: &mut State, day: i32) -> Option<Arc<FrozenChunk>> {
+        let buf = st.active.remove(&day)?;
+        if buf.rows() == 0 {
+            return None;
+        }
+        let bytes = buf.bytes();
+        Some(Arc::new(FrozenChunk {
+            id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
+            days: Days::one(day),
+            batch: Arc::new(MemBatch::new(buf.freeze(), self.bytes.clone())),
+            bytes,
+        }))
+    }
+
     /// A consistent snapshot of everything applied so far.
     pub fn snapshot(&self) -> TableSnapshot {
         let mut st = self.state.lock();
         let active = st
             .active
             .iter_mut()
-            .map(|(d, b)| (*d, b.snapshot()))
+            .map(|(d, b)| (Days::one(*d), b.snapshot()))
             .collect();
         TableSnapshot {
             version: st.version.clone(),
@@ -439,6 +474,7 @@ impl MemStore {
         if let Some((seq, _)) = st.oldest_unflushed.take() {
             st.flushing_from = Some(st.flushing_from.map_or(seq, |f| f.min(seq)));
         }
+        st.flushes_begun += 1;
         FlushSet {
             chunks: st.version.frozen.clone(),
             through_seq: st.last_seq,

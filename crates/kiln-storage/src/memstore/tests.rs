@@ -57,7 +57,7 @@ fn batch(def: &TableDef, day: i64, start: i64, n: i64) -> RecordBatch {
 }
 
 fn all_rows(def: &TableDef, snap: &TableSnapshot) -> RecordBatch {
-    concat_batches(&def.arrow_schema(), &snap.mem_batches(|_| true)).unwrap()
+    concat_batches(&def.arrow_schema(), &snap.mem_batches()).unwrap()
 }
 
 #[test]
@@ -229,7 +229,7 @@ fn a_failed_flush_keeps_rows_needed_for_recovery() {
 
 /// Every in-memory batch of `snap` in its query form, frozen ones first.
 fn viewed_of(snap: &TableSnapshot) -> Vec<RecordBatch> {
-    let all = snap.mem_by_day().into_iter();
+    let all = snap.mem_by_days().into_iter();
     all.map(|(_, b)| b.viewed().clone()).collect()
 }
 
@@ -245,7 +245,7 @@ fn query_form_has_string_views_and_is_made_once_per_batch() {
     let first = mem.snapshot();
     assert!(!first.version.frozen.is_empty() && !first.active.is_empty());
     let viewed = viewed_of(&first);
-    let plain = first.mem_batches(|_| true);
+    let plain = first.mem_batches();
     assert_eq!(viewed.len(), plain.len());
     for (v, p) in viewed.iter().zip(&plain) {
         assert_eq!(v.schema().field(1).data_type(), &DataType::Utf8View);
@@ -400,4 +400,134 @@ fn a_new_days_buffer_has_room_for_its_rows_not_for_another_days_freeze() {
     mem.apply(k + 1_000, &dense(&def, 100, 0, 1), 0);
     let held = mem.state.lock().active[&100].held_bytes();
     assert!(held >= frozen * 8 * 4, "{held} bytes for {frozen} rows");
+}
+
+/// The times of every in-memory row of `mem`, sorted.
+fn times(def: &TableDef, mem: &MemStore) -> Vec<i64> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampNanosecondType;
+    let rows = all_rows(def, &mem.snapshot());
+    let ts = rows.column(0).as_primitive::<TimestampNanosecondType>();
+    let mut times = ts.values().to_vec();
+    times.sort_unstable();
+    times
+}
+
+/// A memstore holding three rows on each of `days` days from day 1,000,
+/// each day written twice and read between (two batches per buffer), the
+/// first `frozen` days frozen by a flush begun and aborted.
+fn thin_days(def: &TableDef, days: i64, frozen: i64) -> MemStore {
+    let mem = MemStore::new(def, def.arrow_schema(), Manifest::default(), 1 << 20);
+    let mut seq = 0;
+    for day in 0..days {
+        for (start, n) in [(0, 2), (2, 1)] {
+            seq += 1;
+            mem.apply(seq, &batch(def, 1_000 + day, start, n), 0);
+            mem.snapshot();
+        }
+        if day + 1 == frozen {
+            mem.begin_flush();
+            mem.abort_flush();
+        }
+    }
+    mem
+}
+
+#[test]
+fn small_batches_of_many_days_are_packed_with_every_row_kept() {
+    let def = def();
+    let mem = thin_days(&def, 40, 10);
+    let (rows, bytes) = (times(&def, &mem), mem.bytes());
+    assert_eq!(rows.len(), 120);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 40 + 30);
+    assert_eq!(mem.pack_small(crate::segment::ROW_GROUP_ROWS), 40);
+    let snap = mem.snapshot();
+    let packed = snap.mem_by_days();
+    assert_eq!(packed.len(), 1, "{packed:?}");
+    assert_eq!(
+        packed[0].0,
+        Days {
+            first: 1_000,
+            last: 1_039
+        }
+    );
+    assert!(snap.active.is_empty());
+    assert_eq!(times(&def, &mem), rows);
+    assert_eq!(mem.bytes(), bytes, "rows counted as before");
+    // Rows written afterwards go to active buffers again.
+    mem.apply(1_000, &batch(&def, 1_005, 10, 1), 0);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 2);
+    // Everything leaves memory with the next flush.
+    let set = mem.begin_flush();
+    flushed(&mem, &set);
+    assert_eq!(mem.bytes(), 0);
+    assert!(mem.snapshot().mem_by_days().is_empty());
+}
+
+#[test]
+fn packed_batches_hold_at_most_the_limit_in_day_order() {
+    let def = def();
+    let mem = thin_days(&def, 40, 0);
+    let rows = times(&def, &mem);
+    // Three rows a day: eight days to a packed batch of 25 rows at most.
+    assert_eq!(mem.pack_small(25), 40);
+    let mut packed = mem.snapshot().mem_by_days();
+    packed.sort_by_key(|(d, _)| *d);
+    let days: Vec<_> = packed
+        .iter()
+        .map(|(d, b)| (d.first, d.last, b.rows()))
+        .collect();
+    let want: Vec<_> = (0..5).map(|k| (1_000 + 8 * k, 1_007 + 8 * k, 24)).collect();
+    assert_eq!(days, want);
+    assert_eq!(times(&def, &mem), rows);
+    // Packed batches at the limit are not packed again.
+    assert_eq!(mem.pack_small(25), 0);
+    // A limit of 0 packs nothing.
+    let mem = thin_days(&def, 40, 0);
+    assert_eq!(mem.pack_small(0), 0);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 80);
+}
+
+#[test]
+fn a_table_with_few_small_batches_is_left_alone() {
+    let def = def();
+    let mem = thin_days(&def, PACK_MIN_SMALL as i64 / 2 - 1, 0);
+    let before = mem.snapshot().mem_by_days().len();
+    assert_eq!(mem.pack_small(crate::segment::ROW_GROUP_ROWS), 0);
+    assert_eq!(mem.snapshot().mem_by_days().len(), before);
+    assert!(!mem.snapshot().active.is_empty(), "nothing frozen");
+}
+
+#[test]
+fn a_packing_that_a_flush_began_during_is_dropped() {
+    let def = def();
+    let mem = thin_days(&def, 40, 0);
+    let rows = times(&def, &mem);
+    let runs = mem.small_runs(crate::segment::ROW_GROUP_ROWS).unwrap();
+    let set = mem.begin_flush();
+    assert_eq!(mem.swap_packed(runs), 0);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 40);
+    assert_eq!(times(&def, &mem), rows);
+    // The flush takes every row once; none is left behind or doubled.
+    let flushed_rows: usize = set.chunks.iter().map(|c| c.batch.rows()).sum();
+    assert_eq!(flushed_rows, 120);
+    flushed(&mem, &set);
+    assert!(mem.snapshot().mem_by_days().is_empty());
+    assert_eq!(mem.bytes(), 0);
+    // Nothing is picked while a flush is under way.
+    let mem = thin_days(&def, 40, 0);
+    let _set = mem.begin_flush();
+    assert!(mem.small_runs(crate::segment::ROW_GROUP_ROWS).is_none());
+}
+
+#[test]
+fn day_ranges_span_whole_days_without_overflow() {
+    assert_eq!(
+        Days::one(1).time_range(),
+        (NANOS_PER_DAY, 2 * NANOS_PER_DAY - 1)
+    );
+    let last = (i64::MAX / NANOS_PER_DAY) as i32;
+    let first = (i64::MIN / NANOS_PER_DAY) as i32 - 1;
+    let all = Days { first, last };
+    assert_eq!(all.time_range(), (i64::MIN, i64::MAX));
 }

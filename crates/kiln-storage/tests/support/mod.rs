@@ -144,8 +144,7 @@ pub async fn read_segments(db: &Db, segments: &[Arc<Segment>]) -> Totals {
 
 /// Everything `snap` shows: its segments read from disk plus its memory.
 pub async fn totals_of(db: &Db, snap: &TableSnapshot) -> Totals {
-    read_segments(db, &snap.version.manifest.segments).await
-        + Totals::of(&snap.mem_batches(|_| true))
+    read_segments(db, &snap.version.manifest.segments).await + Totals::of(&snap.mem_batches())
 }
 
 /// Everything the table holds now.
@@ -160,7 +159,7 @@ pub async fn in_segments(db: &Db) -> Totals {
 
 /// Rows in memory, not yet flushed.
 pub fn in_memory(db: &Db) -> Totals {
-    Totals::of(&db.table(TABLE).unwrap().snapshot().mem_batches(|_| true))
+    Totals::of(&db.table(TABLE).unwrap().snapshot().mem_batches())
 }
 
 /// The current manifest version in memory.

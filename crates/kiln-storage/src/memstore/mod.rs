@@ -59,8 +59,8 @@ impl Days {
         }
     }
 
-    /// The first and last nanosecond of the range (clamped to the
-    /// timestamps there are: the first and last days are partial).
+    /// The first and last nanosecond of the range (clamped to `i64`'s
+    /// range: the first and last days a timestamp can fall in are partial).
     pub fn time_range(&self) -> (i64, i64) {
         let start = |d: i32| i64::from(d).saturating_mul(NANOS_PER_DAY);
         let end = start(self.last).saturating_add(NANOS_PER_DAY - 1);

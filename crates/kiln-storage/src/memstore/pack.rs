@@ -7,8 +7,8 @@
 //! background task packs them as a flush packs thin days into a segment:
 //! small batches, in day order, into frozen batches of at most
 //! `--segment-pack-rows` rows, each covering the range of [`Days`] of its
-//! inputs. A live table, which holds one or two small batches (today's
-//! rows, a few late ones), is left alone.
+//! inputs. A live table, which holds a small batch for each of the few days
+//! or weeks its rows are written to, is left alone ([`PACK_MIN_SMALL`]).
 //!
 //! Rows stay visible throughout: an active buffer is frozen in the same
 //! hold of the lock that adds its batch to the frozen ones, and packed
@@ -29,8 +29,10 @@ use super::{Days, FrozenChunk, MemBatch, MemStore, TableVersion};
 /// size).
 pub const SMALL_ROWS: usize = 8192;
 
-/// A table's small batches are packed once it holds this many.
-pub const PACK_MIN_SMALL: usize = 16;
+/// A table's small batches are packed once it holds this many. Fewer cost
+/// a query little (about 2 us each), and a live stream's rows spread over
+/// a few weeks (one small active buffer a day) are left as they are.
+pub const PACK_MIN_SMALL: usize = 64;
 
 /// Active buffers frozen per hold of the table's lock, so writers and
 /// queries never wait long for a packing.

@@ -436,11 +436,11 @@ fn thin_days(def: &TableDef, days: i64, frozen: i64) -> MemStore {
 #[test]
 fn small_batches_of_many_days_are_packed_with_every_row_kept() {
     let def = def();
-    let mem = thin_days(&def, 40, 10);
+    let mem = thin_days(&def, 100, 10);
     let (rows, bytes) = (times(&def, &mem), mem.bytes());
-    assert_eq!(rows.len(), 120);
-    assert_eq!(mem.snapshot().mem_by_days().len(), 40 + 30);
-    assert_eq!(mem.pack_small(crate::segment::ROW_GROUP_ROWS), 40);
+    assert_eq!(rows.len(), 300);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 10 + 90 * 2);
+    assert_eq!(mem.pack_small(crate::segment::ROW_GROUP_ROWS), 100);
     let snap = mem.snapshot();
     let packed = snap.mem_by_days();
     assert_eq!(packed.len(), 1, "{packed:?}");
@@ -448,7 +448,7 @@ fn small_batches_of_many_days_are_packed_with_every_row_kept() {
         packed[0].0,
         Days {
             first: 1_000,
-            last: 1_039
+            last: 1_099
         }
     );
     assert!(snap.active.is_empty());
@@ -467,25 +467,28 @@ fn small_batches_of_many_days_are_packed_with_every_row_kept() {
 #[test]
 fn packed_batches_hold_at_most_the_limit_in_day_order() {
     let def = def();
-    let mem = thin_days(&def, 40, 0);
+    let mem = thin_days(&def, 100, 0);
     let rows = times(&def, &mem);
     // Three rows a day: eight days to a packed batch of 25 rows at most.
-    assert_eq!(mem.pack_small(25), 40);
+    assert_eq!(mem.pack_small(25), 100);
     let mut packed = mem.snapshot().mem_by_days();
     packed.sort_by_key(|(d, _)| *d);
     let days: Vec<_> = packed
         .iter()
         .map(|(d, b)| (d.first, d.last, b.rows()))
         .collect();
-    let want: Vec<_> = (0..5).map(|k| (1_000 + 8 * k, 1_007 + 8 * k, 24)).collect();
+    let mut want: Vec<_> = (0..12)
+        .map(|k| (1_000 + 8 * k, 1_007 + 8 * k, 24))
+        .collect();
+    want.push((1_096, 1_099, 12));
     assert_eq!(days, want);
     assert_eq!(times(&def, &mem), rows);
-    // Packed batches at the limit are not packed again.
+    // Fewer small batches than PACK_MIN_SMALL are left alone.
     assert_eq!(mem.pack_small(25), 0);
     // A limit of 0 packs nothing.
-    let mem = thin_days(&def, 40, 0);
+    let mem = thin_days(&def, 100, 0);
     assert_eq!(mem.pack_small(0), 0);
-    assert_eq!(mem.snapshot().mem_by_days().len(), 80);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 200);
 }
 
 #[test]
@@ -501,21 +504,21 @@ fn a_table_with_few_small_batches_is_left_alone() {
 #[test]
 fn a_packing_that_a_flush_began_during_is_dropped() {
     let def = def();
-    let mem = thin_days(&def, 40, 0);
+    let mem = thin_days(&def, 100, 0);
     let rows = times(&def, &mem);
     let runs = mem.small_runs(crate::segment::ROW_GROUP_ROWS).unwrap();
     let set = mem.begin_flush();
     assert_eq!(mem.swap_packed(runs), 0);
-    assert_eq!(mem.snapshot().mem_by_days().len(), 40);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 100);
     assert_eq!(times(&def, &mem), rows);
     // The flush takes every row once; none is left behind or doubled.
     let flushed_rows: usize = set.chunks.iter().map(|c| c.batch.rows()).sum();
-    assert_eq!(flushed_rows, 120);
+    assert_eq!(flushed_rows, 300);
     flushed(&mem, &set);
     assert!(mem.snapshot().mem_by_days().is_empty());
     assert_eq!(mem.bytes(), 0);
     // Nothing is picked while a flush is under way.
-    let mem = thin_days(&def, 40, 0);
+    let mem = thin_days(&def, 100, 0);
     let _set = mem.begin_flush();
     assert!(mem.small_runs(crate::segment::ROW_GROUP_ROWS).is_none());
 }

@@ -1,6 +1,7 @@
 //! Background work: flushing memstores to Parquet segments, compacting
-//! small segments, packing small in-memory batches of many days, building the cube parts segments lack, and deleting WAL
-//! files whose rows are all persisted.
+//! small segments, packing small in-memory batches of many days, building
+//! the cube parts segments lack, and deleting WAL files whose rows are all
+//! persisted.
 //!
 //! One task does it all, so flushes across tables are naturally staggered:
 //! at most one runs at a time, with `flush_gap` between starts. Writers and
@@ -60,7 +61,8 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Rec
     }
 }
 
-/// One pass: flush what is due, compact one partition per table, trim the WAL.
+/// One pass: flush what is due, compact one partition per table, pack
+/// small in-memory batches, build missing cube parts, trim the WAL.
 pub(crate) async fn round(inner: &Inner) -> Result<()> {
     let now = inner.clock.now_ns();
     let mut due: Vec<Arc<Table>> = inner

@@ -95,9 +95,17 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
     }
     let tables: Vec<_> = inner.registry.load().by_id.values().cloned().collect();
     for t in &tables {
-        let packed = t.mem.pack_small(inner.config.segment_pack_rows);
-        if packed > 0 {
-            tracing::debug!(table = t.name(), packed, "packed small in-memory batches");
+        // Concatenating up to a memstore's rows is CPU work: off the
+        // runtime's workers, which serve writes and queries.
+        let (table, limit) = (t.clone(), inner.config.segment_pack_rows);
+        match tokio::task::spawn_blocking(move || table.mem.pack_small(limit)).await {
+            Ok(0) => {}
+            Ok(packed) => {
+                tracing::debug!(table = t.name(), packed, "packed small in-memory batches")
+            }
+            Err(e) => {
+                tracing::error!(table = t.name(), error = %e, "packing in-memory batches failed")
+            }
         }
     }
     for t in tables {

@@ -41,21 +41,34 @@ pub fn pack_days(
     by_day: BTreeMap<i32, Vec<RecordBatch>>,
     limit: usize,
 ) -> Vec<(i32, Vec<RecordBatch>)> {
-    let mut packs: Vec<(i32, Vec<RecordBatch>, usize)> = vec![];
-    for (day, batches) in by_day {
-        let n: usize = batches.iter().map(|b| b.num_rows()).sum();
-        match packs.last_mut() {
-            Some((_, rows, held)) if *held + n <= limit => {
-                rows.extend(batches);
+    let rows = |(_, batches): &(i32, Vec<RecordBatch>)| batches.iter().map(|b| b.num_rows()).sum();
+    let packs = runs_within(by_day, rows, limit).into_iter();
+    packs
+        .map(|run| (run[0].0, run.into_iter().flat_map(|(_, b)| b).collect()))
+        .collect()
+}
+
+/// `items` cut, in their order, into runs holding at most `limit` rows
+/// together (`rows` of each); an item of more rows is a run of its own.
+/// The rule thin days share a segment by ([`pack_days`]), and small
+/// in-memory batches a packed batch.
+pub fn runs_within<T>(
+    items: impl IntoIterator<Item = T>,
+    rows: impl Fn(&T) -> usize,
+    limit: usize,
+) -> Vec<Vec<T>> {
+    let mut runs: Vec<(Vec<T>, usize)> = vec![];
+    for item in items {
+        let n = rows(&item);
+        match runs.last_mut() {
+            Some((run, held)) if *held + n <= limit => {
+                run.push(item);
                 *held += n;
             }
-            _ => packs.push((day, batches, n)),
+            _ => runs.push((vec![item], n)),
         }
     }
-    packs
-        .into_iter()
-        .map(|(day, rows, _)| (day, rows))
-        .collect()
+    runs.into_iter().map(|(run, _)| run).collect()
 }
 
 /// Concatenates and sorts rows by the table's sort key, then time.

@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use arrow::compute::concat_batches;
 
 use super::{Days, FrozenChunk, MemBatch, MemStore, TableVersion};
+use crate::segment::runs_within;
 
 /// A batch of fewer rows than this is small: below it a query spends more
 /// on handling the batch than on reading its rows (DataFusion's batch
@@ -99,12 +100,15 @@ impl MemStore {
                 frozen,
             });
         }
-        let st = self.state.lock();
-        let frozen = st.version.frozen.iter();
-        let small = frozen
-            .filter(|c| c.batch.rows() < SMALL_ROWS)
-            .cloned()
-            .collect();
+        let small = {
+            let st = self.state.lock();
+            let frozen = st.version.frozen.iter();
+            frozen
+                .filter(|c| c.batch.rows() < SMALL_ROWS)
+                .cloned()
+                .collect()
+        };
+        // Sorted and cut outside the lock.
         let runs = runs(small, limit);
         (!runs.is_empty()).then_some(Runs { begun, runs })
     }
@@ -151,19 +155,6 @@ impl MemStore {
 /// together; the runs of two batches or more.
 fn runs(mut small: Vec<Arc<FrozenChunk>>, limit: usize) -> Vec<Vec<Arc<FrozenChunk>>> {
     small.sort_by_key(|c| (c.days, c.id));
-    let mut runs: Vec<(Vec<Arc<FrozenChunk>>, usize)> = vec![];
-    for c in small {
-        let rows = c.batch.rows();
-        match runs.last_mut() {
-            Some((run, held)) if *held + rows <= limit => {
-                run.push(c);
-                *held += rows;
-            }
-            _ => runs.push((vec![c], rows)),
-        }
-    }
-    runs.into_iter()
-        .map(|(run, _)| run)
-        .filter(|run| run.len() > 1)
-        .collect()
+    let runs = runs_within(small, |c| c.batch.rows(), limit).into_iter();
+    runs.filter(|run| run.len() > 1).collect()
 }

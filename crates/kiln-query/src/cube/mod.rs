@@ -266,18 +266,19 @@ impl Cubes {
         ctx: &Arc<TaskContext>,
     ) -> DfResult<Arc<MemStates>> {
         let id = cube.def.id;
-        let all = batch.derived((id, u64::MAX), OnceCell::<Arc<MemStates>>::new);
+        let whole = (id, u64::MAX);
+        let all = batch.derived(whole, OnceCell::<Arc<MemStates>>::new);
         let all = all
             .get_or_try_init(|| async {
-                let rows = cube.states_of(cube.read(batch.viewed())?).await?;
-                let rows = cube.for_scan(rollup::sorted(rows, cube.def.dimensions.len())?)?;
+                let rows = batch_states(batch, cube).await?;
                 let ts = batch.batch.column(time_column);
                 let ts = ts.as_primitive::<TimestampNanosecondType>();
                 let time = (
                     min(ts).map_or(i128::MAX, i128::from),
                     max(ts).map_or(i128::MIN, i128::from),
                 );
-                batch.charge(rows.get_array_memory_size());
+                batch.charge_derived(whole, rows.get_array_memory_size());
+                batch.drop_inherited(whole);
                 Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
             })
             .await?;
@@ -299,7 +300,7 @@ impl Cubes {
         let rolled = rolled
             .get_or_try_init(|| async {
                 let rows = rollup::rollup(cube, all.rows.clone(), used, ctx.clone()).await?;
-                batch.charge(rows.get_array_memory_size());
+                batch.charge_derived((id, key), rows.get_array_memory_size());
                 Ok::<_, DataFusionError>(Arc::new(MemStates {
                     rows,
                     time: all.time,
@@ -367,6 +368,40 @@ pub const MEM_ROLLUPS: usize = 4;
 struct MemStates {
     rows: RecordBatch,
     time: (i128, i128),
+}
+
+/// A cube's states over `batch`'s rows, as [`MemStates::rows`]. A batch
+/// the memstore merged from others inherits their states
+/// ([`MemBatch::inherited`]): they are merged with the states of the rows
+/// they leave out, and only those rows are read. Otherwise every row is.
+async fn batch_states(batch: &MemBatch, cube: &CubePlan) -> DfResult<RecordBatch> {
+    let of_rows =
+        |rows: RecordBatch| async move { cube.for_scan(cube.states_of(cube.read(&rows)?).await?) };
+    let dims = cube.def.dimensions.len();
+    let inherited: Vec<_> = batch
+        .inherited((cube.def.id, u64::MAX))
+        .into_iter()
+        .filter_map(|(rows, v)| {
+            let states = v.downcast::<OnceCell<Arc<MemStates>>>().ok()?;
+            Some((rows, states.get()?.rows.clone()))
+        })
+        .collect();
+    if inherited.is_empty() {
+        return rollup::sorted(of_rows(batch.viewed().clone()).await?, dims);
+    }
+    let (mut parts, mut gaps, mut at) = (vec![], vec![], 0);
+    for (rows, states) in inherited {
+        gaps.push(at..rows.start);
+        parts.push(states);
+        at = rows.end;
+    }
+    gaps.push(at..batch.rows());
+    for gap in gaps.into_iter().filter(|g| !g.is_empty()) {
+        let rows = batch.viewed().slice(gap.start, gap.len());
+        parts.push(of_rows(rows).await?);
+    }
+    let parts = concat_batches(&cube.scan_schema, &parts)?;
+    rollup::merged(cube, parts).await
 }
 
 /// Plans [`CubeScan`] nodes.

@@ -345,14 +345,7 @@ impl CubePlan {
         let states = self
             .aggregate(input)
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
-        // Never pass rows through unaggregated.
-        let mut config = SessionConfig::new().with_target_partitions(1);
-        config
-            .options_mut()
-            .execution
-            .skip_partial_aggregation_probe_ratio_threshold = 2.0;
-        let ctx = Arc::new(TaskContext::default().with_session_config(config));
-        let batches = collect(states, ctx).await?;
+        let batches = collect(states, states_context()).await?;
         Ok(concat_batches(&self.schema, &batches)?)
     }
 
@@ -363,6 +356,18 @@ impl CubePlan {
         let agg = aggregate_exec(&self.group_by, &self.aggregates, rows, &self.input)?;
         Ok(Arc::new(agg))
     }
+}
+
+/// Where states are made or merged to be kept: one partition, and every
+/// row aggregated (a partial aggregation may otherwise pass rows through
+/// unaggregated once it sees few repeats).
+pub fn states_context() -> Arc<TaskContext> {
+    let mut config = SessionConfig::new().with_target_partitions(1);
+    config
+        .options_mut()
+        .execution
+        .skip_partial_aggregation_probe_ratio_threshold = 2.0;
+    Arc::new(TaskContext::default().with_session_config(config))
 }
 
 /// The partial aggregation of `aggregates` grouped by `group_by` over

@@ -25,7 +25,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
 use datafusion::physical_plan::{ExecutionPlan, collect};
 
-use super::plan::CubePlan;
+use super::plan::{CubePlan, states_context};
 
 /// Which dimensions a query reads, as a key: bit `i` set for dimension `i`
 /// (a cube has at most 64 dimensions). `None` when it reads them all: the
@@ -102,6 +102,14 @@ pub async fn rollup(
         }
     }
     sorted(RecordBatch::try_new(schema, columns)?, dims)
+}
+
+/// States of one cube over different rows (`states`, the scan schema),
+/// merged to one row per combination of all its dimensions, sorted: what
+/// [`CubePlan::states_of`] gives for all those rows together.
+pub async fn merged(cube: &CubePlan, states: RecordBatch) -> Result<RecordBatch> {
+    let every = vec![true; cube.def.dimensions.len()];
+    rollup(cube, states, &every, states_context()).await
 }
 
 /// `batch` sorted by its first `dims` columns (the dimensions, in order).

@@ -397,3 +397,99 @@ fn a_cube_reads_only_the_columns_its_dimensions_and_measures_name() {
         [0]
     );
 }
+
+/// A batch the memstore merges from batches that have a cube's states
+/// (an active buffer's binary counter, then a freeze) makes its states
+/// from theirs and from its other rows, lets theirs go once made, and
+/// answers as the rows read raw do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_merged_batch_makes_its_states_from_those_it_inherits() {
+    use arrow::util::pretty::pretty_format_batches;
+    use kiln_storage::{Db, StorageConfig};
+
+    use crate::{Engine, Output};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut storage = StorageConfig::for_dir(tmp.path());
+    storage.background_interval = std::time::Duration::from_secs(3600);
+    storage.memstore_freeze_bytes = kiln_storage::ByteSize::kib(512);
+    let engine = Engine::new(Db::open(storage).await.unwrap()).unwrap();
+    for sql in [
+        "CREATE TABLE t (ts TIMESTAMP NOT NULL, k VARCHAR, v BIGINT, u BIGINT)",
+        "CREATE CUBE c ON t DIMENSIONS (date_trunc('hour', ts) AS h, k) \
+         MEASURES (count(*) AS n, sum(v) AS s, min(v) AS lo, count(DISTINCT u) AS users)",
+    ] {
+        engine.execute(sql).await.unwrap();
+    }
+    let mut next = 0i64;
+    let mut write = |rows: i64| {
+        let values: Vec<String> = (next..next + rows)
+            .map(|i| {
+                let k = ["a", "b", "c"][(i % 3) as usize];
+                format!(
+                    "(TIMESTAMP '2026-11-02 00:00:00' + INTERVAL '{} seconds', '{k}', {}, {})",
+                    i * 37 % 86_400,
+                    i % 101 - 50,
+                    i * 7 % 1_009
+                )
+            })
+            .collect();
+        next += rows;
+        format!("INSERT INTO t VALUES {}", values.join(", "))
+    };
+    let query = "SELECT date_trunc('hour', ts) AS h, k, count(*), sum(v), min(v), \
+                 count(DISTINCT u) FROM t GROUP BY 1, 2 ORDER BY 1, 2";
+    async fn rows_of(engine: &Engine, sql: &str) -> String {
+        match engine.execute(sql).await.unwrap().pop().unwrap() {
+            Output::Rows { batches, .. } => pretty_format_batches(&batches).unwrap().to_string(),
+            other => panic!("not rows: {other:?}"),
+        }
+    }
+    // The same query over a subquery no cube answers: the rows read raw.
+    let raw = query.replace("FROM t", "FROM (SELECT * FROM t LIMIT 1000000000) AS t");
+    let plan = rows_of(&engine, &format!("EXPLAIN {query}")).await;
+    assert!(plan.contains("CubeScan"), "{plan}");
+    let same = async |what: &str| {
+        let got = rows_of(&engine, query).await;
+        assert_eq!(got, rows_of(&engine, &raw).await, "{what}");
+    };
+    let t = engine.db().table("t").unwrap();
+    let whole = (t.cubes()[0].id, u64::MAX);
+    let batches = || t.snapshot().mem_by_days();
+    engine.execute(&write(2_000)).await.unwrap();
+    same("first").await;
+    let first = batches();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].1.derived_keys(), [whole], "states made");
+    // More rows than the first batch: the next snapshot merges both.
+    engine.execute(&write(3_000)).await.unwrap();
+    let merged = batches();
+    assert_eq!(merged.len(), 1);
+    let inherited = merged[0].1.inherited(whole);
+    assert_eq!(inherited.len(), 1);
+    assert_eq!(inherited[0].0, 0..2_000);
+    assert!(merged[0].1.derived_keys().is_empty());
+    let held = t.mem.bytes();
+    same("merged").await;
+    assert!(merged[0].1.inherited(whole).is_empty(), "let go once made");
+    assert_eq!(merged[0].1.derived_keys(), [whole]);
+    assert!(
+        t.mem.bytes() < held + merged[0].1.charged(),
+        "inherited no longer counted"
+    );
+    // Enough rows to freeze the day: the frozen batch inherits the
+    // states of the 5,000 and reads the rows after them.
+    let mut rows = 0;
+    while t.snapshot().version.frozen.is_empty() {
+        engine.execute(&write(1_000)).await.unwrap();
+        rows += 1_000;
+        assert!(rows <= 40_000, "no freeze");
+    }
+    let frozen = t.snapshot().version.frozen[0].batch.clone();
+    assert_eq!(frozen.inherited(whole)[0].0, 0..5_000);
+    same("frozen").await;
+    assert!(frozen.inherited(whole).is_empty());
+    engine.db().flush_all().await.unwrap();
+    assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
+    same("flushed").await;
+}

@@ -302,17 +302,18 @@ impl ActiveBuffer {
                 merged.extend(self.published.pop());
             }
             let batch = match merged.is_empty() {
-                true => new,
+                true => MemBatch::new(new, self.held.clone()),
                 false => {
                     let older = merged.iter().rev().map(|b| &b.batch);
-                    concat_batches(&self.schema, older.chain([&new]))
-                        .expect("batches of one buffer share its schema")
+                    let rows = concat_batches(&self.schema, older.chain([&new]))
+                        .expect("batches of one buffer share its schema");
+                    let inputs = merged.iter().rev().map(|b| &**b);
+                    MemBatch::merged(rows, inputs, self.held.clone())
                 }
             };
             for b in &merged {
                 b.release();
             }
-            let batch = MemBatch::new(batch, self.held.clone());
             self.published.push(Arc::new(batch));
         }
         self.published.clone()
@@ -338,12 +339,15 @@ impl ActiveBuffer {
     }
 
     /// Every row appended, as one immutable batch: what the buffer holds
-    /// once frozen.
-    pub fn freeze(mut self) -> RecordBatch {
+    /// once frozen, inheriting what was derived from its batches
+    /// ([`MemBatch::merged`]).
+    pub fn freeze(mut self) -> MemBatch {
         let new = self.take_unpublished();
         let batches = self.published.iter().map(|b| &b.batch).chain([&new]);
         let all =
             concat_batches(&self.schema, batches).expect("batches of one buffer share its schema");
+        let inputs = self.published.iter().map(|b| &**b);
+        let all = MemBatch::merged(all, inputs, self.held.clone());
         for b in &self.published {
             b.release();
         }

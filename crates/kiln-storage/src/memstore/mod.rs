@@ -12,7 +12,9 @@
 //! and kept with it ([`MemBatch::derived`]) for as long as the batch lives.
 //! What they keep is counted with the rows ([`MemBatch::charge`]) while
 //! the batch is in the memstore: a table with many cubes holds states
-//! for each, and the memstore's limits must see them.
+//! for each, and the memstore's limits must see them. A batch merged from
+//! others inherits what was derived from them (`batch`), so it is not made
+//! again from every row.
 //!
 //! A table written thinly over many days (a backfill) would hold a small
 //! batch per day, and every query would handle each one. The background
@@ -21,23 +23,23 @@
 //! segment; a frozen batch therefore covers a range of [`Days`].
 
 mod active;
+mod batch;
 mod pack;
 
-use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use parking_lot::Mutex;
 
 pub use active::ActiveBuffer;
+pub use batch::{DerivedKey, MemBatch, view_strings};
 pub use pack::{PACK_MIN_SMALL, SMALL_ROWS};
 
 use crate::manifest::Manifest;
-use crate::schema::{NANOS_PER_DAY, TableDef, split_by_day, view_schema};
+use crate::schema::{NANOS_PER_DAY, TableDef, split_by_day};
 use crate::segment::batch_bytes;
 
 /// The days an in-memory batch's rows fall in: one day for an active
@@ -76,172 +78,6 @@ pub struct FrozenChunk {
     pub days: Days,
     pub batch: Arc<MemBatch>,
     pub bytes: usize,
-}
-
-/// An immutable in-memory batch (table schema, strings as `Utf8`) and its
-/// query form, made on first read and kept: strings as `Utf8View`, which
-/// DataFusion compares and groups faster. Made once per batch, not once per
-/// query: casting at every scan was half the CPU of point lookups over
-/// unflushed rows. The views share the string bytes; the 16 bytes per
-/// string value they add are charged to the batch ([`Self::charge`]), so
-/// the memstore's bytes count them while the batch is in it.
-pub struct MemBatch {
-    pub batch: RecordBatch,
-    viewed: OnceLock<RecordBatch>,
-    derived: Mutex<Derived>,
-    /// The memstore's count of bytes held, which takes what is charged to
-    /// this batch while it is in the memstore ([`Self::charge`]).
-    held: Arc<AtomicUsize>,
-}
-
-/// What upper layers derived from a batch's rows, and its count.
-#[derive(Default)]
-struct Derived {
-    /// The values, by key ([`MemBatch::derived`]).
-    values: Vec<(DerivedKey, Arc<dyn Any + Send + Sync>)>,
-    /// Bytes charged to the batch and counted in the memstore's bytes.
-    charged: usize,
-    /// Whether the batch has left the memstore: nothing more is counted.
-    released: bool,
-}
-
-/// A key of [`MemBatch::derived`]: the deriving layer's own (a cube's id
-/// and the dimensions read).
-pub type DerivedKey = (u64, u64);
-
-impl std::fmt::Debug for MemBatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemBatch")
-            .field("rows", &self.batch.num_rows())
-            .field("derived", &self.derived.lock().values.len())
-            .finish()
-    }
-}
-
-impl MemBatch {
-    /// A batch whose charges count in `held` ([`Self::charge`]).
-    pub(crate) fn new(batch: RecordBatch, held: Arc<AtomicUsize>) -> Self {
-        Self {
-            batch,
-            viewed: OnceLock::new(),
-            derived: Mutex::default(),
-            held,
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.batch.num_rows()
-    }
-
-    /// The keys of the values kept with this batch.
-    pub fn derived_keys(&self) -> Vec<DerivedKey> {
-        self.derived.lock().values.iter().map(|(k, _)| *k).collect()
-    }
-
-    /// Counts `bytes` that a value derived from this batch holds in the
-    /// memstore's bytes, so its flush threshold and limit see them, until
-    /// the batch leaves the memstore: its rows flushed, or merged into a
-    /// larger batch. Once it has left, nothing is counted: its values go
-    /// when the last query reading it ends.
-    pub fn charge(&self, bytes: usize) {
-        let mut derived = self.derived.lock();
-        if !derived.released {
-            derived.charged += bytes;
-            self.held.fetch_add(bytes, Ordering::Relaxed);
-        }
-    }
-
-    /// Bytes charged to this batch ([`Self::charge`]); counted in the
-    /// memstore's bytes while the batch is in the memstore.
-    pub fn charged(&self) -> usize {
-        self.derived.lock().charged
-    }
-
-    /// The batch leaves the memstore: what was charged to it is no longer
-    /// counted ([`Self::charge`]). Idempotent.
-    pub(crate) fn release(&self) {
-        let mut derived = self.derived.lock();
-        if !derived.released {
-            derived.released = true;
-            self.held.fetch_sub(derived.charged, Ordering::Relaxed);
-        }
-    }
-
-    /// The value kept with this batch under `key`, made by `make` on first
-    /// use. It lives as long as the batch (until its rows are flushed, or
-    /// merged into a larger batch). Its memory counts in the memstore's
-    /// bytes once the deriving layer charges it ([`Self::charge`]).
-    pub fn derived<T: Any + Send + Sync>(
-        &self,
-        key: DerivedKey,
-        make: impl FnOnce() -> T,
-    ) -> Arc<T> {
-        self.derived_within(key, make, |_| false, 1)
-            .expect("no key counts against the bound")
-    }
-
-    /// [`Self::derived`], except that a new value is made only while fewer
-    /// than `most` of the keys kept are `counted`: None otherwise. The
-    /// check and the keeping are one step, so queries racing to add values
-    /// cannot pass the bound together; `make` runs under the batch's lock,
-    /// so it must not call back into the batch ([`Self::charge`],
-    /// [`Self::viewed`]).
-    pub fn derived_within<T: Any + Send + Sync>(
-        &self,
-        key: DerivedKey,
-        make: impl FnOnce() -> T,
-        counted: impl Fn(&DerivedKey) -> bool,
-        most: usize,
-    ) -> Option<Arc<T>> {
-        let mut guard = self.derived.lock();
-        let derived = &mut guard.values;
-        if let Some(v) = derived.iter().find(|(k, _)| *k == key)
-            && let Ok(v) = v.1.clone().downcast::<T>()
-        {
-            return Some(v);
-        }
-        derived.retain(|(k, _)| *k != key);
-        if derived.iter().filter(|(k, _)| counted(k)).count() >= most {
-            return None;
-        }
-        let v = Arc::new(make());
-        derived.push((key, v.clone()));
-        Some(v)
-    }
-
-    /// The batch with its `Utf8` columns as `Utf8View` ([`view_schema`]),
-    /// its views charged to the batch ([`Self::charge`]).
-    pub fn viewed(&self) -> &RecordBatch {
-        self.viewed.get_or_init(|| {
-            let viewed = view_strings(&self.batch);
-            self.charge(views_bytes(&self.batch));
-            viewed
-        })
-    }
-}
-
-/// Bytes [`view_strings`] adds to `batch`: a 16-byte view per value of a
-/// `Utf8` column (the strings and validity are shared).
-fn views_bytes(batch: &RecordBatch) -> usize {
-    let strings = batch.columns().iter();
-    let strings = strings.filter(|c| c.data_type() == &DataType::Utf8);
-    strings.map(|c| c.len() * std::mem::size_of::<u128>()).sum()
-}
-
-/// `batch` with its `Utf8` columns as `Utf8View` (the string bytes are
-/// shared, not copied).
-pub fn view_strings(batch: &RecordBatch) -> RecordBatch {
-    let schema = view_schema(batch.schema_ref());
-    let cols = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| match c.data_type() == f.data_type() {
-            true => c.clone(),
-            false => cast(c, f.data_type()).expect("Utf8 casts to Utf8View"),
-        })
-        .collect();
-    RecordBatch::try_new(schema, cols).expect("same columns, viewed")
 }
 
 /// What a query pins: one manifest version plus the frozen batches not in it.
@@ -426,7 +262,7 @@ impl MemStore {
         Some(Arc::new(FrozenChunk {
             id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
             days: Days::one(day),
-            batch: Arc::new(MemBatch::new(buf.freeze(), self.bytes.clone())),
+            batch: Arc::new(buf.freeze()),
             bytes,
         }))
     }

@@ -138,6 +138,7 @@ impl MemStore {
     fn packed(&self, run: &[Arc<FrozenChunk>]) -> Arc<FrozenChunk> {
         let batches = run.iter().map(|c| &c.batch.batch);
         let batch = concat_batches(&self.schema, batches).expect("frozen batches share the schema");
+        let inputs = run.iter().map(|c| &*c.batch);
         let days = Days {
             first: run.iter().map(|c| c.days.first).min().unwrap_or_default(),
             last: run.iter().map(|c| c.days.last).max().unwrap_or_default(),
@@ -145,7 +146,7 @@ impl MemStore {
         Arc::new(FrozenChunk {
             id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
             days,
-            batch: Arc::new(MemBatch::new(batch, self.bytes.clone())),
+            batch: Arc::new(MemBatch::merged(batch, inputs, self.bytes.clone())),
             bytes: run.iter().map(|c| c.bytes).sum(),
         })
     }

@@ -7,7 +7,7 @@ use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::DataType;
 
 use super::*;
-use crate::schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};
+use crate::schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef, view_schema};
 
 fn def() -> TableDef {
     let c = |name: &str, ty, nullable| ColumnDef {
@@ -160,6 +160,79 @@ fn what_is_charged_to_a_batch_counts_until_the_batch_leaves_the_memstore() {
     assert_eq!(mem.bytes(), rows + 200);
     flushed(&mem, &set);
     assert_eq!(mem.bytes(), 0);
+}
+
+#[test]
+fn a_merged_batch_inherits_what_was_derived_from_its_inputs_with_its_charge() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 1 << 30);
+    // Bytes of the rows written (one day: counted as one part at insert).
+    let mut rows = 0;
+    let mut seq = 0;
+    let mut write = |n: i64| {
+        seq += 1;
+        let b = batch(&def, 100, seq as i64 * 1000, n);
+        rows += crate::segment::batch_bytes(&b);
+        mem.apply(seq, &b, 0);
+        (mem.snapshot().active[0].1.clone(), rows)
+    };
+    let (first, _) = write(64);
+    let first = first[0].clone();
+    let states = first.derived((7, 1), || "states");
+    first.charge_derived((7, 1), 1000);
+    // Not passed on: bounded (made from others), or not made yet.
+    first
+        .derived_within((7, 2), || "rollup", |_| false, 1)
+        .unwrap();
+    first.charge_derived((7, 2), 300);
+    first.derived((7, 3), || "making");
+    let (merged, rows) = write(64);
+    assert_eq!(merged.len(), 1);
+    let inherited = merged[0].inherited((7, 1));
+    assert_eq!(inherited.len(), 1);
+    assert_eq!(inherited[0].0, 0..64);
+    let got = inherited[0].1.clone().downcast::<&str>().unwrap();
+    assert!(Arc::ptr_eq(&got, &states));
+    assert!(merged[0].inherited((7, 2)).is_empty());
+    assert!(merged[0].inherited((7, 3)).is_empty());
+    assert!(merged[0].derived_keys().is_empty());
+    // The inherited value's charge moved with it; the rest left with the
+    // first batch.
+    assert_eq!(merged[0].charged(), 1000);
+    assert_eq!(mem.bytes(), rows + 1000);
+    // A batch that made nothing of its own passes on what it inherited,
+    // where its rows sit in the next merge.
+    let (again, rows) = write(128);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].inherited((7, 1))[0].0, 0..64);
+    assert_eq!(mem.bytes(), rows + 1000);
+    // Once it makes its own, it lets the inherited go, and passes on its own.
+    again[0].derived((7, 1), || "own");
+    again[0].charge_derived((7, 1), 400);
+    again[0].drop_inherited((7, 1));
+    assert!(again[0].inherited((7, 1)).is_empty());
+    assert_eq!(again[0].charged(), 400);
+    assert_eq!(mem.bytes(), rows + 400);
+    let set = mem.begin_flush();
+    let frozen = &set.chunks[0].batch;
+    let inherited = frozen.inherited((7, 1));
+    assert_eq!(inherited.len(), 1);
+    assert_eq!(inherited[0].0, 0..256);
+    assert_eq!(*inherited[0].1.clone().downcast::<&str>().unwrap(), "own");
+    assert_eq!(mem.bytes(), rows + 400);
+    flushed(&mem, &set);
+    assert_eq!(mem.bytes(), 0);
+    // A merged batch dropped without leaving the memstore (a packing
+    // given up) takes its charge with it.
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let input = MemBatch::new(batch(&def, 1, 0, 8), held.clone());
+    input.derived((1, 1), || 1u8);
+    input.charge_derived((1, 1), 10);
+    let merged = MemBatch::merged(input.batch.clone(), [&input], held.clone());
+    assert_eq!(held.load(std::sync::atomic::Ordering::Relaxed), 20);
+    input.release();
+    drop(merged);
+    assert_eq!(held.load(std::sync::atomic::Ordering::Relaxed), 0);
 }
 
 /// Publishes version 1 as if `set` were flushed to it (no segments).

@@ -149,13 +149,14 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
     let wrote: Result<()> = async {
         let mut by_day: BTreeMap<i32, Vec<_>> = BTreeMap::new();
         for c in &set.chunks {
-            let batch = &c.batch.batch;
-            let parts = match c.days.first == c.days.last {
-                true => vec![(c.days.first, batch.clone())],
-                false => split_by_day(batch, table.def.time_column)?,
-            };
-            for (day, part) in parts {
-                by_day.entry(day).or_default().push(part);
+            for b in &c.batches {
+                let parts = match c.days.first == c.days.last {
+                    true => vec![(c.days.first, b.batch.clone())],
+                    false => split_by_day(&b.batch, table.def.time_column)?,
+                };
+                for (day, part) in parts {
+                    by_day.entry(day).or_default().push(part);
+                }
             }
         }
         let pack = inner.config.segment_pack_rows;

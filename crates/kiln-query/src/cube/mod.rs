@@ -251,12 +251,13 @@ impl Cubes {
     }
 
     /// An in-memory batch's states for `cube`, merged to the dimensions in
-    /// `used`: like [`Self::rolled_up`] for a part, but made from the
-    /// batch's rows on first read and kept with the batch
-    /// ([`MemBatch::derived`]) until its rows are flushed or merged into a
-    /// larger batch, counted in the memstore's bytes meanwhile
-    /// ([`MemBatch::charge`]). Queries asking at once wait for one of them
-    /// to make it.
+    /// `used`: like [`Self::rolled_up`] for a part, but made on first read
+    /// (from the batch's rows, or merged from the states it inherited,
+    /// [`batch_states`]) and kept with the batch ([`MemBatch::derived`])
+    /// until its rows are flushed or merged into a larger batch, which
+    /// inherits them; counted in the memstore's bytes meanwhile
+    /// ([`MemBatch::charge_derived`]). Queries asking at once wait for one
+    /// of them to make it.
     async fn mem_states(
         &self,
         batch: &MemBatch,

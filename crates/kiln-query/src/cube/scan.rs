@@ -8,7 +8,8 @@
 //!   here, on slices of the kept parts: a filter above the scan would copy
 //!   every row's states);
 //! - the same for the memstore's large batches, whose states are made
-//!   on first read and kept with the batch until its rows are flushed;
+//!   on first read (a merged batch's from its inputs' states and its
+//!   other rows) and kept with the batch until its rows are flushed;
 //! - the same states computed from raw rows for everything else: the
 //!   memstore's small batches, segments without a part, and the edges of a
 //!   range that cuts a bucket, read with the query's own filters (when

@@ -399,14 +399,15 @@ fn a_cube_reads_only_the_columns_its_dimensions_and_measures_name() {
 }
 
 /// A batch the memstore merges from batches that have a cube's states
-/// (an active buffer's binary counter, then a freeze) makes its states
-/// from theirs and from its other rows, lets theirs go once made, and
-/// answers as the rows read raw do.
+/// (an active buffer's binary counter) makes its states from theirs and
+/// from its other rows, lets theirs go once made, and answers as the rows
+/// read raw do; a freeze keeps the batches and their states.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_merged_batch_makes_its_states_from_those_it_inherits() {
     use arrow::util::pretty::pretty_format_batches;
     use kiln_storage::{Db, StorageConfig};
 
+    use super::scan::MEM_STATES_MIN_ROWS;
     use crate::{Engine, Output};
 
     let tmp = tempfile::tempdir().unwrap();
@@ -477,18 +478,33 @@ async fn a_merged_batch_makes_its_states_from_those_it_inherits() {
         t.mem.bytes() < held + merged[0].1.charged(),
         "inherited no longer counted"
     );
-    // Enough rows to freeze the day: the frozen batch inherits the
-    // states of the 5,000 and reads the rows after them.
-    let mut rows = 0;
+    // Rows read 1,000 at a time until the day freezes: the batches after
+    // the 5,000 merge with it once they outgrow it, inheriting its states,
+    // and the freeze keeps the buffer's batches as they are.
+    let kept = merged[0].1.clone();
+    let mut rows = 5_000;
     while t.snapshot().version.frozen.is_empty() {
         engine.execute(&write(1_000)).await.unwrap();
         rows += 1_000;
         assert!(rows <= 40_000, "no freeze");
     }
-    let frozen = t.snapshot().version.frozen[0].batch.clone();
-    assert_eq!(frozen.inherited(whole)[0].0, 0..5_000);
+    let frozen = t.snapshot().version.frozen[0].clone();
+    assert_eq!(frozen.rows(), rows);
+    let first = &frozen.batches[0];
+    let inherited = first.inherited(whole).first().map(|(r, _)| r.clone());
+    assert!(
+        std::sync::Arc::ptr_eq(first, &kept) || inherited == Some(0..5_000),
+        "{frozen:?}"
+    );
     same("frozen").await;
-    assert!(frozen.inherited(whole).is_empty());
+    for b in frozen
+        .batches
+        .iter()
+        .filter(|b| b.rows() >= MEM_STATES_MIN_ROWS)
+    {
+        assert_eq!(b.derived_keys(), [whole]);
+        assert!(b.inherited(whole).is_empty());
+    }
     engine.db().flush_all().await.unwrap();
     assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
     same("flushed").await;

@@ -338,19 +338,11 @@ impl ActiveBuffer {
         RecordBatch::try_new(self.schema.clone(), cols).expect("active buffer matches its schema")
     }
 
-    /// Every row appended, as one immutable batch: what the buffer holds
-    /// once frozen, inheriting what was derived from its batches
-    /// ([`MemBatch::merged`]).
-    pub fn freeze(mut self) -> MemBatch {
-        let new = self.take_unpublished();
-        let batches = self.published.iter().map(|b| &b.batch).chain([&new]);
-        let all =
-            concat_batches(&self.schema, batches).expect("batches of one buffer share its schema");
-        let inputs = self.published.iter().map(|b| &**b);
-        let all = MemBatch::merged(all, inputs, self.held.clone());
-        for b in &self.published {
-            b.release();
-        }
-        all
+    /// Every row appended, as the immutable batches a snapshot gives: what
+    /// the buffer holds once frozen. Called under the table's lock, so the
+    /// batches are not copied into one; the rows since the last snapshot
+    /// are merged as [`Self::snapshot`] merges them.
+    pub fn freeze(mut self) -> Vec<Arc<MemBatch>> {
+        self.snapshot()
     }
 }

@@ -70,14 +70,22 @@ impl Days {
     }
 }
 
-/// An immutable batch of one partition, or of several small ones packed
+/// The immutable rows of one partition, or of several small ones packed
 /// together, waiting to be flushed.
 #[derive(Debug)]
 pub struct FrozenChunk {
     pub id: u64,
     pub days: Days,
-    pub batch: Arc<MemBatch>,
+    /// A frozen active buffer's batches, as queries read them: a freeze
+    /// holds the table's lock, so it copies nothing. A packing makes one.
+    pub batches: Vec<Arc<MemBatch>>,
     pub bytes: usize,
+}
+
+impl FrozenChunk {
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.rows()).sum()
+    }
 }
 
 /// What a query pins: one manifest version plus the frozen batches not in it.
@@ -104,7 +112,7 @@ impl TableSnapshot {
             .version
             .frozen
             .iter()
-            .map(|c| (c.days, c.batch.clone()));
+            .flat_map(|c| c.batches.iter().map(|b| (c.days, b.clone())));
         let active = self
             .active
             .iter()
@@ -237,10 +245,18 @@ impl MemStore {
         let Some(chunk) = self.frozen_chunk(st, day) else {
             return;
         };
+        let mut string_bytes = vec![0; self.schema.fields().len()];
+        for b in &chunk.batches {
+            let widths = string_widths(&b.batch).into_iter();
+            string_bytes
+                .iter_mut()
+                .zip(widths)
+                .for_each(|(s, w)| *s += w);
+        }
         st.size_hint = Some(SizeHint {
             day,
-            rows: chunk.batch.rows(),
-            string_bytes: string_widths(&chunk.batch.batch),
+            rows: chunk.rows(),
+            string_bytes,
         });
         let mut frozen = st.version.frozen.clone();
         frozen.push(chunk);
@@ -262,7 +278,7 @@ impl MemStore {
         Some(Arc::new(FrozenChunk {
             id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
             days: Days::one(day),
-            batch: Arc::new(buf.freeze()),
+            batches: buf.freeze(),
             bytes,
         }))
     }
@@ -340,8 +356,8 @@ impl MemStore {
             drop(st);
             let freed: usize = set.chunks.iter().map(|c| c.bytes).sum();
             self.bytes.fetch_sub(freed, Ordering::Relaxed);
-            for c in &set.chunks {
-                c.batch.release();
+            for b in set.chunks.iter().flat_map(|c| &c.batches) {
+                b.release();
             }
         }
     }

@@ -78,7 +78,7 @@ impl MemStore {
                 .map(|(d, _)| *d)
                 .collect();
             let frozen = st.version.frozen.iter();
-            let count = active.len() + frozen.filter(|c| small(c.batch.rows())).count();
+            let count = active.len() + frozen.filter(|c| small(c.rows())).count();
             if st.flushing_from.is_some() || count < PACK_MIN_SMALL {
                 return None;
             }
@@ -103,10 +103,7 @@ impl MemStore {
         let small = {
             let st = self.state.lock();
             let frozen = st.version.frozen.iter();
-            frozen
-                .filter(|c| c.batch.rows() < SMALL_ROWS)
-                .cloned()
-                .collect()
+            frozen.filter(|c| c.rows() < SMALL_ROWS).cloned().collect()
         };
         // Sorted and cut outside the lock.
         let runs = runs(small, limit);
@@ -130,15 +127,17 @@ impl MemStore {
             frozen,
         });
         drop(st);
-        runs.iter().flatten().for_each(|c| c.batch.release());
+        let inputs = runs.iter().flatten().flat_map(|c| &c.batches);
+        inputs.for_each(|b| b.release());
         gone.len()
     }
 
-    /// The rows of `run` as one frozen batch, counted as its inputs were.
+    /// The rows of `run` as one frozen batch, counted as its inputs were,
+    /// inheriting what was derived from them ([`MemBatch::merged`]).
     fn packed(&self, run: &[Arc<FrozenChunk>]) -> Arc<FrozenChunk> {
-        let batches = run.iter().map(|c| &c.batch.batch);
+        let inputs = || run.iter().flat_map(|c| c.batches.iter().map(|b| &**b));
+        let batches = inputs().map(|b| &b.batch);
         let batch = concat_batches(&self.schema, batches).expect("frozen batches share the schema");
-        let inputs = run.iter().map(|c| &*c.batch);
         let days = Days {
             first: run.iter().map(|c| c.days.first).min().unwrap_or_default(),
             last: run.iter().map(|c| c.days.last).max().unwrap_or_default(),
@@ -146,7 +145,11 @@ impl MemStore {
         Arc::new(FrozenChunk {
             id: self.next_chunk.fetch_add(1, Ordering::Relaxed),
             days,
-            batch: Arc::new(MemBatch::merged(batch, inputs, self.bytes.clone())),
+            batches: vec![Arc::new(MemBatch::merged(
+                batch,
+                inputs(),
+                self.bytes.clone(),
+            ))],
             bytes: run.iter().map(|c| c.bytes).sum(),
         })
     }
@@ -156,6 +159,6 @@ impl MemStore {
 /// together; the runs of two batches or more.
 fn runs(mut small: Vec<Arc<FrozenChunk>>, limit: usize) -> Vec<Vec<Arc<FrozenChunk>>> {
     small.sort_by_key(|c| (c.days, c.id));
-    let runs = runs_within(small, |c| c.batch.rows(), limit).into_iter();
+    let runs = runs_within(small, |c| c.rows(), limit).into_iter();
     runs.filter(|run| run.len() > 1).collect()
 }

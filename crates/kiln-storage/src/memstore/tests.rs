@@ -150,14 +150,15 @@ fn what_is_charged_to_a_batch_counts_until_the_batch_leaves_the_memstore() {
     assert_eq!(mem.bytes(), rows);
     first.charge(50);
     assert_eq!(mem.bytes(), rows);
-    // A freeze makes one batch of the buffer's: the ones before leave.
+    // A freeze keeps the buffer's batches as they are, with their charges.
     merged[0].charge(300);
     assert_eq!(mem.bytes(), rows + 300);
     let set = mem.begin_flush();
-    assert_eq!(mem.bytes(), rows);
+    assert!(Arc::ptr_eq(&set.chunks[0].batches[0], &merged[0]));
+    assert_eq!(mem.bytes(), rows + 300);
     // A flushed batch leaves with its rows.
-    set.chunks[0].batch.charge(200);
-    assert_eq!(mem.bytes(), rows + 200);
+    set.chunks[0].batches[0].charge(200);
+    assert_eq!(mem.bytes(), rows + 500);
     flushed(&mem, &set);
     assert_eq!(mem.bytes(), 0);
 }
@@ -213,12 +214,10 @@ fn a_merged_batch_inherits_what_was_derived_from_its_inputs_with_its_charge() {
     assert!(again[0].inherited((7, 1)).is_empty());
     assert_eq!(again[0].charged(), 400);
     assert_eq!(mem.bytes(), rows + 400);
+    // A freeze copies nothing: the batch is frozen as it is.
     let set = mem.begin_flush();
-    let frozen = &set.chunks[0].batch;
-    let inherited = frozen.inherited((7, 1));
-    assert_eq!(inherited.len(), 1);
-    assert_eq!(inherited[0].0, 0..256);
-    assert_eq!(*inherited[0].1.clone().downcast::<&str>().unwrap(), "own");
+    assert_eq!(set.chunks[0].batches.len(), 1);
+    assert!(Arc::ptr_eq(&set.chunks[0].batches[0], &again[0]));
     assert_eq!(mem.bytes(), rows + 400);
     flushed(&mem, &set);
     assert_eq!(mem.bytes(), 0);
@@ -357,10 +356,15 @@ fn a_buffer_read_after_every_write_holds_each_row_once() {
     );
     let all = concat_batches(&def.arrow_schema(), &expected).unwrap();
     assert_eq!(all_rows(&def, &mem.snapshot()), all);
-    // Frozen, the buffer's rows are one batch, in order.
+    // Frozen, the buffer's rows are its batches, in order.
     let set = mem.begin_flush();
     assert_eq!(set.chunks.len(), 1);
-    assert_eq!(set.chunks[0].batch.batch, all);
+    let frozen: Vec<_> = set.chunks[0]
+        .batches
+        .iter()
+        .map(|b| b.batch.clone())
+        .collect();
+    assert_eq!(concat_batches(&def.arrow_schema(), &frozen).unwrap(), all);
 }
 
 /// `n` rows from `start` without a NULL in any column.
@@ -424,7 +428,8 @@ fn rows_stay_whole_however_appends_snapshots_and_freezes_interleave() {
     let all = concat_batches(&def.arrow_schema(), &expected).unwrap();
     assert_eq!(all_rows(&def, &snap), all);
     let set = mem.begin_flush();
-    let flushed: Vec<_> = set.chunks.iter().map(|c| c.batch.batch.clone()).collect();
+    let flushed = set.chunks.iter().flat_map(|c| &c.batches);
+    let flushed: Vec<_> = flushed.map(|b| b.batch.clone()).collect();
     assert_eq!(concat_batches(&def.arrow_schema(), &flushed).unwrap(), all);
 }
 
@@ -457,7 +462,7 @@ fn a_new_days_buffer_has_room_for_its_rows_not_for_another_days_freeze() {
         mem.apply(k + 1, &dense(&def, 100, k as i64 * 500, 500), 0);
         k += 1;
     }
-    let frozen = mem.snapshot().version.frozen[0].batch.rows();
+    let frozen = mem.snapshot().version.frozen[0].rows();
     assert!(frozen >= 5_000, "{frozen}");
     // One row for each of 200 other days: each buffer holds about a row.
     for day in 0..200 {
@@ -512,7 +517,8 @@ fn small_batches_of_many_days_are_packed_with_every_row_kept() {
     let mem = thin_days(&def, 100, 10);
     let (rows, bytes) = (times(&def, &mem), mem.bytes());
     assert_eq!(rows.len(), 300);
-    assert_eq!(mem.snapshot().mem_by_days().len(), 10 + 90 * 2);
+    // Two batches a day, frozen or not: a freeze copies nothing.
+    assert_eq!(mem.snapshot().mem_by_days().len(), 100 * 2);
     assert_eq!(mem.pack_small(crate::segment::ROW_GROUP_ROWS), 100);
     let snap = mem.snapshot();
     let packed = snap.mem_by_days();
@@ -582,10 +588,10 @@ fn a_packing_that_a_flush_began_during_is_dropped() {
     let runs = mem.small_runs(crate::segment::ROW_GROUP_ROWS).unwrap();
     let set = mem.begin_flush();
     assert_eq!(mem.swap_packed(runs), 0);
-    assert_eq!(mem.snapshot().mem_by_days().len(), 100);
+    assert_eq!(mem.snapshot().mem_by_days().len(), 100 * 2);
     assert_eq!(times(&def, &mem), rows);
     // The flush takes every row once; none is left behind or doubled.
-    let flushed_rows: usize = set.chunks.iter().map(|c| c.batch.rows()).sum();
+    let flushed_rows: usize = set.chunks.iter().map(|c| c.rows()).sum();
     assert_eq!(flushed_rows, 300);
     flushed(&mem, &set);
     assert!(mem.snapshot().mem_by_days().is_empty());

@@ -61,8 +61,9 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Rec
     }
 }
 
-/// One pass: flush what is due, compact one partition per table, pack
-/// small in-memory batches, build missing cube parts, trim the WAL.
+/// One pass: flush what is due, compact one partition per table, merge
+/// frozen buffers' batches and pack small in-memory batches, build missing
+/// cube parts, trim the WAL.
 pub(crate) async fn round(inner: &Inner) -> Result<()> {
     let now = inner.clock.now_ns();
     let mut due: Vec<Arc<Table>> = inner
@@ -98,11 +99,15 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
         // Concatenating up to a memstore's rows is CPU work: off the
         // runtime's workers, which serve writes and queries.
         let (table, limit) = (t.clone(), inner.config.segment_pack_rows);
-        match tokio::task::spawn_blocking(move || table.mem.pack_small(limit)).await {
-            Ok(0) => {}
-            Ok(packed) => {
-                tracing::debug!(table = t.name(), packed, "packed small in-memory batches")
-            }
+        let pack = move || (table.mem.merge_frozen(), table.mem.pack_small(limit));
+        match tokio::task::spawn_blocking(pack).await {
+            Ok((0, 0)) => {}
+            Ok((merged, packed)) => tracing::debug!(
+                table = t.name(),
+                merged,
+                packed,
+                "merged frozen batches, packed small in-memory batches"
+            ),
             Err(e) => {
                 tracing::error!(table = t.name(), error = %e, "packing in-memory batches failed")
             }

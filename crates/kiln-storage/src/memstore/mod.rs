@@ -1,11 +1,14 @@
 //! The in-memory part of a table: per day partition, a small mutable
-//! [`ActiveBuffer`] and, once it passes the freeze size, immutable frozen
-//! batches (in-memory compaction).
+//! [`ActiveBuffer`] and, once it passes the freeze size, its immutable
+//! batches frozen as they are ([`FrozenChunk`]).
 //!
 //! One short per-table mutex guards the active buffers and the pointer to
 //! the current [`TableVersion`]; it is held to append rows, to swap
 //! pointers, and to copy rows that arrived since the last snapshot, never
-//! for a flush or a walk over the memstore. Memory is counted at insert.
+//! for a flush or a walk over the memstore, and a freeze under it copies
+//! nothing (copying a day's rows into one batch there held up every
+//! writer and query of the table at each flush). Memory is counted at
+//! insert.
 //!
 //! Every row in memory sits in an immutable [`MemBatch`], so what upper
 //! layers derive from a batch's rows (a cube's states) can be made once
@@ -140,17 +143,17 @@ struct State {
     /// Flushes begun: a packing of small batches that a flush began
     /// during is dropped, since the flush took the batches it read.
     flushes_begun: u64,
-    /// What the last frozen batch held, to pre-size the next active buffer
+    /// What the last frozen buffer held, to pre-size the next active buffer
     /// of its day ([`SizeHint`]).
     size_hint: Option<SizeHint>,
 }
 
-/// The size of a day's last frozen batch, which its next active buffer is
+/// The size of a day's last frozen buffer, which its next active buffer is
 /// made with room for, so a steady stream into one day fills its vectors
 /// without growing them. Only that day's: a buffer of another day starts
 /// with room for its first rows and grows as they come (doubling, so each
 /// row is copied a few times at most). Before, every new day's buffer took
-/// the last frozen batch's room: one write of a row to each of 20,000 days
+/// the last frozen buffer's room: one write of a row to each of 20,000 days
 /// reserved 136 GiB of address space and 490 MiB of memory for 1.6 MB of
 /// rows.
 #[derive(Debug)]

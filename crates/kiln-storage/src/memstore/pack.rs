@@ -1,4 +1,5 @@
-//! Packing a table's small in-memory batches of many days into a few.
+//! Packing a table's small in-memory batches of many days into a few, and
+//! a frozen buffer's batches into one.
 //!
 //! Rows in memory are kept by day, so a table written thinly over many
 //! days (a backfill of daily readings, devices sending late rows) holds a
@@ -15,6 +16,12 @@
 //! batches replace their inputs in one pointer swap. A packing that a
 //! flush began during is dropped (the flush took the batches it read), so
 //! no row is ever in two batches or none.
+//!
+//! A freeze holds the lock, so it keeps the buffer's batches (a few, of
+//! halving size) as they are; the background task merges them into one
+//! the same way ([`MemStore::merge_frozen`]), so that queries handle one
+//! batch, and one set of cube states, per frozen buffer. The merged batch
+//! inherits its inputs' states ([`MemBatch::merged`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -57,6 +64,28 @@ impl MemStore {
         match self.small_runs(limit) {
             Some(runs) => self.swap_packed(runs),
             None => 0,
+        }
+    }
+
+    /// Merges each frozen buffer's batches into one (a freeze, under the
+    /// table's lock, keeps them as they are), outside the lock, swapped in
+    /// unless a flush began meanwhile. A query then handles one batch per
+    /// frozen buffer, with one set of cube states. Returns how many
+    /// batches were merged into others.
+    pub fn merge_frozen(&self) -> usize {
+        let (begun, runs) = {
+            let st = self.state.lock();
+            if st.flushing_from.is_some() {
+                return 0;
+            }
+            let several = st.version.frozen.iter().filter(|c| c.batches.len() > 1);
+            let runs: Vec<_> = several.map(|c| vec![c.clone()]).collect();
+            (st.flushes_begun, runs)
+        };
+        let batches = runs.iter().flatten().map(|c| c.batches.len()).sum();
+        match runs.is_empty() || self.swap_packed(Runs { begun, runs }) == 0 {
+            true => 0,
+            false => batches,
         }
     }
 

@@ -613,3 +613,40 @@ fn day_ranges_span_whole_days_without_overflow() {
     let all = Days { first, last };
     assert_eq!(all.time_range(), (i64::MIN, i64::MAX));
 }
+
+#[test]
+fn a_frozen_buffers_batches_are_merged_into_one_outside_the_freeze() {
+    let def = def();
+    let mem = MemStore::new(&def, def.arrow_schema(), Manifest::default(), 1 << 30);
+    // Read after each write: batches of halving size, the first with a
+    // value derived from it.
+    for (seq, n) in [(1, 64), (2, 32), (3, 16)] {
+        mem.apply(seq, &batch(&def, 100, seq as i64 * 1000, n), 0);
+        mem.snapshot();
+    }
+    let first = mem.snapshot().active[0].1[0].clone();
+    first.derived((7, 1), || "states");
+    first.charge_derived((7, 1), 500);
+    let (rows, bytes) = (all_rows(&def, &mem.snapshot()), mem.bytes());
+    let set = mem.begin_flush();
+    mem.abort_flush();
+    assert_eq!(set.chunks[0].batches.len(), 3, "the freeze copied nothing");
+    drop(set);
+    assert_eq!(mem.merge_frozen(), 3);
+    let snap = mem.snapshot();
+    assert_eq!(snap.version.frozen.len(), 1);
+    let merged = &snap.version.frozen[0].batches;
+    assert_eq!(merged.len(), 1);
+    assert_eq!(all_rows(&def, &snap), rows, "same rows, same order");
+    assert_eq!(merged[0].inherited((7, 1))[0].0, 0..64);
+    assert_eq!(mem.bytes(), bytes, "the charge moved with the states");
+    assert_eq!(mem.merge_frozen(), 0, "nothing left to merge");
+    // Not during a flush, which took the batches.
+    mem.apply(4, &batch(&def, 101, 0, 8), 0);
+    mem.snapshot();
+    mem.apply(5, &batch(&def, 101, 8, 4), 0);
+    let set = mem.begin_flush();
+    assert_eq!(mem.merge_frozen(), 0);
+    flushed(&mem, &set);
+    assert_eq!(mem.bytes(), 0);
+}

@@ -374,7 +374,11 @@ struct MemStates {
 /// A cube's states over `batch`'s rows, as [`MemStates::rows`]. A batch
 /// the memstore merged from others inherits their states
 /// ([`MemBatch::inherited`]): they are merged with the states of the rows
-/// they leave out, and only those rows are read. Otherwise every row is.
+/// they leave out, and only those rows are read. Otherwise every row is,
+/// and so it is where the inherited states hold more than half as many
+/// rows as they cover: merging them would cost about what reading their
+/// rows does, on top of the read of the others (small batches of a live
+/// stream, whose groups are mostly one row).
 async fn batch_states(batch: &MemBatch, cube: &CubePlan) -> DfResult<RecordBatch> {
     let of_rows =
         |rows: RecordBatch| async move { cube.for_scan(cube.states_of(cube.read(&rows)?).await?) };
@@ -387,7 +391,9 @@ async fn batch_states(batch: &MemBatch, cube: &CubePlan) -> DfResult<RecordBatch
             Some((rows, states.get()?.rows.clone()))
         })
         .collect();
-    if inherited.is_empty() {
+    let covered: usize = inherited.iter().map(|(rows, _)| rows.len()).sum();
+    let states: usize = inherited.iter().map(|(_, s)| s.num_rows()).sum();
+    if inherited.is_empty() || states * 2 > covered {
         return rollup::sorted(of_rows(batch.viewed().clone()).await?, dims);
     }
     let (mut parts, mut gaps, mut at) = (vec![], vec![], 0);

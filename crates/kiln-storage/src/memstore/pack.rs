@@ -69,24 +69,29 @@ impl MemStore {
 
     /// Merges each frozen buffer's batches into one (a freeze, under the
     /// table's lock, keeps them as they are), outside the lock, swapped in
-    /// unless a flush began meanwhile. A query then handles one batch per
-    /// frozen buffer, with one set of cube states. Returns how many
-    /// batches were merged into others.
+    /// unless a flush began meanwhile. One buffer at a time, so a merge
+    /// adds at most one buffer's rows to memory until its inputs go. A
+    /// query then handles one batch per frozen buffer, with one set of
+    /// cube states. Returns how many batches were merged into others.
     pub fn merge_frozen(&self) -> usize {
-        let (begun, runs) = {
+        let (begun, several) = {
             let st = self.state.lock();
             if st.flushing_from.is_some() {
                 return 0;
             }
             let several = st.version.frozen.iter().filter(|c| c.batches.len() > 1);
-            let runs: Vec<_> = several.map(|c| vec![c.clone()]).collect();
-            (st.flushes_begun, runs)
+            (st.flushes_begun, several.cloned().collect::<Vec<_>>())
         };
-        let batches = runs.iter().flatten().map(|c| c.batches.len()).sum();
-        match runs.is_empty() || self.swap_packed(Runs { begun, runs }) == 0 {
-            true => 0,
-            false => batches,
+        let mut merged = 0;
+        for c in several {
+            let n = c.batches.len();
+            let runs = vec![vec![c]];
+            if self.swap_packed(Runs { begun, runs }) == 0 {
+                break;
+            }
+            merged += n;
         }
+        merged
     }
 
     /// Freezes the small active buffers, a few hundred per hold of the

@@ -1,7 +1,7 @@
 //! Background work: flushing memstores to Parquet segments, compacting
-//! small segments, packing small in-memory batches of many days, building
-//! the cube parts segments lack, and deleting WAL files whose rows are all
-//! persisted.
+//! small segments, merging frozen buffers' batches and packing small
+//! in-memory batches of many days, building the cube parts segments lack,
+//! and deleting WAL files whose rows are all persisted.
 //!
 //! One task does it all, so flushes across tables are naturally staggered:
 //! at most one runs at a time, with `flush_gap` between starts. Writers and
@@ -109,7 +109,7 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
                 "merged frozen batches, packed small in-memory batches"
             ),
             Err(e) => {
-                tracing::error!(table = t.name(), error = %e, "packing in-memory batches failed")
+                tracing::error!(table = t.name(), error = %e, "merging or packing in-memory batches failed")
             }
         }
     }

@@ -169,7 +169,14 @@ impl ExecutionPlan for LazyScan {
                 // Batch i goes to partition i % n, as the plan would spread them.
                 let mine = batches.iter().skip(partition).step_by(n).cloned().collect();
                 let projection = self.spec.projection.clone();
-                return Ok(filtered_stream(mine, schema, projection, self.spec.limit));
+                let size = context.session_config().batch_size();
+                return Ok(filtered_stream(
+                    mine,
+                    schema,
+                    projection,
+                    self.spec.limit,
+                    size,
+                ));
             }
         };
         let parts = inner.output_partitioning().partition_count();

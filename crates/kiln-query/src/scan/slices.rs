@@ -7,12 +7,20 @@
 //! filtered by only the conjuncts left ([`crate::pruning::Conjuncts`]),
 //! evaluated over the columns they read alone ([`Narrow`]). A scan also
 //! cuts its output at the query's `LIMIT` after filtering.
+//!
+//! Batches left small by their filter, or small to begin with (a live
+//! stream's memstore holds a few small batches per day), are gathered into
+//! batches of the session's batch size before they go on ([`Coalesced`]):
+//! every operator above pays a fixed cost per batch, whatever its rows.
+//! Under a dashboard over a table written 25,000 rows/s, each query's raw
+//! read of the memstore met dozens of batches of a few rows each.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::filter_record_batch;
+use arrow::compute::{BatchCoalescer, filter_record_batch};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::Result;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -85,12 +93,15 @@ impl SliceScan {
     }
 }
 
-/// The rows of `batches` their filters keep, projected, at most `fetch`.
+/// The rows of `batches` their filters keep, projected, at most `fetch`,
+/// small batches gathered into batches of up to `batch_size` rows
+/// ([`Coalesced`]).
 pub(super) fn filtered_stream(
     batches: Vec<Filtered>,
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     fetch: Option<usize>,
+    batch_size: usize,
 ) -> SendableRecordBatchStream {
     let mut left = fetch.unwrap_or(usize::MAX);
     let mut narrowed = Narrowed::default();
@@ -111,8 +122,85 @@ pub(super) fn filtered_stream(
     });
     make_cooperative(Box::pin(RecordBatchStreamAdapter::new(
         schema,
-        futures::stream::iter(batches),
+        futures::stream::iter(Coalesced::new(batches, batch_size)),
     )))
+}
+
+/// Batches under this share of the target size are gathered; larger ones
+/// go on as they are (uncopied), in their place.
+const SMALL_SHARE: usize = 8;
+
+/// The batches of `inner` in their order, each under `target /
+/// SMALL_SHARE` rows gathered with the small ones next to it into batches
+/// of at most `target` rows (copied once, by Arrow's [`BatchCoalescer`]).
+struct Coalesced<I> {
+    inner: I,
+    target: usize,
+    /// Small batches gathered so far (made for the first one's schema).
+    gathered: Option<BatchCoalescer>,
+    ready: VecDeque<Result<RecordBatch>>,
+    done: bool,
+}
+
+impl<I> Coalesced<I> {
+    fn new(inner: I, target: usize) -> Self {
+        Self {
+            inner,
+            target: target.max(1),
+            gathered: None,
+            ready: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// Moves what is gathered to `ready`: the completed batches, and with
+    /// `all` the rows still buffered too.
+    fn drain(&mut self, all: bool) {
+        let Some(c) = &mut self.gathered else {
+            return;
+        };
+        if all && let Err(e) = c.finish_buffered_batch() {
+            self.ready.push_back(Err(e.into()));
+        }
+        while let Some(b) = c.next_completed_batch() {
+            self.ready.push_back(Ok(b));
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<RecordBatch>>> Iterator for Coalesced<I> {
+    type Item = Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        loop {
+            if let Some(b) = self.ready.pop_front() {
+                return Some(b);
+            }
+            if self.done {
+                return None;
+            }
+            match self.inner.next() {
+                Some(Ok(b)) if b.num_rows() < (self.target / SMALL_SHARE).max(1) => {
+                    let target = self.target;
+                    let c = self
+                        .gathered
+                        .get_or_insert_with(|| BatchCoalescer::new(b.schema(), target));
+                    if let Err(e) = c.push_batch(b) {
+                        self.ready.push_back(Err(e.into()));
+                    }
+                    self.drain(false);
+                }
+                Some(other) => {
+                    self.drain(true);
+                    self.ready.push_back(other);
+                }
+                None => {
+                    self.drain(true);
+                    self.done = true;
+                }
+            }
+        }
+    }
 }
 
 /// A filter over the columns it reads alone: their indexes in the
@@ -242,12 +330,17 @@ impl ExecutionPlan for SliceScan {
         Ok(self)
     }
 
-    fn execute(&self, partition: usize, _: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        ctx: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
         Ok(filtered_stream(
             self.parts[partition].clone(),
             self.properties.eq_properties.schema().clone(),
             self.projection.clone(),
             self.fetch,
+            ctx.session_config().batch_size(),
         ))
     }
 }

@@ -86,3 +86,57 @@ fn a_filter_of_no_column_keeps_every_row_count() {
     let kept = keep(batch, Some(&narrow), Some(&[2])).unwrap();
     assert_eq!(kept.num_rows(), 10);
 }
+
+/// Every batch `filtered_stream` returns for `batches`.
+fn streamed(batches: Vec<Filtered>, fetch: Option<usize>, batch_size: usize) -> Vec<RecordBatch> {
+    use futures::TryStreamExt;
+    let schema = batch(0).schema();
+    let stream = filtered_stream(batches, schema, None, fetch, batch_size);
+    futures::executor::block_on(stream.try_collect()).unwrap()
+}
+
+#[test]
+fn small_batches_are_gathered_in_order_and_large_ones_pass_uncopied() {
+    // 20 batches the filter leaves 3 rows of, a large unfiltered one, then
+    // 5 small ones: with batches of 1,024 rows, those under 128 gather.
+    let small = |i: i64| {
+        let b = batch(10);
+        let ts = Int64Array::from_iter_values((0..10).map(|r| i * 10 + r));
+        let cols = [vec![Arc::new(ts) as ArrayRef], b.columns()[1..].to_vec()].concat();
+        (RecordBatch::try_new(b.schema(), cols).unwrap(), Some(filter()))
+    };
+    let large = batch(5000);
+    let mut input: Vec<Filtered> = (0..20).map(small).collect();
+    input.push((large.clone(), None));
+    input.extend((0..5).map(|i| (batch(10), (i % 2 == 0).then(filter))));
+    let expected: Vec<RecordBatch> = input
+        .iter()
+        .map(|(b, f)| {
+            let narrow = f.clone().map(|f| Narrowed::default().of(f, b.schema_ref()));
+            keep(b.clone(), narrow.as_ref(), None).unwrap()
+        })
+        .collect();
+
+    let out = streamed(input.clone(), None, 1024);
+    let rows: Vec<usize> = out.iter().map(RecordBatch::num_rows).collect();
+    // k = 1 and ts < 50: rows 1 and 5 of the first batch with ts under 50.
+    let first: usize = expected[..20].iter().map(RecordBatch::num_rows).sum();
+    let last: usize = expected[21..].iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(rows, vec![first, 5000, last]);
+    let schema = batch(0).schema();
+    assert_eq!(
+        arrow::compute::concat_batches(&schema, &out).unwrap(),
+        arrow::compute::concat_batches(&schema, &expected).unwrap()
+    );
+    // The large batch is the input's, not a copy.
+    let buffer = |b: &RecordBatch| b.column(0).to_data().buffers()[0].as_ptr();
+    assert_eq!(buffer(&out[1]), buffer(&large));
+
+    // Gathered batches hold at most the batch size; a limit still holds.
+    let unfiltered: Vec<Filtered> = (0..100).map(|_| (batch(50), None)).collect();
+    let out = streamed(unfiltered.clone(), None, 1024);
+    let rows: Vec<usize> = out.iter().map(RecordBatch::num_rows).collect();
+    assert_eq!(rows, vec![1024, 1024, 1024, 1024, 904]);
+    let out = streamed(unfiltered, Some(70), 1024);
+    assert_eq!(out.iter().map(RecordBatch::num_rows).sum::<usize>(), 70);
+}

@@ -97,13 +97,17 @@ fn streamed(batches: Vec<Filtered>, fetch: Option<usize>, batch_size: usize) -> 
 
 #[test]
 fn small_batches_are_gathered_in_order_and_large_ones_pass_uncopied() {
-    // 20 batches the filter leaves 3 rows of, a large unfiltered one, then
-    // 5 small ones: with batches of 1,024 rows, those under 128 gather.
+    // 20 filtered batches of 10 rows (times 0-199), a large unfiltered
+    // one, then 5 small ones: with batches of 1,024 rows, those under 128
+    // gather.
     let small = |i: i64| {
         let b = batch(10);
         let ts = Int64Array::from_iter_values((0..10).map(|r| i * 10 + r));
         let cols = [vec![Arc::new(ts) as ArrayRef], b.columns()[1..].to_vec()].concat();
-        (RecordBatch::try_new(b.schema(), cols).unwrap(), Some(filter()))
+        (
+            RecordBatch::try_new(b.schema(), cols).unwrap(),
+            Some(filter()),
+        )
     };
     let large = batch(5000);
     let mut input: Vec<Filtered> = (0..20).map(small).collect();
@@ -119,9 +123,11 @@ fn small_batches_are_gathered_in_order_and_large_ones_pass_uncopied() {
 
     let out = streamed(input.clone(), None, 1024);
     let rows: Vec<usize> = out.iter().map(RecordBatch::num_rows).collect();
-    // k = 1 and ts < 50: rows 1 and 5 of the first batch with ts under 50.
+    // k = 1 keeps rows 1, 5 and 9 of a batch, ts < 50 those of the first
+    // five: 15 rows gathered from 20 batches.
     let first: usize = expected[..20].iter().map(RecordBatch::num_rows).sum();
     let last: usize = expected[21..].iter().map(RecordBatch::num_rows).sum();
+    assert_eq!(first, 15);
     assert_eq!(rows, vec![first, 5000, last]);
     let schema = batch(0).schema();
     assert_eq!(

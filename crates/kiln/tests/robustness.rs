@@ -142,8 +142,9 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
     assert_eq!(status, 400, "{v}");
     // So are one call's results over many rows each under that limit, a
     // large constant joined to every row, an array as long as its
-    // arguments say, and a step that may not move (each of these took
-    // gigabytes, or ran on until the process died).
+    // arguments say, a large constant copied into every row of a batch, and
+    // a step that may not move (each of these took gigabytes, or ran on
+    // until the process died).
     for (sql, why) in [
         (
             "SELECT sum(cardinality(array_repeat(x, 30000000))) FROM generate_series(1, 30) t(x)",
@@ -152,6 +153,10 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
         (
             "SELECT max(length(concat_ws(repeat('a', 100000000), CAST(x AS VARCHAR), 'b'))) FROM generate_series(1, 40) t(x)",
             "limit on one call's results",
+        ),
+        (
+            "SELECT repeat('x', 300000) AS c, x FROM generate_series(1, 20000) t(x)",
+            "a constant of 300000 bytes in the select list",
         ),
         (
             "SELECT cardinality(range(1, 2000000000))",

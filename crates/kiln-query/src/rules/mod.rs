@@ -21,7 +21,10 @@
 //! - [`dedup`]: repeats dropped before a group-by that ignores them (a
 //!   physical optimizer rule);
 //! - [`partials`]: partial aggregates kept per held segment (a physical
-//!   optimizer rule over [`crate::scan`]'s nodes).
+//!   optimizer rule over [`crate::scan`]'s nodes);
+//! - [`sized_literals`]: a large constant in a select list refused for a
+//!   batch its copies would fill past the limit on one call's results
+//!   (a physical optimizer rule).
 //!
 //! Each can be read, tested and removed on its own: the session lists them
 //! ([`crate::session::build_session`]); none imports another but
@@ -37,4 +40,5 @@ pub mod partials;
 pub mod pg_types;
 pub mod shared;
 pub mod single_row;
+pub mod sized_literals;
 pub mod time_predicates;

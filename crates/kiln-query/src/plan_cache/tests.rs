@@ -42,6 +42,20 @@ async fn lookup_with(
     id: i64,
     settings: &[(String, String)],
 ) -> Vec<String> {
+    let batches = prepared(engine, sql, ScalarValue::from(id), settings)
+        .await
+        .unwrap();
+    cells(&batches)
+}
+
+/// Runs `sql` as a prepared statement with one parameter of `value`'s
+/// type, in a session that set `settings`: its batches, or the error.
+async fn prepared(
+    engine: &Engine,
+    sql: &str,
+    value: ScalarValue,
+    settings: &[(String, String)],
+) -> crate::Result<Vec<arrow::array::RecordBatch>> {
     let logical = engine
         .session()
         .state()
@@ -53,19 +67,12 @@ async fn lookup_with(
         query.set(name, Some(value.clone()));
     }
     let streamed = engine
-        .run_prepared(
-            &query,
-            sql,
-            &logical,
-            &[DataType::Int64],
-            &[ScalarValue::from(id)],
-        )
-        .await
-        .unwrap();
-    let Output::Rows { batches, .. } = streamed.collect().await.unwrap() else {
+        .run_prepared(&query, sql, &logical, &[value.data_type()], &[value])
+        .await?;
+    let Output::Rows { batches, .. } = streamed.collect().await? else {
         panic!("rows expected")
     };
-    cells(&batches)
+    Ok(batches)
 }
 
 /// The values of a single-column result, in order, as text.
@@ -539,4 +546,34 @@ async fn a_short_generic_run_computes_where_it_is_read_until_one_moves() {
     s.moved_runs.store(MOVED_RUNS, Ordering::Relaxed);
     assert_eq!(lookup(&engine, sql, 3).await, ["kiln-exec"]);
     assert_eq!(engine.plans().counts().short_runs, 1);
+}
+
+#[tokio::test]
+async fn a_large_parameter_a_generic_plan_returns_is_refused_before_it_is_copied() {
+    const TAGGED: &str = "SELECT $1 AS tag, id FROM kv WHERE id > 0";
+    let tmp = tempfile::tempdir().unwrap();
+    let engine = engine(tmp.path()).await;
+    engine
+        .execute("INSERT INTO kv SELECT TIMESTAMP '2026-11-01 00:00:00', x, 'v' FROM generate_series(4, 20000) t(x)")
+        .await
+        .unwrap();
+    // The rows, or the error, of TAGGED with `tag` as its text parameter.
+    let tagged = async |tag: &str| -> crate::Result<usize> {
+        let batches = prepared(&engine, TAGGED, ScalarValue::from(tag), &[]).await?;
+        Ok(batches.iter().map(|b| b.num_rows()).sum())
+    };
+    assert_eq!(tagged("small").await.unwrap(), 20_000);
+    statement(&engine, TAGGED)
+        .choice
+        .store(GENERIC, Ordering::Relaxed);
+    assert_eq!(tagged("small").await.unwrap(), 20_000);
+    // The kept plan's parameter is a function whose value is known only as
+    // it runs: 300,000 bytes on each of a batch's thousands of rows.
+    let e = tagged(&"x".repeat(300_000)).await.unwrap_err().to_string();
+    assert!(
+        e.contains("a constant of 300000 bytes in the select list, copied into each of"),
+        "{e}"
+    );
+    assert_eq!(engine.plans().counts().generic_runs, 2);
+    assert_eq!(tagged("small").await.unwrap(), 20_000);
 }

@@ -22,9 +22,9 @@
 //!   physical optimizer rule);
 //! - [`partials`]: partial aggregates kept per held segment (a physical
 //!   optimizer rule over [`crate::scan`]'s nodes);
-//! - [`sized_literals`]: a large constant in a select list refused for a
-//!   batch its copies would fill past the limit on one call's results
-//!   (a physical optimizer rule).
+//! - [`sized_literals`]: a large constant a select list returns refused
+//!   for a batch its copies would fill past the limit on one call's
+//!   results (a physical optimizer rule).
 //!
 //! Each can be read, tested and removed on its own: the session lists them
 //! ([`crate::session::build_session`]); none imports another but

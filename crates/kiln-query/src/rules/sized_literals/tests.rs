@@ -76,19 +76,71 @@ async fn a_large_constant_is_refused_for_a_batch_it_would_fill_past_the_limit() 
     assert!((0..c.len()).all(|i| c.value(i) == small));
     // Shown as the constant itself.
     assert!(plan.contains(&small), "{plan}");
-    assert!(!plan.contains("SizedLiteral"), "{plan}");
+    assert!(!plan.contains("SizedScalar"), "{plan}");
+}
+
+#[tokio::test]
+async fn an_expression_giving_a_large_constant_for_a_whole_batch_is_refused_too() {
+    let ctx = context(20_000);
+    let big = "x".repeat(300_000);
+    for sql in [
+        format!("SELECT CASE WHEN x >= 0 THEN '{big}' END AS c FROM t"),
+        format!("SELECT coalesce(CASE WHEN x < 0 THEN 'a' END, '{big}') AS c FROM t"),
+    ] {
+        let (_, out) = run(&ctx, &sql).await;
+        let e = out.unwrap_err().to_string();
+        assert!(
+            e.contains("a constant of 300000 bytes in the select list"),
+            "{e}"
+        );
+    }
+    // A view is kept once for all rows.
+    let (_, out) = run(
+        &ctx,
+        &format!("SELECT arrow_cast('{big}', 'Utf8View') AS c, x FROM t"),
+    )
+    .await;
+    let out = out.unwrap();
+    assert_eq!(out.iter().map(RecordBatch::num_rows).sum::<usize>(), 20_000);
+    assert_eq!(out[1].column(0).as_string_view().value(7), big);
+    // A constant joined to each row's value makes a column, left to Arrow;
+    // one in a condition only returns small values.
+    let mid = "z".repeat(2_000);
+    let (plan, out) = run(
+        &ctx,
+        &format!("SELECT CAST(x AS VARCHAR) || '{mid}' AS c, CASE WHEN CAST(x AS VARCHAR) = '{big}' THEN 'y' ELSE 'n' END AS d FROM t WHERE x < 2"),
+    )
+    .await;
+    let out = out.unwrap();
+    let b = out.iter().find(|b| b.num_rows() > 0).unwrap();
+    let text = |i: usize| arrow::compute::cast(b.column(i), &DataType::Utf8).unwrap();
+    assert_eq!(text(0).as_string::<i32>().value(1), format!("1{mid}"));
+    assert_eq!(text(1).as_string::<i32>().value(1), "n");
+    assert!(plan.contains(&mid), "{plan}");
 }
 
 #[test]
-fn only_string_and_binary_constants_from_the_threshold_are_wrapped() {
+fn string_and_binary_expressions_holding_a_large_constant_are_wrapped() {
     let lit = |v: ScalarValue| Arc::new(Literal::new(v)) as Arc<dyn PhysicalExpr>;
     let text = |n: usize| ScalarValue::Utf8(Some("a".repeat(n)));
-    assert_eq!(large(&lit(text(WRAPPED_FROM))), Some(WRAPPED_FROM));
-    assert_eq!(large(&lit(text(WRAPPED_FROM - 1))), None);
-    let view = ScalarValue::Utf8View(Some("é".repeat(WRAPPED_FROM)));
-    assert_eq!(large(&lit(view)), Some(2 * WRAPPED_FROM));
-    let bytes = ScalarValue::LargeBinary(Some(vec![0; 5000]));
-    assert_eq!(large(&lit(bytes)), Some(5000));
-    assert_eq!(large(&lit(ScalarValue::Int64(Some(7)))), None);
-    assert_eq!(large(&lit(ScalarValue::Utf8(None))), None);
+    let utf8 = DataType::Utf8;
+    assert!(wrapped(&lit(text(WRAPPED_FROM)), &utf8));
+    assert!(!wrapped(&lit(text(WRAPPED_FROM - 1)), &utf8));
+    assert!(!wrapped(&lit(ScalarValue::Utf8(None)), &utf8));
+    let blob = lit(ScalarValue::LargeBinary(Some(vec![0; 5000])));
+    assert!(wrapped(&blob, &DataType::LargeBinary));
+    // A view's value is not copied per row; nor is a number.
+    let view = lit(ScalarValue::Utf8View(Some("é".repeat(WRAPPED_FROM))));
+    assert!(!wrapped(&view, &DataType::Utf8View));
+    assert!(!wrapped(
+        &lit(ScalarValue::Int64(Some(7))),
+        &DataType::Int64
+    ));
+    // At any depth: a view cast to a string is copied.
+    let cast = Arc::new(datafusion::physical_expr::expressions::CastExpr::new(
+        view,
+        DataType::Utf8,
+        None,
+    )) as Arc<dyn PhysicalExpr>;
+    assert!(wrapped(&cast, &utf8));
 }

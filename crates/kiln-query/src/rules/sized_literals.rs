@@ -7,12 +7,13 @@
 //! the query failed with an internal error (a panic, "offset overflow")
 //! after allocating gigabytes. An expression returning such a constant
 //! for a whole batch (`CASE WHEN x > 0 THEN '<...>' END`, `coalesce(s,
-//! '<...>')` over a batch of nulls, a prepared statement's parameter)
-//! panicked the same way.
+//! '<...>')` over a batch of nulls, a prepared statement's parameter, the
+//! same in an aggregate's argument) panicked the same way.
 //!
 //! [`SizedLiterals`] wraps each string or binary expression of a
-//! projection that holds a constant of at least [`WRAPPED_FROM`] bytes, or
-//! a parameter, in a [`SizedScalar`]. When the expression returns one
+//! projection, or argument of an aggregate (evaluated over each batch in
+//! the same way), that holds a constant of at least [`WRAPPED_FROM`] bytes
+//! or a parameter, in a [`SizedScalar`]. When the expression returns one
 //! value for the whole batch, that refuses a batch whose copies of it
 //! would take more than [`MAX_CALL_BYTES`] (the limit on one function
 //! call's results, which the guarded functions share) before anything is
@@ -39,6 +40,7 @@ use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 
 use crate::functions::MAX_CALL_BYTES;
@@ -47,8 +49,8 @@ use crate::functions::MAX_CALL_BYTES;
 /// of up to a million rows past [`MAX_CALL_BYTES`].
 pub const WRAPPED_FROM: usize = 1024;
 
-/// Wraps the projections' expressions that hold a large constant (module
-/// docs).
+/// Wraps the projections' expressions and aggregates' arguments that
+/// hold a large constant or a parameter (module docs).
 #[derive(Debug, Default)]
 pub struct SizedLiterals;
 
@@ -59,30 +61,17 @@ impl PhysicalOptimizerRule for SizedLiterals {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            let Some(p) = node.downcast_ref::<ProjectionExec>() else {
-                return Ok(Transformed::no(node));
+            let rebuilt = if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+                projection(p)?
+            } else if let Some(a) = node.downcast_ref::<AggregateExec>() {
+                aggregate(a)?
+            } else {
+                None
             };
-            let input = p.input().schema();
-            let wraps = p
-                .expr()
-                .iter()
-                .map(|e| Ok(wrapped(&e.expr, &e.expr.data_type(&input)?)))
-                .collect::<Result<Vec<_>>>()?;
-            if !wraps.contains(&true) {
-                return Ok(Transformed::no(node));
-            }
-            let exprs = p.expr().iter().zip(wraps).map(|(e, wrap)| ProjectionExpr {
-                expr: if wrap {
-                    Arc::new(SizedScalar {
-                        inner: e.expr.clone(),
-                    })
-                } else {
-                    e.expr.clone()
-                },
-                alias: e.alias.clone(),
-            });
-            let wrapped = ProjectionExec::try_new(exprs, p.input().clone())?;
-            Ok(Transformed::yes(Arc::new(wrapped) as Arc<dyn ExecutionPlan>))
+            Ok(match rebuilt {
+                Some(rebuilt) => Transformed::yes(rebuilt),
+                None => Transformed::no(node),
+            })
         })
         .map(|t| t.data)
     }
@@ -94,6 +83,65 @@ impl PhysicalOptimizerRule for SizedLiterals {
     fn schema_check(&self) -> bool {
         true
     }
+}
+
+/// `p` with its expressions that [`wrapped`] says wrapped, if any.
+fn projection(p: &ProjectionExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let input = p.input().schema();
+    let wraps = p
+        .expr()
+        .iter()
+        .map(|e| Ok(wrapped(&e.expr, &e.expr.data_type(&input)?)))
+        .collect::<Result<Vec<_>>>()?;
+    if !wraps.contains(&true) {
+        return Ok(None);
+    }
+    let exprs = p.expr().iter().zip(wraps).map(|(e, wrap)| ProjectionExpr {
+        expr: if wrap { sized(&e.expr) } else { e.expr.clone() },
+        alias: e.alias.clone(),
+    });
+    Ok(Some(Arc::new(ProjectionExec::try_new(
+        exprs,
+        p.input().clone(),
+    )?)))
+}
+
+/// `a` with its aggregates' arguments that [`wrapped`] says wrapped, if
+/// any: an aggregate evaluates its arguments over each batch as a
+/// projection does.
+fn aggregate(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let input = a.input_schema();
+    let mut changed = false;
+    let mut aggregates = Vec::with_capacity(a.aggr_expr().len());
+    for f in a.aggr_expr() {
+        let args = f.expressions();
+        let wraps = args
+            .iter()
+            .map(|e| Ok(wrapped(e, &e.data_type(&input)?)))
+            .collect::<Result<Vec<_>>>()?;
+        // A reversed aggregate is left as it is: rebuilding one undoes it.
+        let rebuilt = (wraps.contains(&true) && !f.is_reversed())
+            .then(|| {
+                let args = args
+                    .iter()
+                    .zip(&wraps)
+                    .map(|(e, wrap)| if *wrap { sized(e) } else { e.clone() })
+                    .collect();
+                let order = f.order_bys().iter().map(|o| o.expr.clone()).collect();
+                f.with_new_expressions(args, order)
+            })
+            .flatten();
+        changed |= rebuilt.is_some();
+        aggregates.push(rebuilt.map(Arc::new).unwrap_or_else(|| f.clone()));
+    }
+    Ok(changed.then(|| Arc::new(a.with_new_aggr_exprs(aggregates)) as _))
+}
+
+/// `expr` in a [`SizedScalar`].
+fn sized(expr: &Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr> {
+    Arc::new(SizedScalar {
+        inner: expr.clone(),
+    })
 }
 
 /// Whether `expr`, returning `t`, is wrapped: it returns a type whose
@@ -142,9 +190,9 @@ fn copied_bytes(value: &ScalarValue) -> Option<usize> {
     }
 }
 
-/// An expression of a projection holding a large constant, whose one
-/// value for a whole batch is refused where its copies would fill the
-/// batch past [`MAX_CALL_BYTES`] (module docs).
+/// An expression of a projection holding a large constant or a
+/// parameter, whose one value for a whole batch is refused where its
+/// copies would fill the batch past [`MAX_CALL_BYTES`] (module docs).
 #[derive(Debug, Eq)]
 pub struct SizedScalar {
     inner: Arc<dyn PhysicalExpr>,

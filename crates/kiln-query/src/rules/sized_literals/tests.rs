@@ -86,6 +86,8 @@ async fn an_expression_giving_a_large_constant_for_a_whole_batch_is_refused_too(
     for sql in [
         format!("SELECT CASE WHEN x >= 0 THEN '{big}' END AS c FROM t"),
         format!("SELECT coalesce(CASE WHEN x < 0 THEN 'a' END, '{big}') AS c FROM t"),
+        // An aggregate evaluates its argument over the batch.
+        format!("SELECT max(CASE WHEN x >= 0 THEN '{big}' END) AS c FROM t"),
     ] {
         let (_, out) = run(&ctx, &sql).await;
         let e = out.unwrap_err().to_string();
@@ -94,6 +96,22 @@ async fn an_expression_giving_a_large_constant_for_a_whole_batch_is_refused_too(
             "{e}"
         );
     }
+    // Over fewer rows, the aggregate is answered.
+    let (_, out) = run(
+        &ctx,
+        &format!(
+            "SELECT octet_length(max(CASE WHEN x >= 0 THEN '{big}' END)) FROM t WHERE x < 100"
+        ),
+    )
+    .await;
+    let out = out.unwrap();
+    assert_eq!(
+        out[0]
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int32Type>()
+            .value(0),
+        300_000
+    );
     // A view is kept once for all rows.
     let (_, out) = run(
         &ctx,

@@ -17,6 +17,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use kiln_storage::{Db, STORE_URL};
 
 use datafusion::optimizer::{Analyzer, AnalyzerRule, Optimizer, OptimizerRule};
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 
 use crate::admission::{QueryHandle, QueryRegistry};
 use crate::cache::Caches;
@@ -126,6 +127,9 @@ pub fn build_session(
                 cubes: cubes.clone(),
             })],
         }))
+        .with_physical_optimizer_rules(crate::rules::sized_literals::with_sort_first(
+            PhysicalOptimizer::new().rules,
+        ))
         .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
         .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))
         .with_physical_optimizer_rule(Arc::new(crate::rules::sized_literals::SizedLiterals))

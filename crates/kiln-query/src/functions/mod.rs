@@ -50,7 +50,6 @@ use datafusion::prelude::SessionContext;
 
 pub(crate) use pg_format::TIME_BUCKET_ORIGIN_NS;
 pub(crate) use pg_interval::{fixed_interval_ns, shifted};
-pub(crate) use sized::MAX_CALL_BYTES;
 
 /// Registers every Kiln function on `ctx`.
 pub fn register(ctx: &SessionContext) {

@@ -22,9 +22,9 @@
 //!   physical optimizer rule);
 //! - [`partials`]: partial aggregates kept per held segment (a physical
 //!   optimizer rule over [`crate::scan`]'s nodes);
-//! - [`sized_literals`]: a large constant a select list returns refused
-//!   for a batch its copies would fill past the limit on one call's
-//!   results (a physical optimizer rule).
+//! - [`sized_literals`]: batches cut to the rows a node can copy its large
+//!   constants into, and rows sorted before they get them (physical
+//!   optimizer rules and their node).
 //!
 //! Each can be read, tested and removed on its own: the session lists them
 //! ([`crate::session::build_session`]); none imports another but

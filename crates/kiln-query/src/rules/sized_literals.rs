@@ -1,56 +1,67 @@
-//! Large constants in a select list, checked against the rows they fill.
+//! Large constants in a select list, given to a batch's rows a slice at
+//! a time.
 //!
 //! Why: a projection copies a constant value into every row of each batch.
 //! `SELECT '<300,000 characters>' AS c, x FROM t` fills 8,192 rows, 2.3
 //! GiB, per batch. Arrow allocates that at once, outside any memory
 //! accounting, and a string column's 32-bit offsets overflow past 2 GiB:
 //! the query failed with an internal error (a panic, "offset overflow")
-//! after allocating gigabytes. An expression returning such a constant
-//! for a whole batch (`CASE WHEN x > 0 THEN '<...>' END`, `coalesce(s,
-//! '<...>')` over a batch of nulls, a prepared statement's parameter, the
-//! same in an aggregate's argument) panicked the same way.
+//! after allocating gigabytes. An expression giving such a constant to
+//! many rows (`CASE WHEN x > 0 THEN '<...>' END`, `x || '<...>'`, a
+//! prepared statement's parameter, the same in an aggregate's argument or
+//! group key) did the same.
 //!
-//! [`SizedLiterals`] wraps each string or binary expression of a
-//! projection, or argument of an aggregate (evaluated over each batch in
-//! the same way), that holds a constant of at least [`WRAPPED_FROM`] bytes
-//! or a parameter, in a [`SizedScalar`]. When the expression returns one
-//! value for the whole batch, that refuses a batch whose copies of it
-//! would take more than [`MAX_CALL_BYTES`] (the limit on one function
-//! call's results, which the guarded functions share) before anything is
-//! copied, naming the value's size and the batch's rows. A view type's
-//! value is kept once for all rows, and is let through; expressions that
-//! return a column are built by Arrow, which checks their offsets as it
-//! goes.
+//! [`SizedLiterals`] puts a [`SlicedExec`] below each projection, filter
+//! and aggregate over raw rows whose string or binary expressions copy
+//! into rows a constant of at least [`LARGE_FROM`] bytes or a parameter.
+//! It measures them as the plan runs and cuts the batches so that their
+//! copies take at most [`SLICE_BYTES`]: the answer is the same, in smaller
+//! batches, and the memory it takes outside the query's accounting is
+//! bounded. A view type's value is kept once for all rows,
+//! and is not counted.
+//!
+//! DataFusion computes a select list below the sort of `ORDER BY`, so
+//! `SELECT x, '<...>' FROM t ORDER BY x LIMIT 2` would copy the constant
+//! into every row read, and the sort would keep those copies. [`SortFirst`]
+//! moves such a projection above its sort when every sort key is one of
+//! the projection's plain columns: the rows are sorted (and cut to the
+//! limit) first, and only the rows kept get the constant. It runs before
+//! the dynamic filters of top-k sorts are pushed to the scans, so the
+//! rebuilt sort's filter is the one pushed.
 
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
-use std::hash::{Hash, Hasher};
+mod sliced;
+
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, FieldRef, Schema};
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result, ScalarValue, exec_err, internal_err};
-use datafusion::logical_expr::ColumnarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, ScalarValue};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::ScalarFunctionExpr;
-use datafusion::physical_expr::expressions::Literal;
+use datafusion::physical_expr::expressions::{Column, Literal};
+use datafusion::physical_expr::projection::update_expr;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::aggregates::AggregateExec;
-use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::{ProjectionExec, make_with_child};
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::{
+    ExecutionPlan, ExecutionPlanProperties, replace_children_if_necessary,
+};
 
-use crate::functions::MAX_CALL_BYTES;
+pub use sliced::{SLICE_BYTES, SlicedExec, slice_rows};
 
-/// Constants smaller than this are left as they are: one fills no batch
-/// of up to a million rows past [`MAX_CALL_BYTES`].
-pub const WRAPPED_FROM: usize = 1024;
+/// Constants smaller than this are not counted: their copies fill a batch
+/// of up to 65,536 rows within [`SLICE_BYTES`].
+pub const LARGE_FROM: usize = 1024;
 
-/// Wraps the projections' expressions and aggregates' arguments that
-/// hold a large constant or a parameter (module docs).
+/// Puts a [`SlicedExec`] below the projections, filters and aggregates
+/// that copy large constants or parameters into rows (module docs).
 #[derive(Debug, Default)]
 pub struct SizedLiterals;
 
@@ -61,17 +72,20 @@ impl PhysicalOptimizerRule for SizedLiterals {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            let rebuilt = if let Some(p) = node.downcast_ref::<ProjectionExec>() {
-                projection(p)?
-            } else if let Some(a) = node.downcast_ref::<AggregateExec>() {
-                aggregate(a)?
-            } else {
-                None
+            let constants = copied_constants(&node)?;
+            let Some(input) = node.children().first().map(|c| (*c).clone()) else {
+                return Ok(Transformed::no(node));
             };
-            Ok(match rebuilt {
-                Some(rebuilt) => Transformed::yes(rebuilt),
-                None => Transformed::no(node),
-            })
+            // Measured as it runs: a parameter's size is known only then,
+            // and an input's batches may be larger than the session's.
+            if constants.is_empty() || input.is::<SlicedExec>() {
+                return Ok(Transformed::no(node));
+            }
+            let sliced = Arc::new(SlicedExec::new(input, constants));
+            Ok(Transformed::yes(replace_children_if_necessary(
+                node,
+                vec![sliced],
+            )?))
         })
         .map(|t| t.data)
     }
@@ -85,173 +99,186 @@ impl PhysicalOptimizerRule for SizedLiterals {
     }
 }
 
-/// `p` with its expressions that [`wrapped`] says wrapped, if any.
-fn projection(p: &ProjectionExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let input = p.input().schema();
-    let wraps = p
-        .expr()
+/// The constants `node` copies into rows of its input's batches: those
+/// [`gather`] finds in a projection's expressions, a filter's predicate,
+/// or an aggregate's group keys and arguments over raw rows.
+fn copied_constants(node: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn PhysicalExpr>>> {
+    let (exprs, input): (Vec<Arc<dyn PhysicalExpr>>, SchemaRef) =
+        if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+            let exprs = p.expr().iter().map(|e| e.expr.clone()).collect();
+            (exprs, p.input().schema())
+        } else if let Some(f) = node.downcast_ref::<FilterExec>() {
+            (vec![f.predicate().clone()], f.input().schema())
+        } else if let Some(a) = node.downcast_ref::<AggregateExec>()
+            && a.mode().input_mode() == AggregateInputMode::Raw
+        {
+            let mut exprs = a.group_expr().input_exprs();
+            exprs.extend(a.aggr_expr().iter().flat_map(|f| f.expressions()));
+            (exprs, a.input_schema())
+        } else {
+            return Ok(vec![]);
+        };
+    let mut found = vec![];
+    for e in &exprs {
+        gather(e, &input, true, &mut found)?;
+    }
+    Ok(found)
+}
+
+/// Adds to `found` each [`constant`] in `e` that is copied into rows: in an
+/// expression computing a string or binary column (of any type: a view
+/// array built row by row copies each value), or `e` itself when it is the
+/// `root` of a node's expression, which the node expands to a column (a
+/// view array keeps one copy that every row's view points to). A constant
+/// only compared (`s = $1`) is not copied.
+fn gather(
+    e: &Arc<dyn PhysicalExpr>,
+    input: &Schema,
+    root: bool,
+    found: &mut Vec<Arc<dyn PhysicalExpr>>,
+) -> Result<()> {
+    let t = e.data_type(input)?;
+    if constant(e) {
+        if root && copies(&t) {
+            found.push(e.clone());
+        }
+    } else if copies(&t) || matches!(t, DataType::Utf8View | DataType::BinaryView) {
+        e.apply(|e| {
+            if constant(e) {
+                found.push(e.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+    } else {
+        for child in e.children() {
+            gather(child, input, false, found)?;
+        }
+    }
+    Ok(())
+}
+
+/// An optimizer rule to run, in order.
+type Rule = Arc<dyn PhysicalOptimizerRule + Send + Sync>;
+
+/// `rules` with [`SortFirst`] before the pushing of top-k sorts' dynamic
+/// filters (`FilterPushdown(Post)`), or last if there is none.
+pub fn with_sort_first(mut rules: Vec<Rule>) -> Vec<Rule> {
+    let at = rules
         .iter()
-        .map(|e| Ok(wrapped(&e.expr, &e.expr.data_type(&input)?)))
-        .collect::<Result<Vec<_>>>()?;
-    if !wraps.contains(&true) {
+        .position(|r| r.name() == "FilterPushdown(Post)")
+        .unwrap_or(rules.len());
+    rules.insert(at, Arc::new(SortFirst));
+    rules
+}
+
+/// Moves a projection that adds a large constant or a parameter above the
+/// sort over it (module docs).
+#[derive(Debug, Default)]
+pub struct SortFirst;
+
+impl PhysicalOptimizerRule for SortFirst {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            Ok(match sorted_first(&node)? {
+                Some(rebuilt) => Transformed::yes(rebuilt),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "sort_first"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `node`, a sort over a projection that copies constants into each row
+/// ([`copied_constants`]), as the projection over the sort of the projection's input,
+/// if every sort key is a plain column of that projection (an expression
+/// computed again above the sort could differ, as `random()` does) and the
+/// result keeps the sort's order.
+fn sorted_first(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(sort) = node.downcast_ref::<SortExec>() else {
+        return Ok(None);
+    };
+    let Some(p) = sort.input().downcast_ref::<ProjectionExec>() else {
+        return Ok(None);
+    };
+    if copied_constants(sort.input())?.is_empty() {
         return Ok(None);
     }
-    let exprs = p.expr().iter().zip(wraps).map(|(e, wrap)| ProjectionExpr {
-        expr: if wrap { sized(&e.expr) } else { e.expr.clone() },
-        alias: e.alias.clone(),
-    });
-    Ok(Some(Arc::new(ProjectionExec::try_new(
-        exprs,
-        p.input().clone(),
-    )?)))
-}
-
-/// `a` with its aggregates' arguments that [`wrapped`] says wrapped, if
-/// any: an aggregate evaluates its arguments over each batch as a
-/// projection does.
-fn aggregate(a: &AggregateExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let input = a.input_schema();
-    let mut changed = false;
-    let mut aggregates = Vec::with_capacity(a.aggr_expr().len());
-    for f in a.aggr_expr() {
-        let args = f.expressions();
-        let wraps = args
-            .iter()
-            .map(|e| Ok(wrapped(e, &e.data_type(&input)?)))
-            .collect::<Result<Vec<_>>>()?;
-        // A reversed aggregate is left as it is: rebuilding one undoes it.
-        let rebuilt = (wraps.contains(&true) && !f.is_reversed())
-            .then(|| {
-                let args = args
-                    .iter()
-                    .zip(&wraps)
-                    .map(|(e, wrap)| if *wrap { sized(e) } else { e.clone() })
-                    .collect();
-                let order = f.order_bys().iter().map(|o| o.expr.clone()).collect();
-                f.with_new_expressions(args, order)
-            })
-            .flatten();
-        changed |= rebuilt.is_some();
-        aggregates.push(rebuilt.map(Arc::new).unwrap_or_else(|| f.clone()));
+    let mut keys = Vec::with_capacity(sort.expr().len());
+    for key in sort.expr().iter() {
+        let plain = key.expr.exists(|e| {
+            Ok(e.downcast_ref::<Column>().is_none_or(|c| {
+                p.expr()
+                    .get(c.index())
+                    .is_some_and(|e| e.expr.is::<Column>())
+            }))
+        })?;
+        let Some(expr) = update_expr(&key.expr, p.expr(), true)?.filter(|_| plain) else {
+            return Ok(None);
+        };
+        keys.push(PhysicalSortExpr {
+            expr,
+            options: key.options,
+        });
     }
-    Ok(changed.then(|| Arc::new(a.with_new_aggr_exprs(aggregates)) as _))
+    let Some(keys) = LexOrdering::new(keys) else {
+        return Ok(None);
+    };
+    let sorted = SortExec::new(keys, p.input().clone())
+        .with_fetch(sort.fetch())
+        .with_preserve_partitioning(sort.preserve_partitioning());
+    let lifted = make_with_child(p, &(Arc::new(sorted) as _))?;
+    let kept = lifted
+        .equivalence_properties()
+        .ordering_satisfy(sort.expr().clone())?;
+    Ok(kept.then_some(lifted))
 }
 
-/// `expr` in a [`SizedScalar`].
-fn sized(expr: &Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr> {
-    Arc::new(SizedScalar {
-        inner: expr.clone(),
-    })
-}
-
-/// Whether `expr`, returning `t`, is wrapped: it returns a type whose
-/// values a repeated column copies into each row, and holds a string or
-/// binary constant of at least [`WRAPPED_FROM`] bytes or a function of no
-/// argument (a prepared statement's parameter in a kept plan, whose value
-/// is known only as it runs).
-fn wrapped(expr: &Arc<dyn PhysicalExpr>, t: &DataType) -> bool {
-    let copies = matches!(
+/// Whether a column of type `t` expanded from one value copies it into
+/// each row (a view array keeps one copy that every row's view points to).
+fn copies(t: &DataType) -> bool {
+    matches!(
         t,
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary
-    );
-    copies
-        && expr
-            .exists(|e| {
-                let large = e
-                    .downcast_ref::<Literal>()
-                    .and_then(|l| bytes(l.value()))
-                    .is_some_and(|b| b >= WRAPPED_FROM);
-                let nullary = e
-                    .downcast_ref::<ScalarFunctionExpr>()
-                    .is_some_and(|f| f.args().is_empty());
-                Ok(large || nullary)
-            })
-            .unwrap_or(false)
+    )
+}
+
+/// Whether `e` gives one value to every row that may be large: a string or
+/// binary constant of at least [`LARGE_FROM`] bytes, or a function of no
+/// argument (a prepared statement's parameter in a kept plan, whose value
+/// is known only as it runs).
+fn constant(e: &Arc<dyn PhysicalExpr>) -> bool {
+    let large = e
+        .downcast_ref::<Literal>()
+        .and_then(|l| bytes(l.value()))
+        .is_some_and(|b| b >= LARGE_FROM);
+    let nullary = e
+        .downcast_ref::<ScalarFunctionExpr>()
+        .is_some_and(|f| f.args().is_empty());
+    large || nullary
 }
 
 /// The bytes of a string or binary value; `None` for other values and
 /// nulls.
 fn bytes(value: &ScalarValue) -> Option<usize> {
     match value {
-        ScalarValue::Utf8View(Some(s)) => Some(s.len()),
-        ScalarValue::BinaryView(Some(b)) => Some(b.len()),
-        other => copied_bytes(other),
-    }
-}
-
-/// The bytes a column repeating `value` copies into each row: those of a
-/// string or binary value with offsets. A view array keeps one copy that
-/// every row's view points to.
-fn copied_bytes(value: &ScalarValue) -> Option<usize> {
-    match value {
-        ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => Some(s.len()),
-        ScalarValue::Binary(Some(b)) | ScalarValue::LargeBinary(Some(b)) => Some(b.len()),
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.len()),
+        ScalarValue::Binary(Some(b))
+        | ScalarValue::LargeBinary(Some(b))
+        | ScalarValue::BinaryView(Some(b)) => Some(b.len()),
         _ => None,
-    }
-}
-
-/// An expression of a projection holding a large constant or a
-/// parameter, whose one value for a whole batch is refused where its
-/// copies would fill the batch past [`MAX_CALL_BYTES`] (module docs).
-#[derive(Debug, Eq)]
-pub struct SizedScalar {
-    inner: Arc<dyn PhysicalExpr>,
-}
-
-impl PartialEq for SizedScalar {
-    fn eq(&self, other: &Self) -> bool {
-        self.inner.eq(&other.inner)
-    }
-}
-
-impl Hash for SizedScalar {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.inner.hash(state);
-    }
-}
-
-impl fmt::Display for SizedScalar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt(f)
-    }
-}
-
-impl PhysicalExpr for SizedScalar {
-    fn return_field(&self, input_schema: &Schema) -> Result<FieldRef> {
-        self.inner.return_field(input_schema)
-    }
-
-    fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        let out = self.inner.evaluate(batch)?;
-        let rows = batch.num_rows();
-        if let ColumnarValue::Scalar(value) = &out
-            && let Some(bytes) = copied_bytes(value)
-        {
-            let total = bytes as u128 * rows as u128;
-            if total > MAX_CALL_BYTES as u128 {
-                return exec_err!(
-                    "a constant of {bytes} bytes in the select list, copied into each of {rows} rows, would take {total} bytes, more than the {MAX_CALL_BYTES}-byte limit on one column of one batch (rows are computed a batch at a time)"
-                );
-            }
-        }
-        Ok(out)
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
-        vec![&self.inner]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn PhysicalExpr>>,
-    ) -> Result<Arc<dyn PhysicalExpr>> {
-        match children.pop() {
-            Some(inner) if children.is_empty() => Ok(Arc::new(SizedScalar { inner })),
-            _ => internal_err!("SizedScalar takes one child"),
-        }
-    }
-
-    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt_sql(f)
     }
 }

@@ -1,7 +1,8 @@
-use arrow::array::{Array, AsArray, Int64Array};
+use arrow::array::{Array, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 use datafusion::physical_plan::collect;
 use datafusion::prelude::{SessionConfig, SessionContext};
 
@@ -13,6 +14,7 @@ fn context(rows: i64) -> SessionContext {
     let state = SessionStateBuilder::new()
         .with_config(SessionConfig::new().with_target_partitions(1))
         .with_default_features()
+        .with_physical_optimizer_rules(with_sort_first(PhysicalOptimizer::new().rules))
         .with_physical_optimizer_rule(Arc::new(SizedLiterals))
         .build();
     let ctx = SessionContext::new_with_state(state);
@@ -44,121 +46,216 @@ async fn run(ctx: &SessionContext, sql: &str) -> (String, Result<Vec<RecordBatch
     (shown, collect(plan, ctx.task_ctx()).await)
 }
 
-#[tokio::test]
-async fn a_large_constant_is_refused_for_a_batch_it_would_fill_past_the_limit() {
-    let ctx = context(20_000);
-    let big = "x".repeat(300_000);
-    // 8,192 rows of 300,000 bytes: 2.3 GiB for one column of one batch.
-    let (plan, out) = run(&ctx, &format!("SELECT '{big}' AS c, x FROM t")).await;
-    assert!(plan.contains("ProjectionExec"), "{plan}");
-    let e = out.unwrap_err().to_string();
-    assert!(
-        e.contains("a constant of 300000 bytes in the select list")
-            && e.contains("8192 rows")
-            && e.contains(&MAX_CALL_BYTES.to_string()),
-        "{e}"
-    );
+/// The rows of each non-empty batch of `batches`.
+fn rows(batches: &[RecordBatch]) -> Vec<usize> {
+    batches
+        .iter()
+        .map(RecordBatch::num_rows)
+        .filter(|n| *n > 0)
+        .collect()
+}
 
-    // Under the limit, the same constant in every row.
-    let (_, out) = run(&ctx, &format!("SELECT '{big}' AS c, x FROM t LIMIT 3")).await;
-    let rows: Vec<_> = out
-        .unwrap()
-        .into_iter()
-        .filter(|b| b.num_rows() > 0)
-        .collect();
-    assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 3);
-    assert_eq!(rows[0].column(0).as_string::<i32>().value(0), big);
-    let small = "y".repeat(2_000);
-    let (plan, out) = run(&ctx, &format!("SELECT '{small}' AS c, x FROM t")).await;
-    let out = out.unwrap();
-    assert_eq!(out.iter().map(RecordBatch::num_rows).sum::<usize>(), 20_000);
-    let c = out[2].column(0).as_string::<i32>();
-    assert!((0..c.len()).all(|i| c.value(i) == small));
-    // Shown as the constant itself.
-    assert!(plan.contains(&small), "{plan}");
-    assert!(!plan.contains("SizedScalar"), "{plan}");
+/// Whether `plan` shows a [`SlicedExec`] right below its first `node`.
+fn sliced_below(plan: &str, node: &str) -> bool {
+    let lines: Vec<&str> = plan.lines().collect();
+    lines
+        .iter()
+        .position(|l| l.contains(node))
+        .is_some_and(|i| lines.get(i + 1).is_some_and(|l| l.contains("SlicedExec")))
 }
 
 #[tokio::test]
-async fn an_expression_giving_a_large_constant_for_a_whole_batch_is_refused_too() {
+async fn a_large_constant_is_given_to_rows_a_slice_at_a_time() {
+    let ctx = context(200);
+    let big = "x".repeat(1_000_000);
+    let most = slice_rows(big.len());
+    assert_eq!(most, 67);
+    // One batch of 200 rows would take 200 MB for one column: cut into
+    // slices of 67 rows, 67 MB, each.
+    let (plan, out) = run(&ctx, &format!("SELECT '{big}' AS c, x FROM t")).await;
+    assert!(sliced_below(&plan, "ProjectionExec"), "{plan}");
+    let out = out.unwrap();
+    assert_eq!(rows(&out), [67, 67, 66]);
+    assert_eq!(xs(&out, 1), (0..200).collect::<Vec<_>>());
+    assert!(out.iter().all(|b| {
+        let c = b.column(0).as_string::<i32>();
+        (0..c.len()).all(|i| c.value(i) == big)
+    }));
+
+    // A constant whose copies fill no batch past the limit leaves the
+    // batches whole; the plan shows it as itself.
     let ctx = context(20_000);
-    let big = "x".repeat(300_000);
-    for sql in [
-        format!("SELECT CASE WHEN x >= 0 THEN '{big}' END AS c FROM t"),
-        format!("SELECT coalesce(CASE WHEN x < 0 THEN 'a' END, '{big}') AS c FROM t"),
-        // An aggregate evaluates its argument over the batch.
-        format!("SELECT max(CASE WHEN x >= 0 THEN '{big}' END) AS c FROM t"),
+    let small = "y".repeat(2_000);
+    let (plan, out) = run(&ctx, &format!("SELECT '{small}' AS c, x FROM t")).await;
+    let out = out.unwrap();
+    assert_eq!(rows(&out), [8192, 8192, 3616]);
+    let c = out[2].column(0).as_string::<i32>();
+    assert!((0..c.len()).all(|i| c.value(i) == small));
+    assert!(
+        plan.contains(&small) && sliced_below(&plan, "ProjectionExec"),
+        "{plan}"
+    );
+}
+
+#[tokio::test]
+async fn an_expression_giving_a_large_constant_to_many_rows_is_sliced_too() {
+    let ctx = context(200);
+    let big = "x".repeat(1_000_000);
+    let text =
+        |b: &RecordBatch, i: usize| arrow::compute::cast(b.column(i), &DataType::Utf8).unwrap();
+    for (sql, every) in [
+        (
+            format!("SELECT CASE WHEN x >= 0 THEN '{big}' END AS c, x FROM t"),
+            1,
+        ),
+        (
+            format!("SELECT coalesce(CASE WHEN x < 0 THEN 'a' END, '{big}') AS c, x FROM t"),
+            1,
+        ),
+        // To some rows only, or joined to each row's value: a column.
+        (
+            format!("SELECT CASE WHEN x % 2 = 0 THEN '{big}' ELSE 'a' END AS c, x FROM t"),
+            2,
+        ),
+        (
+            format!("SELECT CAST(x AS VARCHAR) || '{big}' AS c, x FROM t"),
+            1,
+        ),
     ] {
-        let (_, out) = run(&ctx, &sql).await;
-        let e = out.unwrap_err().to_string();
-        assert!(
-            e.contains("a constant of 300000 bytes in the select list"),
-            "{e}"
+        let (plan, out) = run(&ctx, &sql).await;
+        assert!(sliced_below(&plan, "ProjectionExec"), "{plan}");
+        let out = out.unwrap();
+        assert_eq!(rows(&out), [67, 67, 66], "{sql}");
+        let b = &out[1];
+        let (c, x) = (text(b, 0), xs(std::slice::from_ref(b), 1));
+        for (i, x) in x.iter().enumerate() {
+            let v = c.as_string::<i32>().value(i);
+            assert!(v.len() >= big.len() || x % every != 0, "{sql}: row {x}");
+        }
+    }
+    // An aggregate evaluates its arguments and group keys over the batch.
+    for sql in [
+        format!("SELECT octet_length(max(CASE WHEN x >= 0 THEN '{big}' END)) AS n FROM t"),
+        format!(
+            "SELECT octet_length(CASE WHEN x >= 0 THEN '{big}' END) AS n FROM t GROUP BY CASE WHEN x >= 0 THEN '{big}' END"
+        ),
+    ] {
+        let (plan, out) = run(&ctx, &sql).await;
+        assert!(sliced_below(&plan, "AggregateExec"), "{plan}");
+        let out = out.unwrap();
+        let b = out.iter().find(|b| b.num_rows() > 0).unwrap();
+        assert_eq!(
+            b.column(0)
+                .as_primitive::<arrow::datatypes::Int32Type>()
+                .value(0),
+            1_000_000,
+            "{sql}"
         );
     }
-    // Over fewer rows, the aggregate is answered.
-    let (_, out) = run(
+    // A filter builds the column it tests; a constant it only compares to
+    // is not copied.
+    let (plan, out) = run(
         &ctx,
-        &format!(
-            "SELECT octet_length(max(CASE WHEN x >= 0 THEN '{big}' END)) FROM t WHERE x < 100"
-        ),
+        &format!("SELECT x FROM t WHERE octet_length(CAST(x AS VARCHAR) || '{big}') = 1000001"),
     )
     .await;
-    let out = out.unwrap();
-    assert_eq!(
-        out[0]
-            .column(0)
-            .as_primitive::<arrow::datatypes::Int32Type>()
-            .value(0),
-        300_000
-    );
+    assert!(sliced_below(&plan, "FilterExec"), "{plan}");
+    assert_eq!(xs(&out.unwrap(), 0), (0..10).collect::<Vec<_>>());
+    let (plan, out) = run(
+        &ctx,
+        &format!("SELECT x FROM t WHERE CAST(x AS VARCHAR) = '{big}'"),
+    )
+    .await;
+    assert!(!plan.contains("SlicedExec"), "{plan}");
+    assert_eq!(rows(&out.unwrap()), [0usize; 0]);
     // A view is kept once for all rows.
-    let (_, out) = run(
+    let (plan, out) = run(
         &ctx,
         &format!("SELECT arrow_cast('{big}', 'Utf8View') AS c, x FROM t"),
     )
     .await;
+    assert!(!plan.contains("SlicedExec"), "{plan}");
     let out = out.unwrap();
-    assert_eq!(out.iter().map(RecordBatch::num_rows).sum::<usize>(), 20_000);
-    assert_eq!(out[1].column(0).as_string_view().value(7), big);
-    // A constant joined to each row's value makes a column, left to Arrow;
-    // one in a condition only returns small values.
-    let mid = "z".repeat(2_000);
+    assert_eq!(rows(&out), [200]);
+    assert_eq!(out[0].column(0).as_string_view().value(7), big);
+}
+
+/// The `x` values of `batches`' column `i`, in order.
+fn xs(batches: &[RecordBatch], i: usize) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| {
+            b.column(i)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn rows_are_sorted_and_cut_before_they_get_a_large_constant() {
+    let ctx = context(20_000);
+    let big = "x".repeat(300_000);
+    // Two rows kept of 20,000: the constant is copied twice, not into each
+    // batch read.
     let (plan, out) = run(
         &ctx,
-        &format!("SELECT CAST(x AS VARCHAR) || '{mid}' AS c, CASE WHEN CAST(x AS VARCHAR) = '{big}' THEN 'y' ELSE 'n' END AS d FROM t WHERE x < 2"),
+        &format!("SELECT x, '{big}' AS c FROM t ORDER BY x DESC LIMIT 2"),
     )
     .await;
     let out = out.unwrap();
+    assert_eq!(xs(&out, 0), [19_999, 19_998]);
     let b = out.iter().find(|b| b.num_rows() > 0).unwrap();
-    let text = |i: usize| arrow::compute::cast(b.column(i), &DataType::Utf8).unwrap();
-    assert_eq!(text(0).as_string::<i32>().value(1), format!("1{mid}"));
-    assert_eq!(text(1).as_string::<i32>().value(1), "n");
-    assert!(plan.contains(&mid), "{plan}");
+    assert_eq!(b.column(1).as_string::<i32>().value(1), big);
+    let (projection, sort) = (plan.find("ProjectionExec"), plan.find("SortExec"));
+    assert!(projection < sort, "{plan}");
+
+    // Without a limit, over every row; a constant of 2,000 bytes is not
+    // kept in the sort.
+    let mid = "z".repeat(2_000);
+    let (plan, out) = run(
+        &ctx,
+        &format!("SELECT '{mid}' AS c, x FROM t ORDER BY x DESC"),
+    )
+    .await;
+    let out = out.unwrap();
+    let x = xs(&out, 1);
+    assert_eq!(x.len(), 20_000);
+    assert!(x.windows(2).all(|w| w[0] > w[1]) && x[0] == 19_999);
+    assert!(
+        plan.find("ProjectionExec") < plan.find("SortExec"),
+        "{plan}"
+    );
+
+    // A sort key computed in the projection stays below it: computed again
+    // above the sort, it could differ. The answer is the same.
+    let (plan, out) = run(
+        &ctx,
+        &format!("SELECT x % 7 AS y, '{mid}' AS c, x FROM t ORDER BY y DESC, x LIMIT 3"),
+    )
+    .await;
+    assert!(
+        plan.find("SortExec") < plan.find("ProjectionExec"),
+        "{plan}"
+    );
+    let out = out.unwrap();
+    assert_eq!((xs(&out, 0), xs(&out, 2)), (vec![6, 6, 6], vec![6, 13, 20]));
 }
 
 #[test]
-fn string_and_binary_expressions_holding_a_large_constant_are_wrapped() {
+fn large_string_and_binary_constants_cut_the_batches_they_would_fill() {
     let lit = |v: ScalarValue| Arc::new(Literal::new(v)) as Arc<dyn PhysicalExpr>;
-    let text = |n: usize| ScalarValue::Utf8(Some("a".repeat(n)));
-    let utf8 = DataType::Utf8;
-    assert!(wrapped(&lit(text(WRAPPED_FROM)), &utf8));
-    assert!(!wrapped(&lit(text(WRAPPED_FROM - 1)), &utf8));
-    assert!(!wrapped(&lit(ScalarValue::Utf8(None)), &utf8));
-    let blob = lit(ScalarValue::LargeBinary(Some(vec![0; 5000])));
-    assert!(wrapped(&blob, &DataType::LargeBinary));
-    // A view's value is not copied per row; nor is a number.
-    let view = lit(ScalarValue::Utf8View(Some("é".repeat(WRAPPED_FROM))));
-    assert!(!wrapped(&view, &DataType::Utf8View));
-    assert!(!wrapped(
-        &lit(ScalarValue::Int64(Some(7))),
-        &DataType::Int64
-    ));
-    // At any depth: a view cast to a string is copied.
-    let cast = Arc::new(datafusion::physical_expr::expressions::CastExpr::new(
-        view,
-        DataType::Utf8,
-        None,
-    )) as Arc<dyn PhysicalExpr>;
-    assert!(wrapped(&cast, &utf8));
+    let text = |n: usize| lit(ScalarValue::Utf8(Some("a".repeat(n))));
+    assert!(constant(&text(LARGE_FROM)));
+    assert!(!constant(&text(LARGE_FROM - 1)));
+    assert!(!constant(&lit(ScalarValue::Utf8(None))));
+    assert!(!constant(&lit(ScalarValue::Int64(Some(7)))));
+    // A view is counted where a cast copies it; a view column is not.
+    assert!(constant(&lit(ScalarValue::Utf8View(Some(
+        "é".repeat(LARGE_FROM)
+    )))));
+    assert!(copies(&DataType::LargeBinary) && !copies(&DataType::Utf8View));
+    assert_eq!(slice_rows(0), usize::MAX);
+    assert_eq!(slice_rows(usize::MAX), 1);
 }

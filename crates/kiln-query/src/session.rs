@@ -127,12 +127,11 @@ pub fn build_session(
                 cubes: cubes.clone(),
             })],
         }))
-        .with_physical_optimizer_rules(crate::rules::sized_literals::with_sort_first(
+        .with_physical_optimizer_rules(crate::rules::sized_literals::with_sized_literals(
             PhysicalOptimizer::new().rules,
         ))
         .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
         .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))
-        .with_physical_optimizer_rule(Arc::new(crate::rules::sized_literals::SizedLiterals))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);

@@ -50,6 +50,7 @@ use datafusion::prelude::SessionContext;
 
 pub(crate) use pg_format::TIME_BUCKET_ORIGIN_NS;
 pub(crate) use pg_interval::{fixed_interval_ns, shifted};
+pub(crate) use sized::{LARGE_FROM, value_bytes};
 
 /// Registers every Kiln function on `ctx`.
 pub fn register(ctx: &SessionContext) {

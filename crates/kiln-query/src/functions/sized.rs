@@ -22,7 +22,7 @@ mod tests;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, FieldRef};
-use datafusion::common::{Result, exec_err};
+use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
@@ -34,6 +34,25 @@ use bounds::{Arg, Patterns, Size};
 /// Largest value one of these functions may return (PostgreSQL's limit on
 /// one field is 1 GB; a result this size is already a mistake).
 pub const MAX_VALUE_BYTES: i64 = 256 << 20;
+
+/// String and binary constants from this size up are counted where an
+/// expression copies them into each row (`rules::sized_literals`): smaller
+/// ones fill a batch of up to 65,536 rows within 64 MiB.
+pub const LARGE_FROM: usize = 1024;
+
+/// The bytes of a string or binary value; `None` for other values and
+/// nulls.
+pub fn value_bytes(value: &ScalarValue) -> Option<usize> {
+    match value {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => Some(s.len()),
+        ScalarValue::Binary(Some(b))
+        | ScalarValue::LargeBinary(Some(b))
+        | ScalarValue::BinaryView(Some(b)) => Some(b.len()),
+        _ => None,
+    }
+}
 
 /// Most bytes one call may return over all its rows (a batch of up to a
 /// few thousand rows): four values at the limit.

@@ -591,4 +591,12 @@ async fn a_large_parameter_a_generic_plan_returns_is_given_to_rows_a_slice_at_a_
     // slice at a time rather than to all of a batch's rows at once.
     assert!(sliced(&tagged(&large).await));
     assert_eq!(engine.plans().counts().generic_runs, 2);
+    // Over Parquet segments too: the projection is not merged into their
+    // scan, which would give the value to whole batches.
+    engine.db().flush_all().await.unwrap();
+    assert!(sliced(&tagged(&large).await));
+    statement(&engine, TAGGED)
+        .choice
+        .store(CUSTOM, Ordering::Relaxed);
+    assert!(sliced(&tagged(&large).await));
 }

@@ -1,4 +1,4 @@
-//! Large constants in a select list, given to a batch's rows a slice at
+//! Large constants copied into rows, given to a batch's rows a slice at
 //! a time.
 //!
 //! Why: a projection copies a constant value into every row of each batch.
@@ -9,11 +9,17 @@
 //! after allocating gigabytes. An expression giving such a constant to
 //! many rows (`CASE WHEN x > 0 THEN '<...>' END`, `x || '<...>'`, a
 //! prepared statement's parameter, the same in an aggregate's argument or
-//! group key) did the same.
+//! group key, a sort key) did the same. It runs first, so that DataFusion
+//! does not merge such a projection into the scan below it, and last, over
+//! the nodes added in between; the table leaves a filter that builds
+//! strings from a large constant to such a node rather than applying it in
+//! its scan. A window function is left as it is (see
+//! [`copied_constants`]).
 //!
-//! [`SizedLiterals`] puts a [`SlicedExec`] below each projection, filter
-//! and aggregate over raw rows whose string or binary expressions copy
-//! into rows a constant of at least [`LARGE_FROM`] bytes or a parameter.
+//! [`SizedLiterals`] puts a [`SlicedExec`] below each node (a projection,
+//! filter, aggregate over raw rows, sort, join, repartition) whose
+//! string or binary expressions copy into rows a constant of at least
+//! [`LARGE_FROM`] bytes or a parameter.
 //! It measures them as the plan runs and cuts the batches so that their
 //! copies take at most [`SLICE_BYTES`]: the answer is the same, in smaller
 //! batches, and the memory it takes outside the query's accounting is
@@ -37,9 +43,9 @@ mod sliced;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::common::Result;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{Result, ScalarValue};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_expr::expressions::{Column, Literal};
@@ -47,21 +53,20 @@ use datafusion::physical_expr::projection::update_expr;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateInputMode};
-use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::{ProjectionExec, make_with_child};
 use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec};
 use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, replace_children_if_necessary,
 };
 
 pub use sliced::{SLICE_BYTES, SlicedExec, slice_rows};
 
-/// Constants smaller than this are not counted: their copies fill a batch
-/// of up to 65,536 rows within [`SLICE_BYTES`].
-pub const LARGE_FROM: usize = 1024;
+use crate::functions::LARGE_FROM;
+use crate::functions::value_bytes as bytes;
 
-/// Puts a [`SlicedExec`] below the projections, filters and aggregates
-/// that copy large constants or parameters into rows (module docs).
+/// Puts a [`SlicedExec`] below each node whose expressions copy large
+/// constants or parameters into rows (module docs).
 #[derive(Debug, Default)]
 pub struct SizedLiterals;
 
@@ -72,19 +77,20 @@ impl PhysicalOptimizerRule for SizedLiterals {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            let constants = copied_constants(&node)?;
-            let Some(input) = node.children().first().map(|c| (*c).clone()) else {
-                return Ok(Transformed::no(node));
-            };
             // Measured as it runs: a parameter's size is known only then,
             // and an input's batches may be larger than the session's.
-            if constants.is_empty() || input.is::<SlicedExec>() {
+            let constants = copied_constants(&node)?;
+            let sliced = node.children().iter().all(|c| c.is::<SlicedExec>());
+            if constants.is_empty() || sliced {
                 return Ok(Transformed::no(node));
             }
-            let sliced = Arc::new(SlicedExec::new(input, constants));
+            let children = node
+                .children()
+                .into_iter()
+                .map(|c| Arc::new(SlicedExec::new(c.clone(), constants.clone())) as _)
+                .collect();
             Ok(Transformed::yes(replace_children_if_necessary(
-                node,
-                vec![sliced],
+                node, children,
             )?))
         })
         .map(|t| t.data)
@@ -99,29 +105,41 @@ impl PhysicalOptimizerRule for SizedLiterals {
     }
 }
 
-/// The constants `node` copies into rows of its input's batches: those
-/// [`gather`] finds in a projection's expressions, a filter's predicate,
-/// or an aggregate's group keys and arguments over raw rows.
+/// The constants `node` copies into rows of its inputs' batches: those
+/// [`gather`] finds in its expressions (a projection's, a filter's
+/// predicate, sort keys, join or partitioning keys, an aggregate's over raw
+/// rows), each read against
+/// the first input whose schema it fits.
 fn copied_constants(node: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn PhysicalExpr>>> {
-    let (exprs, input): (Vec<Arc<dyn PhysicalExpr>>, SchemaRef) =
-        if let Some(p) = node.downcast_ref::<ProjectionExec>() {
-            let exprs = p.expr().iter().map(|e| e.expr.clone()).collect();
-            (exprs, p.input().schema())
-        } else if let Some(f) = node.downcast_ref::<FilterExec>() {
-            (vec![f.predicate().clone()], f.input().schema())
-        } else if let Some(a) = node.downcast_ref::<AggregateExec>()
-            && a.mode().input_mode() == AggregateInputMode::Raw
-        {
-            let mut exprs = a.group_expr().input_exprs();
-            exprs.extend(a.aggr_expr().iter().flat_map(|f| f.expressions()));
-            (exprs, a.input_schema())
-        } else {
-            return Ok(vec![]);
-        };
-    let mut found = vec![];
-    for e in &exprs {
-        gather(e, &input, true, &mut found)?;
+    // An aggregate over partial states evaluates no expression over its
+    // input's rows.
+    let states = node
+        .downcast_ref::<AggregateExec>()
+        .is_some_and(|a| a.mode().input_mode() != AggregateInputMode::Raw);
+    // A window keeps its arguments' values for the rows of its frames:
+    // smaller batches would only let it gather more of them, outside any
+    // accounting, where whole ones fail at once.
+    let window = node.is::<BoundedWindowAggExec>() || node.is::<WindowAggExec>();
+    if states || window || node.is::<SlicedExec>() {
+        return Ok(vec![]);
     }
+    let inputs: Vec<SchemaRef> = node.children().iter().map(|c| c.schema()).collect();
+    let mut found = vec![];
+    node.apply_expressions(&mut |e| {
+        for input in &inputs {
+            let mut here = vec![];
+            if gather(e, input, true, &mut here).is_ok() {
+                // Once each: a top-k sort's filter holds its keys again.
+                for c in here {
+                    if !found.iter().any(|f| Arc::ptr_eq(f, &c)) {
+                        found.push(c);
+                    }
+                }
+                break;
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
     Ok(found)
 }
 
@@ -160,14 +178,19 @@ fn gather(
 /// An optimizer rule to run, in order.
 type Rule = Arc<dyn PhysicalOptimizerRule + Send + Sync>;
 
-/// `rules` with [`SortFirst`] before the pushing of top-k sorts' dynamic
-/// filters (`FilterPushdown(Post)`), or last if there is none.
-pub fn with_sort_first(mut rules: Vec<Rule>) -> Vec<Rule> {
+/// `rules` with [`SizedLiterals`] first, so that the nodes copying
+/// constants are not merged into a scan (which reads whole batches) before
+/// it runs again at the end over the nodes the others added, and with
+/// [`SortFirst`] before the pushing of top-k sorts' dynamic filters
+/// (`FilterPushdown(Post)`), or last if there is none.
+pub fn with_sized_literals(mut rules: Vec<Rule>) -> Vec<Rule> {
     let at = rules
         .iter()
         .position(|r| r.name() == "FilterPushdown(Post)")
         .unwrap_or(rules.len());
     rules.insert(at, Arc::new(SortFirst));
+    rules.insert(0, Arc::new(SizedLiterals));
+    rules.push(Arc::new(SizedLiterals));
     rules
 }
 
@@ -267,18 +290,4 @@ fn constant(e: &Arc<dyn PhysicalExpr>) -> bool {
         .downcast_ref::<ScalarFunctionExpr>()
         .is_some_and(|f| f.args().is_empty());
     large || nullary
-}
-
-/// The bytes of a string or binary value; `None` for other values and
-/// nulls.
-fn bytes(value: &ScalarValue) -> Option<usize> {
-    match value {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => Some(s.len()),
-        ScalarValue::Binary(Some(b))
-        | ScalarValue::LargeBinary(Some(b))
-        | ScalarValue::BinaryView(Some(b)) => Some(b.len()),
-        _ => None,
-    }
 }

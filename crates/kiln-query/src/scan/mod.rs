@@ -21,6 +21,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, not_impl_err};
 use datafusion::config::TableParquetOptions;
 use datafusion::datasource::TableType;
@@ -30,7 +31,7 @@ use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
@@ -43,6 +44,7 @@ use object_store::ObjectStore;
 
 use crate::cache::{AggregateKey, Caches, PartialKey};
 use crate::error::to_df;
+use crate::functions::{LARGE_FROM, value_bytes};
 use crate::pruning::{Conjuncts, ContainerStats, Pruner, keep, pruner};
 use crate::shape::balanced;
 use crate::transaction::Transaction;
@@ -284,12 +286,19 @@ impl datafusion::datasource::TableProvider for KilnTable {
     ) -> DfResult<Vec<TableProviderFilterPushDown>> {
         // Applied by the scan itself (`SliceScan`, or a filter over the
         // Parquet files), which skips the conjuncts a slice's statistics
-        // prove. Volatile filters are left to DataFusion.
+        // prove. Volatile filters are left to DataFusion, and so are those
+        // that build strings from a large constant, to a filter whose
+        // batches are cut to fit the copies (`rules::sized_literals`).
         Ok(filters
             .iter()
-            .map(|f| match f.is_volatile() {
-                true => TableProviderFilterPushDown::Inexact,
-                false => TableProviderFilterPushDown::Exact,
+            .map(|f| {
+                if copies_large_constant(f) {
+                    TableProviderFilterPushDown::Unsupported
+                } else if f.is_volatile() {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Exact
+                }
             })
             .collect())
     }
@@ -481,3 +490,26 @@ impl DataSink for KilnSink {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `f` builds a string or binary value from a string or binary
+/// constant of at least [`LARGE_FROM`] bytes (`x || '<300 KB>'`, a
+/// function's argument, a `CASE` result), copying it into each row. A
+/// constant only compared with (`s = '<...>'`) is not copied.
+fn copies_large_constant(f: &Expr) -> bool {
+    let large = |e: &Expr| matches!(e, Expr::Literal(v, _) if value_bytes(v).is_some_and(|b| b >= LARGE_FROM));
+    f.exists(|e| {
+        Ok(match e {
+            Expr::BinaryExpr(b) => {
+                b.op == Operator::StringConcat && (large(&b.left) || large(&b.right))
+            }
+            Expr::ScalarFunction(s) => s.args.iter().any(large),
+            Expr::Case(c) => {
+                c.when_then_expr.iter().any(|(_, then)| large(then))
+                    || c.else_expr.as_deref().is_some_and(large)
+            }
+            Expr::Cast(c) => large(&c.expr),
+            _ => false,
+        })
+    })
+    .unwrap_or(false)
+}

@@ -114,3 +114,26 @@ async fn thin_days_in_memory_answer_the_same_packed_or_not() {
     assert!(t.snapshot().mem_by_days().is_empty());
     assert_eq!(answers(&engine).await, before, "flushed");
 }
+
+#[test]
+fn a_filter_building_strings_from_a_large_constant_is_left_above_the_scan() {
+    use datafusion::prelude::{col, concat, lit};
+    let big = lit("x".repeat(super::LARGE_FROM));
+    let small = lit("x".repeat(super::LARGE_FROM - 1));
+    let joined = |c: datafusion::prelude::Expr| {
+        datafusion::logical_expr::binary_expr(
+            col("s"),
+            datafusion::logical_expr::Operator::StringConcat,
+            c,
+        )
+    };
+    assert!(super::copies_large_constant(
+        &joined(big.clone()).eq(lit("a"))
+    ));
+    assert!(super::copies_large_constant(
+        &concat(vec![col("s"), big.clone()]).is_null()
+    ));
+    assert!(!super::copies_large_constant(&joined(small).eq(lit("a"))));
+    // Compared with, it is not copied.
+    assert!(!super::copies_large_constant(&col("s").eq(big)));
+}

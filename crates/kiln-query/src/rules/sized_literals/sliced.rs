@@ -24,7 +24,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, stream};
 
-use super::bytes;
+use crate::functions::value_bytes as bytes;
 
 /// The bytes that copies of constants may take in one batch of a column
 /// (or of all such columns of a node together).

@@ -1,5 +1,6 @@
 use arrow::array::{Array, AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
@@ -14,8 +15,7 @@ fn context(rows: i64) -> SessionContext {
     let state = SessionStateBuilder::new()
         .with_config(SessionConfig::new().with_target_partitions(1))
         .with_default_features()
-        .with_physical_optimizer_rules(with_sort_first(PhysicalOptimizer::new().rules))
-        .with_physical_optimizer_rule(Arc::new(SizedLiterals))
+        .with_physical_optimizer_rules(with_sized_literals(PhysicalOptimizer::new().rules))
         .build();
     let ctx = SessionContext::new_with_state(state);
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
@@ -168,6 +168,21 @@ async fn an_expression_giving_a_large_constant_to_many_rows_is_sliced_too() {
     .await;
     assert!(!plan.contains("SlicedExec"), "{plan}");
     assert_eq!(rows(&out.unwrap()), [0usize; 0]);
+    // A sort computes its key over each batch; a window function, which
+    // keeps its arguments' values for its frames, is left whole.
+    let window = format!("SELECT first_value('{big}') OVER (ORDER BY x ROWS 1 PRECEDING) FROM t");
+    let (plan, _) = run(&ctx, &window).await;
+    assert!(
+        plan.contains("WindowAggExec") && !plan.contains("SlicedExec"),
+        "{plan}"
+    );
+    let (plan, out) = run(
+        &ctx,
+        &format!("SELECT x FROM t ORDER BY CAST(x AS VARCHAR) || '{big}' DESC LIMIT 2"),
+    )
+    .await;
+    assert!(sliced_below(&plan, "SortExec"), "{plan}");
+    assert_eq!(xs(&out.unwrap(), 0), [9, 99]);
     // A view is kept once for all rows.
     let (plan, out) = run(
         &ctx,

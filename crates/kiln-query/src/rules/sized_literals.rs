@@ -9,22 +9,21 @@
 //! after allocating gigabytes. An expression giving such a constant to
 //! many rows (`CASE WHEN x > 0 THEN '<...>' END`, `x || '<...>'`, a
 //! prepared statement's parameter, the same in an aggregate's argument or
-//! group key, a sort key) did the same. It runs first, so that DataFusion
-//! does not merge such a projection into the scan below it, and last, over
-//! the nodes added in between; the table leaves a filter that builds
-//! strings from a large constant to such a node rather than applying it in
-//! its scan. A window function is left as it is (see
-//! [`copied_constants`]).
+//! group key, a sort key) did the same.
 //!
 //! [`SizedLiterals`] puts a [`SlicedExec`] below each node (a projection,
-//! filter, aggregate over raw rows, sort, join, repartition) whose
-//! string or binary expressions copy into rows a constant of at least
-//! [`LARGE_FROM`] bytes or a parameter.
-//! It measures them as the plan runs and cuts the batches so that their
-//! copies take at most [`SLICE_BYTES`]: the answer is the same, in smaller
-//! batches, and the memory it takes outside the query's accounting is
-//! bounded. A view type's value is kept once for all rows,
-//! and is not counted.
+//! filter, aggregate over raw rows, sort, join, repartition) whose string
+//! or binary expressions copy into rows a constant of at least
+//! [`LARGE_FROM`] bytes or a parameter. That node measures them as the
+//! plan runs and cuts the batches so that their copies take at most
+//! [`SLICE_BYTES`]: the answer is the same, in smaller batches, and the
+//! memory it takes outside the query's accounting is bounded. A view
+//! type's value is kept once for all rows, and is not counted. The rule
+//! runs first, so that DataFusion does not merge such a projection into
+//! the scan below it (a scan reads whole batches), and last, over the
+//! nodes added in between; the table leaves a filter that builds strings
+//! from a large constant above its scan for the same reason. A window
+//! function is left as it is (see [`copied_constants`]).
 //!
 //! DataFusion computes a select list below the sort of `ORDER BY`, so
 //! `SELECT x, '<...>' FROM t ORDER BY x LIMIT 2` would copy the constant
@@ -258,7 +257,13 @@ fn sorted_first(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Executio
     let Some(keys) = LexOrdering::new(keys) else {
         return Ok(None);
     };
-    let sorted = SortExec::new(keys, p.input().clone())
+    // The rows are sorted whole: the slices made for the projection go
+    // above the sort with it (the last run of [`SizedLiterals`]).
+    let input = match p.input().downcast_ref::<SlicedExec>() {
+        Some(sliced) => sliced.input().clone(),
+        None => p.input().clone(),
+    };
+    let sorted = SortExec::new(keys, input)
         .with_fetch(sort.fetch())
         .with_preserve_partitioning(sort.preserve_partitioning());
     let lifted = make_with_child(p, &(Arc::new(sorted) as _))?;

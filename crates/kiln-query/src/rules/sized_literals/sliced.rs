@@ -1,11 +1,12 @@
 //! Batches cut to the rows a node above can copy its constants into.
 //!
-//! [`SlicedExec`] sits below a projection, filter or aggregate whose
-//! expressions copy a large constant (or a parameter) into each row. It
-//! measures those constants once per stream, on its first batch (a
-//! parameter's value is bound only by then), and cuts each batch into
-//! slices of at most [`SLICE_BYTES`] / (their bytes) rows, so that the copies
-//! in one batch take at most [`SLICE_BYTES`]. Slices share their batch's
+//! [`SlicedExec`] sits below a node (a projection, filter, aggregate,
+//! sort, join or repartition) whose expressions copy a large constant (or
+//! a parameter) into each row. It measures those constants once per
+//! stream, on its first batch (a parameter's value is bound only by then),
+//! and cuts each batch into slices of at most [`SLICE_BYTES`] / (their
+//! bytes) rows, so that the copies in one batch take at most
+//! [`SLICE_BYTES`]. Slices share their batch's
 //! buffers: nothing is copied here.
 
 use std::fmt;
@@ -44,6 +45,11 @@ pub struct SlicedExec {
 impl SlicedExec {
     pub fn new(input: Arc<dyn ExecutionPlan>, constants: Vec<Arc<dyn PhysicalExpr>>) -> Self {
         Self { input, constants }
+    }
+
+    /// The node whose batches it cuts.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
     }
 }
 

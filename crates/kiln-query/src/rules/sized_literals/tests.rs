@@ -225,6 +225,11 @@ async fn rows_are_sorted_and_cut_before_they_get_a_large_constant() {
     assert_eq!(b.column(1).as_string::<i32>().value(1), big);
     let (projection, sort) = (plan.find("ProjectionExec"), plan.find("SortExec"));
     assert!(projection < sort, "{plan}");
+    // Sliced above the sort only, for the two rows kept.
+    assert!(
+        sliced_below(&plan, "ProjectionExec") && !sliced_below(&plan, "SortExec"),
+        "{plan}"
+    );
 
     // Without a limit, over every row; a constant of 2,000 bytes is not
     // kept in the sort.

@@ -11,7 +11,7 @@
 //! prepared statement's parameter, the same in an aggregate's argument or
 //! group key, a sort key) did the same.
 //!
-//! [`SizedLiterals`] puts a [`SlicedExec`] below each node (a projection,
+//! [`SizedLiterals`] puts a [`CopiesExec`] below each node (a projection,
 //! filter, aggregate over raw rows, sort, join, repartition) whose string
 //! or binary expressions copy into rows a constant of at least
 //! [`LARGE_FROM`] bytes or a parameter. That node measures them as the
@@ -22,8 +22,13 @@
 //! runs first, so that DataFusion does not merge such a projection into
 //! the scan below it (a scan reads whole batches), and last, over the
 //! nodes added in between; the table leaves a filter that builds strings
-//! from a large constant above its scan for the same reason. A window
-//! function is left as it is (see [`copied_constants`]).
+//! from a large constant above its scan for the same reason.
+//!
+//! A window function holds the rows of its frames and evaluates its
+//! arguments over all of them at once: smaller batches would only be
+//! gathered again. Below a window copying such constants the node counts
+//! rows instead ([`Copies::Capped`]), and stops the query with a clear
+//! error before the copies would take more than [`WINDOW_BYTES`].
 //!
 //! DataFusion computes a select list below the sort of `ORDER BY`, so
 //! `SELECT x, '<...>' FROM t ORDER BY x LIMIT 2` would copy the constant
@@ -37,7 +42,7 @@
 #[cfg(test)]
 mod tests;
 
-mod sliced;
+mod copies;
 
 use std::sync::Arc;
 
@@ -59,12 +64,12 @@ use datafusion::physical_plan::{
     ExecutionPlan, ExecutionPlanProperties, replace_children_if_necessary,
 };
 
-pub use sliced::{SLICE_BYTES, SlicedExec, slice_rows};
+pub use copies::{Copies, CopiesExec, SLICE_BYTES, WINDOW_BYTES, slice_rows};
 
 use crate::functions::LARGE_FROM;
 use crate::functions::value_bytes as bytes;
 
-/// Puts a [`SlicedExec`] below each node whose expressions copy large
+/// Puts a [`CopiesExec`] below each node whose expressions copy large
 /// constants or parameters into rows (module docs).
 #[derive(Debug, Default)]
 pub struct SizedLiterals;
@@ -79,14 +84,21 @@ impl PhysicalOptimizerRule for SizedLiterals {
             // Measured as it runs: a parameter's size is known only then,
             // and an input's batches may be larger than the session's.
             let constants = copied_constants(&node)?;
-            let sliced = node.children().iter().all(|c| c.is::<SlicedExec>());
-            if constants.is_empty() || sliced {
+            let done = node.children().iter().all(|c| c.is::<CopiesExec>());
+            if constants.is_empty() || done {
                 return Ok(Transformed::no(node));
             }
+            let copies = match window_functions(&node)? {
+                Some(functions) => Copies::Capped { functions },
+                None => Copies::Sliced,
+            };
             let children = node
                 .children()
                 .into_iter()
-                .map(|c| Arc::new(SlicedExec::new(c.clone(), constants.clone())) as _)
+                .map(|c| {
+                    let c = CopiesExec::new(c.clone(), constants.clone(), copies.clone());
+                    Arc::new(c) as _
+                })
                 .collect();
             Ok(Transformed::yes(replace_children_if_necessary(
                 node, children,
@@ -107,19 +119,15 @@ impl PhysicalOptimizerRule for SizedLiterals {
 /// The constants `node` copies into rows of its inputs' batches: those
 /// [`gather`] finds in its expressions (a projection's, a filter's
 /// predicate, sort keys, join or partitioning keys, an aggregate's over raw
-/// rows), each read against
-/// the first input whose schema it fits.
+/// rows, a window function's arguments and keys), each read against the
+/// first input whose schema it fits.
 fn copied_constants(node: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn PhysicalExpr>>> {
     // An aggregate over partial states evaluates no expression over its
     // input's rows.
     let states = node
         .downcast_ref::<AggregateExec>()
         .is_some_and(|a| a.mode().input_mode() != AggregateInputMode::Raw);
-    // A window keeps its arguments' values for the rows of its frames:
-    // smaller batches would only let it gather more of them, outside any
-    // accounting, where whole ones fail at once.
-    let window = node.is::<BoundedWindowAggExec>() || node.is::<WindowAggExec>();
-    if states || window || node.is::<SlicedExec>() {
+    if states || node.is::<CopiesExec>() {
         return Ok(vec![]);
     }
     let inputs: Vec<SchemaRef> = node.children().iter().map(|c| c.schema()).collect();
@@ -141,6 +149,45 @@ fn copied_constants(node: &Arc<dyn ExecutionPlan>) -> Result<Vec<Arc<dyn Physica
     })?;
     Ok(found)
 }
+
+/// For a window node, the window functions whose arguments (or partition
+/// or order keys) copy constants into rows, as an error names them (each cut to
+/// [`NAME_CHARS`] characters); `None` for other nodes.
+fn window_functions(node: &Arc<dyn ExecutionPlan>) -> Result<Option<String>> {
+    let functions = if let Some(w) = node.downcast_ref::<BoundedWindowAggExec>() {
+        w.window_expr()
+    } else if let Some(w) = node.downcast_ref::<WindowAggExec>() {
+        w.window_expr()
+    } else {
+        return Ok(None);
+    };
+    let input = node.children()[0].schema();
+    let mut names = vec![];
+    for f in functions {
+        let mut found = vec![];
+        let all = f.all_expressions();
+        for e in all
+            .args
+            .iter()
+            .chain(&all.partition_by_exprs)
+            .chain(&all.order_by_exprs)
+        {
+            gather(e, &input, true, &mut found)?;
+        }
+        if !found.is_empty() {
+            let name = f.name();
+            names.push(match name.char_indices().nth(NAME_CHARS) {
+                Some((at, _)) => format!("{}...", &name[..at]),
+                None => name.to_string(),
+            });
+        }
+    }
+    Ok(Some(names.join(", ")))
+}
+
+/// The characters of a window function's name an error shows: its
+/// arguments' constants may be megabytes long.
+const NAME_CHARS: usize = 60;
 
 /// Adds to `found` each [`constant`] in `e` that is copied into rows: in an
 /// expression computing a string or binary column (of any type: a view
@@ -259,7 +306,7 @@ fn sorted_first(node: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn Executio
     };
     // The rows are sorted whole: the slices made for the projection go
     // above the sort with it (the last run of [`SizedLiterals`]).
-    let input = match p.input().downcast_ref::<SlicedExec>() {
+    let input = match p.input().downcast_ref::<CopiesExec>() {
         Some(sliced) => sliced.input().clone(),
         None => p.input().clone(),
     };

@@ -173,6 +173,16 @@ fn deep_and_long_inputs_are_answered_on_every_door() {
     let x: Vec<_> = rows.iter().map(|r| r[0].clone()).collect();
     assert_eq!(x, [json!(20000), json!(19999)]);
     assert!(rows.iter().all(|r| r[1].as_str().unwrap().len() == 300_000));
+    // A window function evaluates its arguments over all the rows it
+    // holds: copying such a constant into 20,000 of them is stopped with an
+    // error naming the function (it panicked, "offset overflow").
+    let sql =
+        "SELECT lag(repeat('x', 300000), 1) OVER (ORDER BY x) FROM generate_series(1, 20000) t(x)";
+    let (status, v) = post_sql(&s, sql);
+    assert_eq!(status, 413, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("window function lag("), "{v}");
+    assert_eq!(common::psql_sqlstate(&s, sql), "54000");
     // A regular expression that does not compile is bad input, on both
     // protocols (it was an internal error): a literal, checked after
     // parsing, or one read from a column, checked as the query runs.

@@ -55,13 +55,25 @@ fn rows(batches: &[RecordBatch]) -> Vec<usize> {
         .collect()
 }
 
-/// Whether `plan` shows a [`SlicedExec`] right below its first `node`.
+/// Whether `plan` shows a slicing [`CopiesExec`] right below its first
+/// `node`.
 fn sliced_below(plan: &str, node: &str) -> bool {
+    right_below(plan, node, "SlicedExec")
+}
+
+/// Whether `plan` shows a counting [`CopiesExec`] right below its first
+/// `node`.
+fn capped_below(plan: &str, node: &str) -> bool {
+    right_below(plan, node, "CappedExec")
+}
+
+/// Whether `plan` shows `below` on the line after its first `node`.
+fn right_below(plan: &str, node: &str, below: &str) -> bool {
     let lines: Vec<&str> = plan.lines().collect();
     lines
         .iter()
         .position(|l| l.contains(node))
-        .is_some_and(|i| lines.get(i + 1).is_some_and(|l| l.contains("SlicedExec")))
+        .is_some_and(|i| lines.get(i + 1).is_some_and(|l| l.contains(below)))
 }
 
 #[tokio::test]
@@ -168,14 +180,7 @@ async fn an_expression_giving_a_large_constant_to_many_rows_is_sliced_too() {
     .await;
     assert!(!plan.contains("SlicedExec"), "{plan}");
     assert_eq!(rows(&out.unwrap()), [0usize; 0]);
-    // A sort computes its key over each batch; a window function, which
-    // keeps its arguments' values for its frames, is left whole.
-    let window = format!("SELECT first_value('{big}') OVER (ORDER BY x ROWS 1 PRECEDING) FROM t");
-    let (plan, _) = run(&ctx, &window).await;
-    assert!(
-        plan.contains("WindowAggExec") && !plan.contains("SlicedExec"),
-        "{plan}"
-    );
+    // A sort computes its key over each batch.
     let (plan, out) = run(
         &ctx,
         &format!("SELECT x FROM t ORDER BY CAST(x AS VARCHAR) || '{big}' DESC LIMIT 2"),
@@ -278,4 +283,54 @@ fn large_string_and_binary_constants_cut_the_batches_they_would_fill() {
     assert!(copies(&DataType::LargeBinary) && !copies(&DataType::Utf8View));
     assert_eq!(slice_rows(0), usize::MAX);
     assert_eq!(slice_rows(usize::MAX), 1);
+}
+
+#[tokio::test]
+async fn a_window_copying_a_large_constant_into_too_many_rows_is_stopped_with_a_clear_error() {
+    // 500 rows of 1 MB copies: within the cap, answered whole.
+    let ctx = context(500);
+    let big = "x".repeat(1_000_000);
+    for window in [
+        format!("first_value('{big}') OVER (ORDER BY x ROWS 1 PRECEDING)"),
+        format!("lag('{big}', 1) OVER (ORDER BY x)"),
+        format!("max(CAST(x AS VARCHAR) || '{big}') OVER (PARTITION BY x % 2)"),
+    ] {
+        let sql = format!("SELECT x, octet_length({window}) AS n FROM t ORDER BY x");
+        let (plan, out) = run(&ctx, &sql).await;
+        assert!(capped_below(&plan, "WindowAggExec"), "{plan}");
+        assert!(!plan.contains("SlicedExec"), "{plan}");
+        let out = out.unwrap();
+        let n: Vec<Option<i32>> = out
+            .iter()
+            .flat_map(|b| {
+                b.column(1)
+                    .as_primitive::<arrow::datatypes::Int32Type>()
+                    .iter()
+            })
+            .collect();
+        assert_eq!(n.len(), 500, "{window}");
+        assert!(n[1..].iter().all(|n| n.unwrap() >= 1_000_000), "{window}");
+    }
+    // 2,000 rows would be 2 GB: stopped at the first batch, before the
+    // window copies anything, with an error naming the function.
+    let ctx = context(2_000);
+    let sql = format!("SELECT lag('{big}', 1) OVER (ORDER BY x) FROM t");
+    let (plan, out) = run(&ctx, &sql).await;
+    assert!(capped_below(&plan, "WindowAggExec"), "{plan}");
+    let e = crate::Error::from(out.unwrap_err());
+    assert_eq!(e.kind(), crate::ErrorKind::LimitExceeded, "{e}");
+    let message = e.to_string();
+    assert!(
+        message.starts_with("window function lag(Utf8(\"xxx"),
+        "{message}"
+    );
+    assert!(
+        message.contains("1000000 bytes") && message.contains("2000 rows"),
+        "{message}"
+    );
+    assert!(message.len() < 500, "{message}");
+    // A small constant gets no node.
+    let (plan, out) = run(&ctx, "SELECT lag('abc', 1) OVER (ORDER BY x) FROM t").await;
+    assert!(!plan.contains("CappedExec"), "{plan}");
+    assert_eq!(rows(&out.unwrap()).iter().sum::<usize>(), 2_000);
 }

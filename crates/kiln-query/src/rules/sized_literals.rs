@@ -28,7 +28,10 @@
 //! arguments over all of them at once: smaller batches would only be
 //! gathered again. Below a window copying such constants the node counts
 //! rows instead ([`Copies::Capped`]), and stops the query with a clear
-//! error before the copies would take more than [`WINDOW_BYTES`].
+//! error before the copies would take more than [`WINDOW_BYTES`]. (A hash
+//! join holds its build side's rows too, but DataFusion computes its keys
+//! in a projection below it, which is sliced, and the join holds them in
+//! the query's accounted memory.)
 //!
 //! DataFusion computes a select list below the sort of `ORDER BY`, so
 //! `SELECT x, '<...>' FROM t ORDER BY x LIMIT 2` would copy the constant

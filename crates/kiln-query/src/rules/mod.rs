@@ -23,8 +23,9 @@
 //! - [`partials`]: partial aggregates kept per held segment (a physical
 //!   optimizer rule over [`crate::scan`]'s nodes);
 //! - [`sized_literals`]: batches cut to the rows a node can copy its large
-//!   constants into, rows sorted before they get them, and windows capped
-//!   (physical optimizer rules and their nodes).
+//!   constants into, such plans run in batches that fit, rows sorted
+//!   before they get them, and windows capped (physical optimizer rules
+//!   and their nodes).
 //!
 //! Each can be read, tested and removed on its own: the session lists them
 //! ([`crate::session::build_session`]); none imports another but

@@ -33,6 +33,11 @@
 //! in a projection below it, which is sliced, and the join holds them in
 //! the query's accounted memory.)
 //!
+//! Nodes above gather rows again into batches of the session's size (a
+//! hash repartition coalesces what it sends each partition, a join builds
+//! its output): [`SmallBatches`] runs such a plan under a batch size whose
+//! copies fit in [`SLICE_BYTES`] ([`SmallBatchesExec`] at its root).
+//!
 //! DataFusion computes a select list below the sort of `ORDER BY`, so
 //! `SELECT x, '<...>' FROM t ORDER BY x LIMIT 2` would copy the constant
 //! into every row read, and the sort would keep those copies. [`SortFirst`]
@@ -46,6 +51,7 @@
 mod tests;
 
 mod copies;
+mod small_batches;
 
 use std::sync::Arc;
 
@@ -68,6 +74,7 @@ use datafusion::physical_plan::{
 };
 
 pub use copies::{Copies, CopiesExec, SLICE_BYTES, WINDOW_BYTES, slice_rows};
+pub use small_batches::SmallBatchesExec;
 
 use crate::functions::LARGE_FROM;
 use crate::functions::value_bytes as bytes;
@@ -229,9 +236,10 @@ type Rule = Arc<dyn PhysicalOptimizerRule + Send + Sync>;
 
 /// `rules` with [`SizedLiterals`] first, so that the nodes copying
 /// constants are not merged into a scan (which reads whole batches) before
-/// it runs again at the end over the nodes the others added, and with
+/// it runs again at the end over the nodes the others added, with
 /// [`SortFirst`] before the pushing of top-k sorts' dynamic filters
-/// (`FilterPushdown(Post)`), or last if there is none.
+/// (`FilterPushdown(Post)`), or last if there is none, and with
+/// [`SmallBatches`] at the very end.
 pub fn with_sized_literals(mut rules: Vec<Rule>) -> Vec<Rule> {
     let at = rules
         .iter()
@@ -240,7 +248,31 @@ pub fn with_sized_literals(mut rules: Vec<Rule>) -> Vec<Rule> {
     rules.insert(at, Arc::new(SortFirst));
     rules.insert(0, Arc::new(SizedLiterals));
     rules.push(Arc::new(SizedLiterals));
+    rules.push(Arc::new(SmallBatches));
     rules
+}
+
+/// Puts a [`SmallBatchesExec`] at the root of a plan that copies large
+/// constants or parameters into rows (module docs).
+#[derive(Debug, Default)]
+pub struct SmallBatches;
+
+impl PhysicalOptimizerRule for SmallBatches {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        SmallBatchesExec::over(plan)
+    }
+
+    fn name(&self) -> &str {
+        "small_batches"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
 }
 
 /// Moves a projection that adds a large constant or a parameter above the

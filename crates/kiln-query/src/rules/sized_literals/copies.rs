@@ -95,6 +95,11 @@ impl CopiesExec {
     pub fn copies(&self) -> &Copies {
         &self.copies
     }
+
+    /// The constants the node above copies into each row.
+    pub fn constants(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.constants
+    }
 }
 
 /// The rows of a slice whose copies of values of `bytes` bytes take at
@@ -104,8 +109,8 @@ pub fn slice_rows(bytes: usize) -> usize {
 }
 
 /// The bytes of the string and binary values `constants` return over
-/// `batch`.
-fn measure(constants: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<usize> {
+/// `batch` (any batch: they return one value for all rows).
+pub(super) fn measure(constants: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<usize> {
     let empty = batch.slice(0, 0);
     let mut total = 0usize;
     for c in constants {

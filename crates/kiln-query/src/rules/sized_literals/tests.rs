@@ -12,8 +12,13 @@ use super::*;
 /// A session with [`SizedLiterals`] and table `t` (x BIGINT) of `rows`
 /// rows in batches of 8,192.
 fn context(rows: i64) -> SessionContext {
+    context_in(rows, 1)
+}
+
+/// [`context`], planning for `partitions` partitions.
+fn context_in(rows: i64, partitions: usize) -> SessionContext {
     let state = SessionStateBuilder::new()
-        .with_config(SessionConfig::new().with_target_partitions(1))
+        .with_config(SessionConfig::new().with_target_partitions(partitions))
         .with_default_features()
         .with_physical_optimizer_rules(with_sized_literals(PhysicalOptimizer::new().rules))
         .build();
@@ -311,8 +316,8 @@ async fn a_window_copying_a_large_constant_into_too_many_rows_is_stopped_with_a_
         assert_eq!(n.len(), 500, "{window}");
         assert!(n[1..].iter().all(|n| n.unwrap() >= 1_000_000), "{window}");
     }
-    // 2,000 rows would be 2 GB: stopped at the first batch, before the
-    // window copies anything, with an error naming the function.
+    // 2,000 rows would be 2 GB: stopped before the window holds them,
+    // with an error naming the function.
     let ctx = context(2_000);
     let sql = format!("SELECT lag('{big}', 1) OVER (ORDER BY x) FROM t");
     let (plan, out) = run(&ctx, &sql).await;
@@ -324,13 +329,76 @@ async fn a_window_copying_a_large_constant_into_too_many_rows_is_stopped_with_a_
         message.starts_with("window function lag(Utf8(\"xxx"),
         "{message}"
     );
-    assert!(
-        message.contains("1000000 bytes") && message.contains("2000 rows"),
-        "{message}"
-    );
+    // Counted as the rows pass, in batches the plan's batch size keeps
+    // small: stopped at the first past the limit.
+    let held: usize = message
+        .split(" rows that")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(message.contains("1000000 bytes"), "{message}");
+    assert!(held * 1_000_000 > WINDOW_BYTES && held < 1_200, "{message}");
     assert!(message.len() < 500, "{message}");
     // A small constant gets no node.
     let (plan, out) = run(&ctx, "SELECT lag('abc', 1) OVER (ORDER BY x) FROM t").await;
     assert!(!plan.contains("CappedExec"), "{plan}");
     assert_eq!(rows(&out.unwrap()).iter().sum::<usize>(), 2_000);
+}
+
+#[tokio::test]
+async fn a_plan_copying_a_large_constant_runs_in_batches_its_copies_fit() {
+    // A hash repartition gathers the rows it sends to each partition into
+    // batches of the session's size: the 1 MB keys the slices below it
+    // were cut for, 8 GB a batch. The join's build side shows the batches
+    // it got.
+    let ctx = context_in(300, 2);
+    let big = "x".repeat(1_000_000);
+    let sql = format!(
+        "SELECT count(*) FROM t a \
+         JOIN t b ON CAST(a.x AS VARCHAR) || '{big}' = CAST(b.x AS VARCHAR) || '{big}'"
+    );
+    let plan = ctx
+        .sql(&sql)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let out = collect(plan.clone(), ctx.task_ctx()).await.unwrap();
+    let count = out[0]
+        .column(0)
+        .as_primitive::<arrow::datatypes::Int64Type>();
+    assert_eq!(count.value(0), 300);
+    let shown = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(false)
+        .to_string()
+        .replace(&big, "<big>");
+    assert!(shown.starts_with("SmallBatchesExec"), "{shown}");
+    assert!(
+        shown.contains("RepartitionExec: partitioning=Hash"),
+        "{shown}"
+    );
+    let mut build = None;
+    plan.apply(|node| {
+        if node.name() == "HashJoinExec" {
+            let m = node.metrics().unwrap();
+            let total = |name| m.sum_by_name(name).unwrap().as_usize();
+            build = Some((total("build_input_rows"), total("build_input_batches")));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .unwrap();
+    let (rows, batches) = build.unwrap();
+    assert_eq!(rows, 300);
+    assert!(
+        rows.div_ceil(batches) <= slice_rows(1_000_000),
+        "{rows} rows in {batches} batches"
+    );
+    // Without such a constant the plan runs as it was.
+    let (plan, _) = run(&ctx, "SELECT a.x FROM t a JOIN t b ON a.x = b.x").await;
+    assert!(!plan.contains("SmallBatchesExec"), "{plan}");
 }

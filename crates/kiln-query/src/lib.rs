@@ -31,11 +31,14 @@
 //! - leaves: [`options`] (Kiln's session options, `kiln.*`, and the
 //!   session's user), [`memory`] (the execution memory pool, a share per
 //!   query, the heap counted at the allocator),
-//!   [`executor`] (the runtime heavy queries execute on) and [`error`].
+//!   [`executor`] (the runtime heavy queries execute on), [`chunks`]
+//!   (results cut into pieces of bounded size before they become text)
+//!   and [`error`].
 
 pub mod admission;
 pub mod auth;
 pub mod cache;
+pub mod chunks;
 pub mod config;
 pub mod cube;
 pub mod ddl;

@@ -132,6 +132,7 @@ pub fn build_session(
         ))
         .with_physical_optimizer_rule(Arc::new(crate::rules::dedup::DropRepeats))
         .with_physical_optimizer_rule(Arc::new(crate::rules::partials::SegmentPartials))
+        .with_physical_optimizer_rule(Arc::new(crate::rules::file_sinks::FileSinkPieces))
         .build();
     let ctx = SessionContext::new_with_state(state);
     crate::functions::register(&ctx);

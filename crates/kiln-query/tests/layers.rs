@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Top-level modules, lowest layer first; a module may use those before it.
 const LAYERS: &[&[&str]] = &[
-    &["error", "options", "memory", "executor"],
+    &["error", "options", "memory", "executor", "chunks"],
     &["transaction", "files", "auth"],
     &["shape"],
     &["functions", "pruning"],

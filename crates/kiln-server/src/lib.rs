@@ -10,7 +10,6 @@
 //! requests `--shutdown-grace`, then close the database (WAL synced).
 
 pub mod auth;
-mod chunks;
 mod conn;
 pub mod error;
 pub mod http;

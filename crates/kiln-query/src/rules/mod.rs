@@ -25,7 +25,10 @@
 //! - [`sized_literals`]: batches cut to the rows a node can copy its large
 //!   constants into, such plans run in batches that fit, rows sorted
 //!   before they get them, and windows capped (physical optimizer rules
-//!   and their nodes).
+//!   and their nodes);
+//! - [`file_sinks`]: a query written to a CSV or JSON file reaches its
+//!   writer in pieces of bounded size (a physical optimizer rule and its
+//!   node).
 //!
 //! Each can be read, tested and removed on its own: the session lists them
 //! ([`crate::session::build_session`]); none imports another but
@@ -35,6 +38,7 @@ pub mod arithmetic;
 pub mod balance;
 pub mod checked_patterns;
 pub mod dedup;
+pub mod file_sinks;
 pub mod int_casts;
 pub mod mark_subqueries;
 pub mod partials;

@@ -65,7 +65,7 @@ impl Encoder {
     }
 
     /// Whether rows are written as text (their size then follows the
-    /// values, not the batch's memory: see [`crate::chunks`]).
+    /// values, not the batch's memory: see [`kiln_query::chunks`]).
     pub(crate) fn is_text(&self) -> bool {
         self.format != ResultFormat::Arrow
     }

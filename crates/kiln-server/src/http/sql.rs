@@ -239,7 +239,7 @@ async fn respond(
 
 /// The response body: head, the first batch, every further batch as it
 /// arrives, tail. Text formats take batches in slices of bounded size
-/// ([`crate::chunks`]), one body chunk each.
+/// ([`kiln_query::chunks`]), one body chunk each.
 fn encode<S>(
     encoder: Encoder,
     first: Option<RecordBatch>,
@@ -250,7 +250,7 @@ where
 {
     let rows = futures::stream::iter(first.map(Ok)).chain(rows);
     let rows: BoxStream<'static, _> = match encoder.is_text() {
-        true => crate::chunks::sliced(rows).boxed(),
+        true => kiln_query::chunks::sliced(rows).boxed(),
         false => rows.boxed(),
     };
     enum Phase {

@@ -6,7 +6,7 @@
 //! The rows are one registered query at the engine's door, computed as
 //! they are sent (one CopyData message per row, as PostgreSQL sends them,
 //! so the socket paces the query), encoded a slice of a batch at a time
-//! ([`crate::chunks`]). Values are written as PostgreSQL writes them:
+//! ([`kiln_query::chunks`]). Values are written as PostgreSQL writes them:
 //! timestamps `2026-01-01 00:00:00`, booleans `t`/`f`, NULL
 //! as `\N` (text) or an empty field (CSV), text-format backslash escapes,
 //! CSV quoting of fields that need it (an empty string is `""`, not NULL).
@@ -153,7 +153,7 @@ async fn copy_out(
         return Err(ApiError::bad_input("COPY's query returns no rows").to_pg());
     };
     // A batch's rows are encoded a slice of bounded size at a time.
-    let stream = crate::chunks::sliced(stream);
+    let stream = kiln_query::chunks::sliced(stream);
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let layout = super::copy::layout(names, options, legacy).map_err(|e| e.to_pg())?;
     if layout.format == CopyFormat::Binary {

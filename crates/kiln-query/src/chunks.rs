@@ -1,5 +1,6 @@
 //! Results cut into pieces of bounded size before they are encoded as text
-//! (HTTP's JSON, NDJSON and CSV, `COPY ... TO STDOUT`).
+//! (HTTP's JSON, NDJSON and CSV, `COPY ... TO STDOUT`, and a query written
+//! to a CSV or JSON file by `COPY ... TO`).
 //!
 //! Why: a batch can be small in memory and huge as text. A string view or
 //! a dictionary shares one value between rows, so `SELECT <a 100 MB
@@ -8,6 +9,9 @@
 //! 8,192 would take 800 GB. Cut into slices whose values take about
 //! [`TARGET_BYTES`] (one row at least), each encoded piece is sent, and
 //! the socket drained, before the next is written. Slicing copies nothing.
+//! A file sink encodes many batches at once and queues their text (up to
+//! a hundred, in DataFusion's writer) while the file is written: pieces
+//! bound that queue too.
 
 use std::ops::Range;
 
@@ -20,14 +24,14 @@ use futures::{Stream, StreamExt};
 
 /// About how many bytes of values one piece holds (escaping may make its
 /// text a few times larger).
-pub(crate) const TARGET_BYTES: u64 = 1 << 20;
+pub const TARGET_BYTES: u64 = 1 << 20;
 
 /// What a value of a fixed-width type is counted as (a number, a date or
 /// a timestamp as text).
 const FIXED_BYTES: u64 = 48;
 
 /// `batches` with each batch cut into slices of about [`TARGET_BYTES`].
-pub(crate) fn sliced<S, E>(batches: S) -> impl Stream<Item = Result<RecordBatch, E>> + Send
+pub fn sliced<S, E>(batches: S) -> impl Stream<Item = Result<RecordBatch, E>> + Send
 where
     S: Stream<Item = Result<RecordBatch, E>> + Send,
     E: Send,
@@ -47,7 +51,7 @@ where
 /// The row ranges `batch` is cut into: consecutive rows while their
 /// values take at most `target` bytes, one row at least; the whole batch
 /// (one range, even with no rows) when all of it fits.
-pub(crate) fn pieces(batch: &RecordBatch, target: u64) -> Vec<Range<usize>> {
+pub fn pieces(batch: &RecordBatch, target: u64) -> Vec<Range<usize>> {
     let rows = batch.num_rows();
     let total: u64 = batch.columns().iter().map(column_bytes).sum();
     if total <= target {

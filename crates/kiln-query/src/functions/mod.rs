@@ -10,7 +10,9 @@
 //! - size guards (`sized.rs`): DataFusion's functions whose result size
 //!   is an argument (`repeat`, `lpad`, `array_repeat`, `range`, `replace`,
 //!   ...), refusing a value or a call's results too large before
-//!   allocating them (`format` bounds its own);
+//!   allocating them (`format` bounds its own), and the aggregates whose
+//!   value grows with their rows (`string_agg`, `array_agg`), refusing a
+//!   value past the same limit as it grows;
 //! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
 //!   leaves its type's range instead of wrapping around;
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char`, `to_timestamp` and
@@ -80,6 +82,9 @@ pub fn register(ctx: &SessionContext) {
     let state = ctx.state();
     for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);
+    }
+    for udaf in sized::aggregates::guard(|name| state.aggregate_functions().get(name).cloned()) {
+        ctx.register_udaf(udaf);
     }
     for udf in pg_format::wrap(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);

@@ -15,6 +15,7 @@
 //! once from the arguments' lengths where that bound is small, else row
 //! by row.
 
+pub mod aggregates;
 mod bounds;
 #[cfg(test)]
 mod tests;

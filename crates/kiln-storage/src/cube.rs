@@ -113,8 +113,8 @@ pub trait CubeBuilder: Send + Sync + 'static {
     /// storage schema: the cube's dimension values and measure states, one
     /// row per group. Nothing is written by this call. `None` when the
     /// cube cannot be built yet (its definition is still being planned):
-    /// the segment is built later. An error leaves the segment without this
-    /// part until a restart; queries then read that segment raw.
+    /// the segment is built later. An error, or a panic, leaves the segment
+    /// without this part until a retry; queries then read that segment raw.
     fn build(
         &self,
         table: &Table,

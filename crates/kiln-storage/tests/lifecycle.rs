@@ -416,3 +416,53 @@ async fn writes_wait_then_are_refused_when_unflushed_rows_fill_memory() {
     db.flush_all().await.unwrap();
     write(&db, 0, 1000..1010).await;
 }
+
+/// A part builder that panics, as DataFusion's t-digest did for a cube
+/// asking for a digest of `i64::MAX` centroids.
+struct Panics;
+
+impl kiln_storage::CubeBuilder for Panics {
+    fn build(
+        &self,
+        _: &kiln_storage::Table,
+        _: &kiln_storage::CubeDef,
+        _: arrow::array::RecordBatch,
+    ) -> Option<futures::future::BoxFuture<'static, kiln_storage::Result<arrow::array::RecordBatch>>>
+    {
+        Some(Box::pin(async { panic!("capacity overflow") }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cube_part_whose_build_panics_leaves_its_segment_raw_and_flushes_going() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    db.set_cube_builder(std::sync::Arc::new(Panics));
+    create(&db).await;
+    db.create_cube(kiln_storage::CreateCube {
+        name: "c".into(),
+        table: TABLE.into(),
+        dimensions: vec![],
+        measures: vec![kiln_storage::CubeColumn {
+            sql: "count(*)".into(),
+            name: "n".into(),
+        }],
+        if_not_exists: false,
+    })
+    .await
+    .unwrap();
+    let a = write(&db, 0, 0..100).await;
+    db.flush_all().await.unwrap();
+    let b = write(&db, 0, 100..150).await;
+    db.flush_all().await.unwrap();
+    assert_eq!(stored(&db).await, a + b, "both flushes committed");
+    let t = db.table(TABLE).unwrap();
+    assert_eq!(t.segments().len(), 2);
+    assert!(
+        t.segments().iter().all(|s| s.part(1).is_none()),
+        "no part: queries read the segments raw"
+    );
+    // The failed parts are not retried at once, and trying does not panic.
+    assert_eq!(db.build_cube_parts().await.unwrap(), 0);
+    db.close().await.unwrap();
+}

@@ -437,7 +437,37 @@ fn check_measure(sql: &str, f: &AggregateFunction) -> Result<()> {
     if !f.params.args.iter().all(immutable) {
         return Err(Error::Sql(format!("measure {sql}: not deterministic")));
     }
+    if name == "approx_percentile_cont"
+        && let Some(size) = f.params.args.get(2)
+        && !digest_size(size).is_some_and(|n| (1.0..=MAX_DIGEST_SIZE as f64).contains(&n))
+    {
+        return Err(Error::Sql(format!(
+            "measure {sql}: the t-digest size {size} is not a whole number from 1 to {MAX_DIGEST_SIZE}"
+        )));
+    }
     Ok(())
+}
+
+/// The largest t-digest a cube keeps (`approx_percentile_cont`'s third
+/// argument; DataFusion's default is 100): every group of every part holds
+/// one of up to this many centroids, and a size near `usize::MAX` makes
+/// DataFusion's digest ask for more memory than exists.
+pub const MAX_DIGEST_SIZE: usize = 10_000;
+
+/// The value of a t-digest size argument, a literal maybe cast.
+fn digest_size(e: &Expr) -> Option<f64> {
+    match e {
+        Expr::Cast(c) => digest_size(&c.expr),
+        Expr::TryCast(c) => digest_size(&c.expr),
+        Expr::Literal(v, _) => {
+            let n = v.cast_to(&DataType::Float64).ok()?;
+            match n {
+                datafusion::common::ScalarValue::Float64(Some(n)) if n.fract() == 0.0 => Some(n),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
 }
 
 /// The indexes of `schema`'s columns that `dimensions` and `funcs` read,

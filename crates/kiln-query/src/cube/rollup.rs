@@ -114,6 +114,10 @@ pub async fn merged(cube: &CubePlan, states: RecordBatch) -> Result<RecordBatch>
 
 /// `batch` sorted by its first `dims` columns (the dimensions, in order).
 pub fn sorted(batch: RecordBatch, dims: usize) -> Result<RecordBatch> {
+    // A cube of no dimension keeps one row: nothing to sort by.
+    if dims == 0 {
+        return Ok(batch);
+    }
     let keys: Vec<SortColumn> = (0..dims)
         .map(|i| SortColumn {
             values: batch.column(i).clone(),

@@ -2,11 +2,13 @@
 //! parts written beside each new segment or built later for the segments
 //! that lack them ([`crate::cube`] says why parts are per segment).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
+use futures::FutureExt;
 use object_store::path::Path;
 
 use super::{Db, Inner};
@@ -215,7 +217,23 @@ impl Inner {
         let Some(build) = builder.build(table, cube, rows.clone()) else {
             return Ok(None);
         };
-        let states = build.await?;
+        // A panic in the query layer's code (a measure's state it cannot
+        // hold) fails this part alone, as an error does: unwinding through
+        // here would fail every later flush of the table.
+        let states = match AssertUnwindSafe(build).catch_unwind().await {
+            Ok(states) => states?,
+            Err(panic) => {
+                let reason = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic");
+                return Err(Error::CubeBuild {
+                    cube: cube.name.clone(),
+                    reason: format!("building its part failed: {reason}"),
+                });
+            }
+        };
         let compression = self.config.segment_compression;
         let rows = states.num_rows() as u64;
         let bytes = tokio::task::spawn_blocking(move || segment::encode(&states, compression))

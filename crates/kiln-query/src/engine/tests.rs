@@ -124,6 +124,28 @@ async fn set_changes_its_own_query_only() {
 }
 
 #[tokio::test]
+async fn settings_that_multiply_a_querys_buffers_are_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = engine(tmp.path()).await;
+    for (name, most) in [
+        ("target_partitions", MAX_PARTITIONS),
+        ("batch_size", MAX_BATCH_ROWS),
+    ] {
+        let set =
+            format!("SET datafusion.execution.{name} = {most}; SHOW datafusion.execution.{name}");
+        assert_eq!(shown(&e.execute(&set).await.unwrap()), most.to_string());
+        let over = format!("SET datafusion.execution.{name} = {}", most + 1);
+        let err = e.execute(&over).await.expect_err(&over);
+        assert_eq!(err.kind(), ErrorKind::LimitExceeded, "{over}");
+        let want = format!(
+            "{} is more than {most}, the most a session may set",
+            most + 1
+        );
+        assert!(err.to_string().contains(&want), "{err}");
+    }
+}
+
+#[tokio::test]
 async fn server_files_are_refused_without_file_access() {
     let tmp = tempfile::tempdir().unwrap();
     let e = engine(tmp.path()).await;

@@ -75,8 +75,8 @@ pub fn pieces(batch: &RecordBatch, target: u64) -> Vec<Range<usize>> {
 }
 
 /// All of a column's values' bytes, without a pass over its rows where
-/// offsets give them.
-fn column_bytes(column: &ArrayRef) -> u64 {
+/// offsets give them (a dictionary's values counted for each row).
+pub(crate) fn column_bytes(column: &ArrayRef) -> u64 {
     let rows = column.len() as u64;
     match column.data_type() {
         DataType::Utf8 => spread(column.as_string::<i32>().value_offsets()),

@@ -67,6 +67,19 @@ impl ApiError {
         )
     }
 
+    /// A body whose rows, once in the table's types, would take more than
+    /// `limit` bytes (a dictionary's values repeated for each row).
+    pub fn decoded_too_large(bytes: u64, limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "54000",
+            format!(
+                "the body's rows would take {bytes} bytes once decoded, more than --max-body-bytes ({limit} bytes)"
+            ),
+        )
+    }
+
     /// A statement in a transaction an earlier error aborted.
     pub fn in_failed_transaction() -> Self {
         Self::new(

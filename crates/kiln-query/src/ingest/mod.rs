@@ -14,7 +14,7 @@ use std::io::{Cursor, Read};
 use std::path::Path;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
 use kiln_storage::TimestampUnit;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -95,6 +95,35 @@ pub struct Decoded {
 }
 
 impl Decoded {
+    /// The bytes the rows take once cast to the table's types (`table`),
+    /// before they are: a dictionary column's values once for each row
+    /// referring to them, a column of no values (Arrow's `Null` type) or a
+    /// table column the body leaves out as wide as a table value, other
+    /// columns their buffers.
+    ///
+    /// Why: the body's size does not bound them. A dictionary of one
+    /// 500 KB string that 2,000 rows refer to is an 838-byte Parquet file
+    /// and 1 GB once cast; a `Null` column of 2^31 rows is a 224-byte
+    /// Arrow stream and 17 GB once cast.
+    pub fn bytes_in(&self, table: &SchemaRef) -> u64 {
+        const WIDE: u64 = 8;
+        let mut total = 0u64;
+        for b in &self.batches {
+            let rows = b.num_rows() as u64;
+            let absent = table.fields().len().saturating_sub(b.num_columns()) as u64;
+            total = total.saturating_add(absent.saturating_mul(rows).saturating_mul(WIDE));
+            for column in b.columns() {
+                let bytes = match column.data_type() {
+                    DataType::Dictionary(..) => crate::chunks::column_bytes(column),
+                    DataType::Null => rows.saturating_mul(WIDE),
+                    _ => column.get_array_memory_size() as u64,
+                };
+                total = total.saturating_add(bytes);
+            }
+        }
+        total
+    }
+
     /// Rows from a format without lines: errors name rows.
     pub fn unlined(batches: Vec<RecordBatch>) -> Self {
         Self {

@@ -36,6 +36,37 @@ fn decompression_is_bounded() {
     assert_eq!(err, Decompress::TooLarge);
 }
 
+#[test]
+fn a_parquet_dictionary_is_measured_as_the_rows_it_becomes() {
+    use arrow::array::{DictionaryArray, Int32Array, Int64Array, StringArray, types::Int32Type};
+    let name = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let file_schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", name, true),
+    ]));
+    let names = DictionaryArray::<Int32Type>::new(
+        Int32Array::from(vec![0; 2_000]),
+        Arc::new(StringArray::from(vec!["x".repeat(10_000)])),
+    );
+    let ids = Int64Array::from_iter_values(0..2_000);
+    let batch =
+        RecordBatch::try_new(file_schema.clone(), vec![Arc::new(ids), Arc::new(names)]).unwrap();
+    let mut file = vec![];
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut file, file_schema, None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    assert!(file.len() < 50_000, "{}", file.len());
+    let d = decode(file.into(), Format::Parquet, &schema(), &Options::default()).unwrap();
+    assert_eq!(d.rows(), 2_000);
+    let bytes = d.bytes_in(&schema());
+    // 2,000 copies of the 10,000-byte value, and the ids' 16,000 bytes.
+    assert!((20_016_000..20_100_000).contains(&bytes), "{bytes}");
+    // A column the body leaves out counts as wide as a table value.
+    let ids_only = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let d = Decoded::unlined(vec![batch.project(&[0]).unwrap()]);
+    assert_eq!(d.bytes_in(&schema()) - d.bytes_in(&ids_only), 2_000 * 8);
+}
+
 fn events() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new(

@@ -190,6 +190,10 @@ async fn do_write(
     })
     .await
     .map_err(|e| ApiError::internal(format!("decoding task: {e}")))??;
+    let bytes = decoded.bytes_in(&t.schema);
+    if bytes > limit as u64 {
+        return Err(ApiError::decoded_too_large(bytes, limit));
+    }
     let opts = WriteOptions {
         ack,
         idempotency_key,

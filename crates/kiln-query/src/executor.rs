@@ -312,7 +312,8 @@ fn lower_priority(nice: i32) {
     let _ = nice;
 }
 
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+/// What a caught panic said (its message, when it gave one).
+pub fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

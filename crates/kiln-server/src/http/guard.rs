@@ -8,8 +8,10 @@
 //! `X-Kiln-Request` (any value), which a page cannot add without a
 //! preflight (415 otherwise); then, when authentication is on, who the
 //! request is from ([`identify`]: 401 without valid credentials, except
-//! on the probes and `/metrics`). See docs/security.md.
+//! on the probes and `/metrics`). See docs/security.md. A panic in the
+//! handler is answered with 500 `internal`, the connection kept.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -17,6 +19,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 
 use crate::AppState;
 use crate::auth::{Identity, OPEN_PATHS, identify};
@@ -75,7 +78,17 @@ pub(crate) async fn guard(
         Identity(None)
     };
     req.extensions_mut().insert(identity);
-    let mut resp = next.run(req).await;
+    // A panic in a handler (an upstream function given a value it does not
+    // expect, while planning) is answered as an internal error rather than
+    // by a dropped connection.
+    let mut resp = match AssertUnwindSafe(next.run(req)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            let why = kiln_query::executor::panic_message(panic);
+            tracing::error!(panic = why, "an HTTP request's handler panicked");
+            ApiError::internal(format!("the request failed unexpectedly: {why}")).into_response()
+        }
+    };
     if let Some(origin) = origin {
         let h = resp.headers_mut();
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);

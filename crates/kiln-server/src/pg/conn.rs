@@ -27,7 +27,7 @@ use std::sync::Arc;
 use datafusion_postgres::pgwire::api::{
     ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers,
 };
-use datafusion_postgres::pgwire::error::ErrorInfo;
+use datafusion_postgres::pgwire::error::{ErrorInfo, PgWireError};
 use datafusion_postgres::pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use datafusion_postgres::pgwire::tokio::server::{
     MaybeTls, PgWireMessageServerCodec, negotiate_tls, process_error, process_message,
@@ -133,7 +133,10 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
         };
         let pid = socket.pid_and_secret_key().0;
         let outcome = {
-            let work = process_message(
+            // A panic in a handler (an upstream function given a value it
+            // does not expect) fails this message, as an error does,
+            // instead of ending the connection without a word.
+            let work = std::panic::AssertUnwindSafe(process_message(
                 msg,
                 &mut socket,
                 startup.clone(),
@@ -141,7 +144,9 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
                 extended.clone(),
                 copy.clone(),
                 cancel.clone(),
-            );
+            ))
+            .catch_unwind()
+            .map(|r| r.unwrap_or_else(|panic| Err(panicked(panic))));
             tokio::pin!(work);
             tokio::select! {
                 biased;
@@ -169,6 +174,18 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
         }
     }
     socket.close().await
+}
+
+/// The error a panic while handling a message is answered with.
+fn panicked(panic: Box<dyn std::any::Any + Send>) -> PgWireError {
+    let why = kiln_query::executor::panic_message(panic);
+    tracing::error!(panic = why, "a PostgreSQL message's handler panicked");
+    let e = ApiError::internal(format!("the statement failed unexpectedly: {why}"));
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".into(),
+        e.sqlstate.into(),
+        e.message,
+    )))
 }
 
 /// What the client sent next.

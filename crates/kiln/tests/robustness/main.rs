@@ -1,8 +1,9 @@
 //! Robustness at the edges, against the real binary: inputs that used to
 //! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
 //! values that used to be stored changed, memory past the limits, a full
-//! disk, PostgreSQL messages that lie about their length, results far
-//! larger as text than in memory; and queries stopped ([`stopping`]).
+//! disk, PostgreSQL messages that lie about their length, handlers that
+//! panic, results far larger as text than in memory; and queries stopped
+//! ([`stopping`]).
 //! After each, the server must still answer correctly.
 
 #[path = "../common/mod.rs"]
@@ -669,4 +670,59 @@ fn malformed_pg_messages_get_08p01_and_the_server_serves_on() {
     assert_eq!((status, &body["rows"]), (200, &json!([[42]])), "{body}");
     let psql = s.psql_output(&["-c", "SELECT 41 + 1"]);
     assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "42");
+}
+
+/// One PostgreSQL message: its type, length and body.
+fn pg_message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+#[test]
+fn a_handler_that_panics_fails_its_statement_and_the_session_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    // A binary INTERVAL parameter of 5 bytes (it takes 16): the parameter
+    // decoder panics ("advance out of bounds"). Then a simple query on the
+    // same connection, and Terminate.
+    let mut frames = pg_message(b'P', b"\0SELECT $1\0\0\x01\0\0\x04\xa2");
+    let mut bind = b"\0\0\0\x01\0\x01\0\x01\0\0\0\x05".to_vec();
+    bind.extend_from_slice(&[0; 5]);
+    bind.extend_from_slice(b"\0\0");
+    frames.extend(pg_message(b'B', &bind));
+    frames.extend(pg_message(b'E', b"\0\0\0\0\0"));
+    frames.extend(pg_message(b'S', b""));
+    frames.extend(pg_message(b'Q', b"SELECT 41 + 1\0"));
+    frames.extend(pg_message(b'X', b""));
+    let answer = raw_pg(s.pg_port, &frames);
+    let text = String::from_utf8_lossy(&answer);
+    let failed = text
+        .find("CXX000\0Mthe statement failed unexpectedly: advance out of bounds")
+        .unwrap_or_else(|| panic!("{text}"));
+    let answered = text.find("\x0242C").unwrap_or_else(|| panic!("{text}"));
+    assert!(failed < answered, "{text}");
+
+    // Over HTTP, a function that panics while the statement is planned
+    // (in builds with overflow checks, as the tests'): 500, not a dropped
+    // connection.
+    let (status, body) = post_sql(
+        &s,
+        "SELECT array_position([1, 2, 3], 2, -9223372036854775807 - 1)",
+    );
+    if status != 200 {
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (500, Some("internal")),
+            "{body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("the request failed unexpectedly"),
+            "{message}"
+        );
+    }
+    let (status, body) = post_sql(&s, "SELECT 41 + 1 AS n");
+    assert_eq!((status, &body["rows"]), (200, &json!([[42]])), "{body}");
 }

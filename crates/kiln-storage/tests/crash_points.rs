@@ -347,18 +347,7 @@ async fn open_with_cube(dir: &Path) -> Db {
     if db.table(TABLE).is_none() {
         create(&db).await;
     }
-    db.create_cube(kiln_storage::CreateCube {
-        name: "c".into(),
-        table: TABLE.into(),
-        dimensions: vec![],
-        measures: vec![kiln_storage::CubeColumn {
-            sql: "count(*)".into(),
-            name: "n".into(),
-        }],
-        if_not_exists: true,
-    })
-    .await
-    .unwrap();
+    create_count_cube(&db).await;
     db
 }
 

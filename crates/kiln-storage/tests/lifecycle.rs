@@ -439,18 +439,7 @@ async fn a_cube_part_whose_build_panics_leaves_its_segment_raw_and_flushes_going
     let db = open(tmp.path()).await;
     db.set_cube_builder(std::sync::Arc::new(Panics));
     create(&db).await;
-    db.create_cube(kiln_storage::CreateCube {
-        name: "c".into(),
-        table: TABLE.into(),
-        dimensions: vec![],
-        measures: vec![kiln_storage::CubeColumn {
-            sql: "count(*)".into(),
-            name: "n".into(),
-        }],
-        if_not_exists: false,
-    })
-    .await
-    .unwrap();
+    create_count_cube(&db).await;
     let a = write(&db, 0, 0..100).await;
     db.flush_all().await.unwrap();
     let b = write(&db, 0, 100..150).await;

@@ -67,6 +67,23 @@ pub async fn create(db: &Db) {
     .unwrap();
 }
 
+/// Creates cube `c` on [`TABLE`], of no dimension and `count(*)` (if
+/// missing): its parts are whatever the installed builder makes.
+pub async fn create_count_cube(db: &Db) {
+    db.create_cube(kiln_storage::CreateCube {
+        name: "c".into(),
+        table: TABLE.into(),
+        dimensions: vec![],
+        measures: vec![kiln_storage::CubeColumn {
+            sql: "count(*)".into(),
+            name: "n".into(),
+        }],
+        if_not_exists: true,
+    })
+    .await
+    .unwrap();
+}
+
 /// How many rows and the sum of their `v`: both match only if every row is
 /// there exactly once (the values written are distinct).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

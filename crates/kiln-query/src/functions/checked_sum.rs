@@ -1,6 +1,10 @@
 //! `sum` of integers fails when the total leaves its type's range
 //! ("integer sum out of range", SQLSTATE 22003), where DataFusion's wraps
-//! around and answers a wrong total without a word.
+//! around and answers a wrong total without a word; so does a `sum` of
+//! `DECIMAL(p, s)` (p up to 38) whose total has more digits than its type
+//! holds ("numeric sum out of range"): DataFusion's wraps past 128 bits
+//! and returns a value its type cannot hold below that (two values of 38
+//! nines summed to a negative one).
 //!
 //! It replaces DataFusion's `sum` under the same name, and is DataFusion's
 //! for everything but the accumulators of an integer sum: signature,
@@ -23,7 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::{
-    ArrowNativeTypeOp, ArrowNumericType, DataType, FieldRef, Int64Type, UInt64Type,
+    ArrowNativeTypeOp, ArrowNumericType, DataType, Decimal128Type, DecimalType, FieldRef,
+    Int64Type, UInt64Type,
 };
 use arrow::error::ArrowError;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -51,12 +56,40 @@ impl CheckedSum {
 
 /// The error of a total out of its type's range.
 fn out_of_range(t: &DataType) -> DataFusionError {
+    let kind = match t {
+        DataType::Decimal128(..) => "numeric",
+        _ => "integer",
+    };
     DataFusionError::ArrowError(
         Box::new(ArrowError::ArithmeticOverflow(format!(
-            "integer sum out of range of {t}"
+            "{kind} sum out of range of {t}"
         ))),
         None,
     )
+}
+
+/// Refuses a decimal total with more digits than its type's precision.
+fn in_precision(totals: &ArrayRef, t: &DataType) -> Result<()> {
+    if let DataType::Decimal128(p, _) = t {
+        let totals = totals.as_primitive::<Decimal128Type>();
+        if totals
+            .iter()
+            .flatten()
+            .any(|v| !Decimal128Type::is_valid_decimal_precision(v, *p))
+        {
+            return Err(out_of_range(t));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `args` sum a `DECIMAL` of up to 38 digits into one.
+fn decimal(args: &AccumulatorArgs) -> bool {
+    matches!(args.return_type(), DataType::Decimal128(..))
+        && args
+            .expr_fields
+            .first()
+            .is_some_and(|f| matches!(f.data_type(), DataType::Decimal128(..)))
 }
 
 impl AggregateUDFImpl for CheckedSum {
@@ -74,8 +107,9 @@ impl AggregateUDFImpl for CheckedSum {
     }
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
         match (args.return_type(), args.is_distinct) {
-            (DataType::Int64, false) => Ok(Box::new(Total::<Int64Type>::default())),
-            (DataType::UInt64, false) => Ok(Box::new(Total::<UInt64Type>::default())),
+            (DataType::Int64, false) => Ok(Box::new(Total::<Int64Type>::new(DataType::Int64))),
+            (DataType::UInt64, false) => Ok(Box::new(Total::<UInt64Type>::new(DataType::UInt64))),
+            (t, false) if decimal(&args) => Ok(Box::new(Total::<Decimal128Type>::new(t.clone()))),
             (DataType::Int64, true) => Ok(Box::new(DistinctTotal::<Int64Type>::new())),
             (DataType::UInt64, true) => Ok(Box::new(DistinctTotal::<UInt64Type>::new())),
             _ => self.inner.accumulator(args),
@@ -92,8 +126,9 @@ impl AggregateUDFImpl for CheckedSum {
         args: AccumulatorArgs,
     ) -> Result<Box<dyn GroupsAccumulator>> {
         match args.return_type() {
-            DataType::Int64 => Ok(totals::<Int64Type>()),
-            DataType::UInt64 => Ok(totals::<UInt64Type>()),
+            DataType::Int64 => Ok(totals::<Int64Type>(DataType::Int64)),
+            DataType::UInt64 => Ok(totals::<UInt64Type>(DataType::UInt64)),
+            t if decimal(&args) => Ok(totals::<Decimal128Type>(t.clone())),
             _ => self.inner.create_groups_accumulator(args),
         }
     }
@@ -138,22 +173,26 @@ fn narrow<T: Wide>(total: Option<i128>) -> Result<ScalarValue> {
     ScalarValue::new_primitive::<T>(v, &T::DATA_TYPE)
 }
 
-/// One total, added to with checked adds.
+/// One total of type `data_type`, added to with checked adds.
 #[derive(Debug)]
 struct Total<T: Numeric> {
     sum: Option<T::Native>,
+    data_type: DataType,
 }
 
-impl<T: Numeric> Default for Total<T> {
-    fn default() -> Self {
-        Self { sum: None }
+impl<T: Numeric> Total<T> {
+    fn new(data_type: DataType) -> Self {
+        Self {
+            sum: None,
+            data_type,
+        }
     }
 }
 
 impl<T: Numeric> Accumulator for Total<T> {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         let values = values[0].as_primitive::<T>();
-        let overflow = || out_of_range(&T::DATA_TYPE);
+        let overflow = || out_of_range(&self.data_type);
         if let Some(x) = arrow::compute::sum_checked(values).map_err(|_| overflow())? {
             let v = self.sum.get_or_insert(T::Native::ZERO);
             *v = v.add_checked(x).map_err(|_| overflow())?;
@@ -164,19 +203,25 @@ impl<T: Numeric> Accumulator for Total<T> {
         self.update_batch(states)
     }
     fn state(&mut self) -> Result<Vec<ScalarValue>> {
-        Ok(vec![self.evaluate()?])
+        // A partial total may pass its type's digits; the final one may not.
+        Ok(vec![ScalarValue::new_primitive::<T>(
+            self.sum,
+            &self.data_type,
+        )?])
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
-        ScalarValue::new_primitive::<T>(self.sum, &T::DATA_TYPE)
+        let total = ScalarValue::new_primitive::<T>(self.sum, &self.data_type)?;
+        in_precision(&total.to_array()?, &self.data_type)?;
+        Ok(total)
     }
     fn size(&self) -> usize {
         size_of::<Self>()
     }
 }
 
-/// Totals per group: DataFusion's accumulator, given an add that flags an
-/// overflow instead of wrapping.
-fn totals<T: Numeric>() -> Box<dyn GroupsAccumulator> {
+/// Totals per group of type `data_type`: DataFusion's accumulator, given
+/// an add that flags an overflow instead of wrapping.
+fn totals<T: Numeric>(data_type: DataType) -> Box<dyn GroupsAccumulator> {
     let overflowed = Arc::new(AtomicBool::new(false));
     let flag = overflowed.clone();
     let add = move |x: &mut T::Native, y: T::Native| match x.add_checked(y) {
@@ -184,9 +229,9 @@ fn totals<T: Numeric>() -> Box<dyn GroupsAccumulator> {
         Err(_) => flag.store(true, Ordering::Relaxed),
     };
     Box::new(Totals {
-        inner: PrimitiveGroupsAccumulator::<T, _>::new(&T::DATA_TYPE, add),
+        inner: PrimitiveGroupsAccumulator::<T, _>::new(&data_type, add),
         overflowed,
-        data_type: T::DATA_TYPE,
+        data_type,
     })
 }
 
@@ -232,7 +277,9 @@ impl<A: GroupsAccumulator> GroupsAccumulator for Totals<A> {
         self.checked(r)
     }
     fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
-        self.inner.evaluate(emit_to)
+        let totals = self.inner.evaluate(emit_to)?;
+        in_precision(&totals, &self.data_type)?;
+        Ok(totals)
     }
     fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
         self.inner.state(emit_to)

@@ -168,3 +168,48 @@ async fn distinct_and_sliding_totals_that_fit_are_answered() {
     .unwrap();
     assert_eq!(bigints(&b), [None, None]);
 }
+
+#[tokio::test]
+async fn a_decimal_total_past_its_digits_is_an_error() {
+    let ctx = ctx();
+    let nines = "99999999999999999999999999999999999999";
+    ctx.sql(&format!(
+        "CREATE TABLE d AS SELECT g, CAST(x AS DECIMAL(38, 0)) AS x, CAST(y AS DECIMAL(10, 2)) AS y \
+         FROM (VALUES (1, '{nines}', '1.5'), (1, '{nines}', '2.25'), (2, '5', '-1.0'), (2, '-{nines}', '0.5')) v(g, x, y)"
+    ))
+    .await
+    .unwrap();
+    for sql in [
+        "SELECT sum(x) FROM d",
+        "SELECT g, sum(x) FROM d GROUP BY g",
+        "SELECT sum(x) FROM d WHERE g = 1",
+    ]
+    .map(String::from)
+    .into_iter()
+    // 38 nines and one more: past 38 digits, within 128 bits.
+    .chain([format!(
+        "SELECT sum(CAST(x AS DECIMAL(38, 0))) FROM (VALUES ('{nines}'), ('1')) v(x)"
+    )]) {
+        let sql = sql.as_str();
+        let e = run(&ctx, sql).await.unwrap_err();
+        assert!(overflowed(&e), "{sql}: {e}");
+        assert!(
+            e.to_string()
+                .contains("numeric sum out of range of Decimal128(38, 0)"),
+            "{sql}: {e}"
+        );
+    }
+    // Totals that fit, in one group and per group, are DataFusion's.
+    let b = run(&ctx, "SELECT sum(x), sum(y) FROM d WHERE g = 2")
+        .await
+        .unwrap();
+    let x = b[0].column(0).as_primitive::<Decimal128Type>().value(0);
+    assert_eq!(x, 5 - 99999999999999999999999999999999999999_i128);
+    let y = b[0].column(1).as_primitive::<Decimal128Type>().value(0);
+    assert_eq!(y, -50, "-1.00 + 0.50 in hundredths");
+    let b = run(&ctx, "SELECT g, sum(y) FROM d GROUP BY g ORDER BY g")
+        .await
+        .unwrap();
+    let y = b[0].column(1).as_primitive::<Decimal128Type>();
+    assert_eq!((y.value(0), y.value(1)), (375, -50));
+}

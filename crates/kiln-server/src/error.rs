@@ -68,14 +68,15 @@ impl ApiError {
     }
 
     /// A body whose rows, once in the table's types, would take more than
-    /// `limit` bytes (a dictionary's values repeated for each row).
+    /// the `limit` bytes one write may hold (a dictionary's values
+    /// repeated for each row).
     pub fn decoded_too_large(bytes: u64, limit: usize) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             "54000",
             format!(
-                "the body's rows would take {bytes} bytes once decoded, more than --max-body-bytes ({limit} bytes)"
+                "the body's rows would take {bytes} bytes once decoded, more than the {limit} bytes one write may hold"
             ),
         )
     }

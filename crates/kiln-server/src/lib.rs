@@ -44,8 +44,7 @@ pub struct ServerConfig {
     #[arg(long, env = "KILN_PG_ADDR", default_value = "127.0.0.1:5433")]
     pub pg_addr: SocketAddr,
 
-    /// Largest HTTP request body, compressed, decompressed, or its rows
-    /// once decoded into the table's types (413 beyond it).
+    /// Largest HTTP request body, compressed or decompressed (413 beyond it).
     #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB")]
     pub max_body_bytes: ByteSize,
 

@@ -55,7 +55,9 @@ pub use db::{
 pub use error::{Error, ErrorKind, Result};
 pub use fs_util::replace_file;
 pub use idempotency::{IdempotencyKey, MAX_KEY_BYTES, fingerprint};
-pub use kiln_wal::{LATENCY_BOUNDS_S, LatencyHistogram, LatencySnapshot, WalStats};
+pub use kiln_wal::{
+    LATENCY_BOUNDS_S, LatencyHistogram, LatencySnapshot, MAX_RECORD_BYTES, WalStats,
+};
 pub use manifest::{Manifest, Segment, SegmentMeta, StatValue};
 pub use memstore::{MemStore, TableSnapshot};
 pub use schema::{ColumnDef, ColumnType, NANOS_PER_DAY, TableDef};

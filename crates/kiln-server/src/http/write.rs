@@ -27,6 +27,13 @@ use crate::error::ApiError;
 use kiln_query::auth::Access;
 use kiln_query::ingest::{self, Decompress, Encoding, Format};
 
+/// The most bytes a write's rows may take once decoded into the table's
+/// types ([`ingest::Decoded::bytes_in`]): the most one WAL record holds,
+/// so a write past it could not be logged anyway. Checked before any
+/// value is cast: the body's size does not bound it (a dictionary's one
+/// value may stand for every row).
+const MAX_WRITE_BYTES: usize = kiln_storage::MAX_RECORD_BYTES;
+
 /// The `Idempotency-Key` request header.
 pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
@@ -191,8 +198,8 @@ async fn do_write(
     .await
     .map_err(|e| ApiError::internal(format!("decoding task: {e}")))??;
     let bytes = decoded.bytes_in(&t.schema);
-    if bytes > limit as u64 {
-        return Err(ApiError::decoded_too_large(bytes, limit));
+    if bytes > MAX_WRITE_BYTES as u64 {
+        return Err(ApiError::decoded_too_large(bytes, MAX_WRITE_BYTES));
     }
     let opts = WriteOptions {
         ack,

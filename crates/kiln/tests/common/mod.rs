@@ -383,3 +383,58 @@ pub fn jdbc_classpath() -> (&'static str, String) {
     let classpath = std::fs::read_to_string(&classpath_file).unwrap();
     (dir, classpath.trim().to_string())
 }
+
+/// An Arrow stream of `rows` rows of a table `(ts TIMESTAMP, user_id
+/// BIGINT, url VARCHAR)` whose `url` is a dictionary of the one value `url`.
+pub fn dictionary_ipc(url: String, rows: usize) -> Vec<u8> {
+    use arrow::array::{DictionaryArray, Int32Array, Int64Array, StringArray};
+    use arrow::array::{TimestampMicrosecondArray, types::Int32Type};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    let url_type = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+    let schema = std::sync::Arc::new(Schema::new(vec![
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            false,
+        ),
+        Field::new("user_id", DataType::Int64, false),
+        Field::new("url", url_type, true),
+    ]));
+    let urls = DictionaryArray::<Int32Type>::new(
+        Int32Array::from(vec![0; rows]),
+        std::sync::Arc::new(StringArray::from(vec![url])),
+    );
+    let batch = arrow::array::RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            std::sync::Arc::new(TimestampMicrosecondArray::from(vec![
+                1_777_680_000_000_000;
+                rows
+            ])),
+            std::sync::Arc::new(Int64Array::from(vec![2; rows])),
+            std::sync::Arc::new(urls),
+        ],
+    )
+    .unwrap();
+    ipc(&batch)
+}
+
+/// An Arrow stream of one column, `amount`, of `rows` rows and no values.
+pub fn null_ipc(rows: usize) -> Vec<u8> {
+    use arrow::datatypes::{DataType, Field, Schema};
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+        "amount",
+        DataType::Null,
+        true,
+    )]));
+    let column = arrow::array::new_null_array(&DataType::Null, rows);
+    ipc(&arrow::array::RecordBatch::try_new(schema, vec![column]).unwrap())
+}
+
+/// `batch` as an Arrow IPC stream.
+pub fn ipc(batch: &arrow::array::RecordBatch) -> Vec<u8> {
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema()).unwrap();
+    w.write(batch).unwrap();
+    w.finish().unwrap();
+    w.into_inner().unwrap()
+}

@@ -726,3 +726,39 @@ fn a_handler_that_panics_fails_its_statement_and_the_session_goes_on() {
     let (status, body) = post_sql(&s, "SELECT 41 + 1 AS n");
     assert_eq!((status, &body["rows"]), (200, &json!([[42]])), "{body}");
 }
+
+#[test]
+fn a_write_whose_rows_decode_past_what_one_write_holds_is_refused_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, url VARCHAR, amount DOUBLE)");
+    let arrow = [("Content-Type", "application/vnd.apache.arrow.stream")];
+    // A dictionary's one 100,000-byte value that 12,000 rows refer to
+    // (1.2 GB once cast, from a body of 150 KB), and a column of no values
+    // of 2^28 rows (8 GiB once the table's four columns are filled).
+    for (body, bytes) in [
+        (
+            common::dictionary_ipc("x".repeat(100_000), 12_000),
+            1_200_000_000,
+        ),
+        (common::null_ipc(1 << 28), (4 * 8) << 28),
+    ] {
+        assert!(body.len() < 1 << 20, "{}", body.len());
+        let (st, v) = s.write("ev", &arrow, &body);
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (413, Some("body_too_large")),
+            "{v}"
+        );
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.ends_with("bytes one write may hold"), "{msg}");
+        let took: u64 = msg.split(' ').nth(5).unwrap().parse().unwrap();
+        assert!(took >= bytes, "{msg}");
+    }
+    let hwm = peak_rss_kib(s.child.id());
+    assert!(hwm < 1024 * 1024, "peak RSS {hwm} KiB");
+    // Nothing written; a dictionary that fits is.
+    let (st, v) = s.write("ev", &arrow, &common::dictionary_ipc("/d".into(), 3));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[3]]));
+}

@@ -40,18 +40,6 @@ use crate::session::{build_session, query_state};
 use crate::shape::{self, patterns};
 use crate::transaction::Transaction;
 
-/// The most partitions a session may ask a query to run in
-/// (`datafusion.execution.target_partitions`): a repartition keeps a
-/// channel from each input partition to each output one, so its buffers
-/// grow with the square (a `GROUP BY` at 3,000 took 5.3 GB; at 100,000
-/// the server was killed for want of memory).
-const MAX_PARTITIONS: usize = 256;
-
-/// The most rows a session may ask a batch to hold
-/// (`datafusion.execution.batch_size`, 8,192 by default): operators size
-/// their buffers by it before any row comes.
-const MAX_BATCH_ROWS: usize = 1 << 20;
-
 /// Who sends a query: its protocol and, over the PostgreSQL wire, the
 /// connection's backend pid (which a CancelRequest names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,21 +322,7 @@ impl Engine {
         options
             .set(&name, value)
             .map_err(|e| Error::Sql(format!("SET {name}: {}", e.message())))?;
-        let execution = &options.execution;
-        for (option, set, most) in [
-            (
-                "target_partitions",
-                execution.target_partitions,
-                MAX_PARTITIONS,
-            ),
-            ("batch_size", execution.batch_size.into(), MAX_BATCH_ROWS),
-        ] {
-            if name == format!("datafusion.execution.{option}") && set > most {
-                return Err(Error::LimitExceeded(format!(
-                    "SET {name}: {set} is more than {most}, the most a session may set"
-                )));
-            }
-        }
+        bounds::check(&name, &options)?;
         Ok((name, Some(value.to_string())))
     }
 
@@ -809,6 +783,7 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
 }
 
 mod access;
+mod bounds;
 mod own;
 mod shapes;
 pub use own::OwnStatement;

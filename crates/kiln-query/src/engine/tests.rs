@@ -1,5 +1,6 @@
 use kiln_storage::{Db, StorageConfig};
 
+use super::bounds::{MAX_BATCH_ROWS, MAX_PARTITIONS};
 use super::*;
 use crate::ErrorKind;
 

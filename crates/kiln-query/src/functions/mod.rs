@@ -13,6 +13,8 @@
 //!   allocating them (`format` bounds its own), and the aggregates whose
 //!   value grows with their rows (`string_agg`, `array_agg`), refusing a
 //!   value past the same limit as it grows;
+//! - operators as functions (`operator.rs`): DataFusion's binary
+//!   operators called as functions, so a string `||` can be size-guarded;
 //! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
 //!   leaves its type's range instead of wrapping around;
 //! - PostgreSQL spellings (`pg_format.rs`): `to_char`, `to_timestamp` and
@@ -32,6 +34,7 @@ mod bitmap_scalar;
 mod checked_sum;
 mod distributions;
 mod funnel;
+mod operator;
 mod pg_format;
 mod pg_interval;
 mod pg_json;
@@ -52,7 +55,7 @@ use datafusion::prelude::SessionContext;
 
 pub(crate) use pg_format::TIME_BUCKET_ORIGIN_NS;
 pub(crate) use pg_interval::{fixed_interval_ns, shifted};
-pub(crate) use sized::{LARGE_FROM, value_bytes};
+pub(crate) use sized::{LARGE_FROM, string_concat, value_bytes};
 
 /// Registers every Kiln function on `ctx`.
 pub fn register(ctx: &SessionContext) {

@@ -1,8 +1,9 @@
 //! DataFusion's functions whose result size is not bounded by their
 //! arguments' sizes (`repeat`, `lpad`, `rpad`, `array_repeat`,
 //! `array_resize`, `range` and `generate_series` as arrays, `replace`,
-//! `regexp_replace`), or by one row's arguments (`concat` and `concat_ws`
-//! copy a constant argument into every row), refusing a result larger
+//! `regexp_replace`), or by one row's arguments (`concat`, `concat_ws`
+//! and the `||` operator on strings, [`string_concat`], copy a constant
+//! argument into every row), refusing a result larger
 //! than [`MAX_VALUE_BYTES`], or one call's results larger than
 //! [`MAX_CALL_BYTES`], before allocating them.
 //!
@@ -20,16 +21,18 @@ mod bounds;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
+    ColumnarValue, Expr, Operator, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature,
 };
 
+use super::operator::OperatorFn;
 use bounds::{Arg, Patterns, Size};
 
 /// Largest value one of these functions may return (PostgreSQL's limit on
@@ -87,6 +90,20 @@ pub fn guard(registered: impl Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarU
             }))
         })
         .collect()
+}
+
+/// `l || r` of two strings of one type, guarded as `concat` is: a
+/// recursive query that doubles a string reached gigabytes before Arrow's
+/// offsets overflowed and the task panicked.
+/// [`crate::rules::arithmetic`] makes the operator a call of it.
+pub fn string_concat() -> Arc<ScalarUDF> {
+    static MADE: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+        Arc::new(super::udf(Sized {
+            inner: ScalarUDF::new_from_impl(OperatorFn::new(Operator::StringConcat)),
+            size: Size::Concat,
+        }))
+    });
+    MADE.clone()
 }
 
 /// `expr` with a call of an unguarded sized function (as DataFusion's

@@ -6,12 +6,15 @@
 //!   range"), where Arrow's kernels DataFusion plans would wrap around
 //!   (`9223372036854775807 + 1` was `-9223372036854775808`);
 //! - a floating-point value divided by zero fails with "division by zero"
-//!   (SQLSTATE 22012), where it would answer `Infinity` or `NaN`.
+//!   (SQLSTATE 22012), where it would answer `Infinity` or `NaN`;
+//! - a string `||` whose result would pass the limit on one value fails
+//!   as `concat` does ([`string_concat`]), where a string doubled again and
+//!   again took gigabytes until Arrow's offsets overflowed in a panic.
 //!
 //! An analyzer rule after type coercion, so both operands of an operator
 //! have their final type: such an operator becomes a call of
-//! `checked_add`, `checked_sub`, `checked_mul`, `checked_negate` or
-//! `float_divide`, which run Arrow's checked kernels (a NULL operand still
+//! `checked_add`, `checked_sub`, `checked_mul`, `checked_negate`,
+//! `float_divide` or `||`, which run Arrow's checked kernels (a NULL operand still
 //! gives NULL, and only rows that are not NULL are checked). Column names
 //! are kept. Because analysis comes before constant folding, a constant
 //! expression that overflows is not folded: it fails when it runs. Integer
@@ -35,8 +38,10 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
-/// Rewrites integer `+ - *` and negation, and floating-point division, to
-/// their checked functions.
+use crate::functions::string_concat;
+
+/// Rewrites integer `+ - *` and negation, floating-point division and
+/// string `||` to their checked functions.
 #[derive(Debug, Default)]
 pub struct CheckedArithmetic;
 
@@ -87,7 +92,11 @@ fn checked_op(e: &Expr) -> bool {
     match e {
         Expr::BinaryExpr(b) => matches!(
             b.op,
-            Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide
+            Operator::Plus
+                | Operator::Minus
+                | Operator::Multiply
+                | Operator::Divide
+                | Operator::StringConcat
         ),
         Expr::Negative(_) => true,
         _ => false,
@@ -99,6 +108,7 @@ fn checked_op(e: &Expr) -> bool {
 enum Checked {
     Int(IntOp),
     FloatDivide,
+    StringConcat,
 }
 
 /// The function `c` calls, made once per process.
@@ -113,14 +123,15 @@ fn function(c: Checked) -> Arc<ScalarUDF> {
             Arc::new(ScalarUDF::new_from_impl(FloatDivide::new())),
         ]
     });
-    MADE[match c {
+    let made = match c {
         Checked::Int(IntOp::Add) => 0,
         Checked::Int(IntOp::Sub) => 1,
         Checked::Int(IntOp::Mul) => 2,
         Checked::Int(IntOp::Negate) => 3,
         Checked::FloatDivide => 4,
-    }]
-    .clone()
+        Checked::StringConcat => return string_concat(),
+    };
+    MADE[made].clone()
 }
 
 /// `e` as a call of its checked function, if its operands' types ask
@@ -129,6 +140,12 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
     let ty = |x: &Expr| x.get_type(schema).ok();
     let float = |t: &Option<DataType>| matches!(t, Some(DataType::Float32 | DataType::Float64));
     let int = |t: &Option<DataType>| t.as_ref().is_some_and(DataType::is_integer);
+    let string = |t: &Option<DataType>| {
+        matches!(
+            t,
+            Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+        )
+    };
     let checked = match &e {
         Expr::BinaryExpr(b) => {
             let (l, r) = (ty(&b.left), ty(&b.right));
@@ -137,6 +154,7 @@ fn rewrite(e: Expr, schema: &DFSchema) -> Transformed<Expr> {
                 Operator::Plus if int(&l) && l == r => Checked::Int(IntOp::Add),
                 Operator::Minus if int(&l) && l == r => Checked::Int(IntOp::Sub),
                 Operator::Multiply if int(&l) && l == r => Checked::Int(IntOp::Mul),
+                Operator::StringConcat if string(&l) && l == r => Checked::StringConcat,
                 _ => return Transformed::no(e),
             }
         }

@@ -170,3 +170,24 @@ fn a_null_rows_value_is_not_checked() {
         assert_eq!(out.value(1), want, "{op:?}");
     }
 }
+
+#[tokio::test]
+async fn string_concat_keeps_its_name_its_nulls_and_its_type() {
+    let batches = run("SELECT s || t, s || 'x', arrow_cast(s, 'Utf8View') || arrow_cast(t, 'Utf8View') AS v FROM (VALUES ('a', 'b'), ('c', NULL)) w(s, t)")
+        .await
+        .unwrap();
+    let batch = &batches[0];
+    assert_eq!(batch.schema().field(0).name(), "w.s || w.t");
+    assert_eq!(batch.schema().field(2).data_type(), &DataType::Utf8View);
+    let text = arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    let rows: Vec<&str> = text.lines().skip(3).take(2).collect();
+    assert_eq!(
+        rows,
+        [
+            "| ab         | ax               | ab |",
+            "|            | cx               |    |"
+        ]
+    );
+}

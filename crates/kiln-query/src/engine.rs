@@ -529,6 +529,7 @@ impl Engine {
                     (false, Some(moved)) => self.executor.run_short(stream, moved),
                     (false, None) => self.executor.run(stream),
                 };
+                let stream = crate::displayable::checked(stream);
                 let rows = query.clone().guard(
                     stream,
                     |b: &RecordBatch| b.num_rows() as u64,

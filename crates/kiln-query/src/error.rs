@@ -49,6 +49,9 @@ pub enum Error {
     /// ([`crate::shape::patterns`]): names the pattern, where and why.
     #[error("{0}")]
     InvalidRegex(String),
+    /// A date or time value no door can print ([`crate::displayable`]).
+    #[error("{0}")]
+    DatetimeOutOfRange(String),
     /// A limit that is not a resource shortage: retrying the same will
     /// fail again (a transaction staging more than it may).
     #[error("{0}")]
@@ -105,6 +108,8 @@ pub enum ErrorKind {
     InvalidRegularExpression,
     /// A result outside its type's range (an arithmetic overflow).
     NumericOutOfRange,
+    /// A date or time outside the range that can be shown.
+    DatetimeOutOfRange,
     /// A memory or other resource limit was reached.
     ResourcesExhausted,
     /// Refused at admission.
@@ -142,6 +147,7 @@ impl Error {
             Error::Overloaded(_) => ErrorKind::Overloaded,
             Error::TooComplex(_) => ErrorKind::TooComplex,
             Error::InvalidRegex(_) => ErrorKind::InvalidRegularExpression,
+            Error::DatetimeOutOfRange(_) => ErrorKind::DatetimeOutOfRange,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NoSavepoint(_) => ErrorKind::NoSavepoint,
             Error::PermissionDenied(_) => ErrorKind::PermissionDenied,

@@ -32,8 +32,9 @@
 //!   session's user), [`memory`] (the execution memory pool, a share per
 //!   query, the heap counted at the allocator),
 //!   [`executor`] (the runtime heavy queries execute on), [`chunks`]
-//!   (results cut into pieces of bounded size before they become text)
-//!   and [`error`].
+//!   (results cut into pieces of bounded size before they become text),
+//!   [`displayable`] (dates and times no door can print, refused as rows
+//!   leave) and [`error`].
 
 pub mod admission;
 pub mod auth;
@@ -42,6 +43,7 @@ pub mod chunks;
 pub mod config;
 pub mod cube;
 pub mod ddl;
+pub mod displayable;
 pub mod engine;
 pub mod error;
 pub mod executor;

@@ -8,7 +8,14 @@ use std::path::Path;
 
 /// Top-level modules, lowest layer first; a module may use those before it.
 const LAYERS: &[&[&str]] = &[
-    &["error", "options", "memory", "executor", "chunks"],
+    &[
+        "error",
+        "options",
+        "memory",
+        "executor",
+        "chunks",
+        "displayable",
+    ],
     &["transaction", "files", "auth"],
     &["shape"],
     &["functions", "pruning"],

@@ -272,6 +272,7 @@ impl From<kiln_query::Error> for ApiError {
                 "2201B",
             ),
             K::NumericOutOfRange => (StatusCode::BAD_REQUEST, "numeric_out_of_range", "22003"),
+            K::DatetimeOutOfRange => (StatusCode::BAD_REQUEST, "datetime_out_of_range", "22008"),
             K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
             K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::{CastOptions, cast_with_options, take_record_batch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType};
+use arrow::datatypes::{
+    DataType, Date32Type, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType,
+};
+use chrono::Datelike;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -237,7 +240,42 @@ pub fn conform(
     }
     let out = RecordBatch::try_new(schema.clone(), columns)?;
     check_row_size(&out, row_offset, max_row_bytes)?;
+    check_dates(&out, row_offset)?;
     Ok(out)
+}
+
+/// Refuses a DATE past the years a date can be shown in (about 262,000
+/// either way): stored, it could never be read back. A text date cannot
+/// be one; a number of days (NDJSON, Arrow) can.
+fn check_dates(batch: &RecordBatch, row_offset: usize) -> Result<()> {
+    let epoch = chrono::NaiveDate::default();
+    let days = |d: chrono::NaiveDate| (d - epoch).num_days();
+    let range = days(chrono::NaiveDate::MIN)..=days(chrono::NaiveDate::MAX);
+    let fits = |v: Option<i32>| v.is_none_or(|v| range.contains(&i64::from(v)));
+    for (field, col) in batch.schema().fields().iter().zip(batch.columns()) {
+        let Some(dates) = col.as_primitive_opt::<Date32Type>() else {
+            continue;
+        };
+        if fits(arrow::compute::min(dates)) && fits(arrow::compute::max(dates)) {
+            continue;
+        }
+        let Some(row) =
+            (0..dates.len()).find(|&r| dates.is_valid(r) && !fits(Some(dates.value(r))))
+        else {
+            continue;
+        };
+        return Err(Error::row(
+            row_offset + row + 1,
+            format!(
+                "column '{}': date {} days from 1970-01-01 is out of range (years {} to {})",
+                field.name(),
+                dates.value(row),
+                chrono::NaiveDate::MIN.year(),
+                chrono::NaiveDate::MAX.year(),
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn cast_column(

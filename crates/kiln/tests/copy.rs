@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use common::Server;
+use common::{Server, pg_message, raw_pg};
 
 const DDL: &str =
     "CREATE TABLE ev (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, url VARCHAR, amount DOUBLE)";
@@ -155,6 +155,60 @@ fn copy_to_stdout_writes_what_copy_from_reads() {
     assert!(!std::path::Path::new("/tmp/kiln-copy-out").exists());
     let (ok, _, err) = psql_with_stdin(&s, "COPY nope TO STDOUT", "");
     assert!(!ok && err.contains("42P01"), "{err}");
+}
+
+/// The types and bodies of the messages in `answer`, a server's bytes.
+fn messages(answer: &[u8]) -> Vec<(u8, String)> {
+    let mut out = vec![];
+    let mut rest = answer;
+    while rest.len() >= 5 {
+        let len = i32::from_be_bytes(rest[1..5].try_into().unwrap()) as usize;
+        let body = &rest[5..(1 + len).min(rest.len())];
+        out.push((rest[0], String::from_utf8_lossy(body).into_owned()));
+        rest = &rest[(1 + len).min(rest.len())..];
+    }
+    out
+}
+
+#[test]
+fn a_copy_that_fails_part_way_ends_with_its_error_and_the_session_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    // Rows are sent before the failing one: the copy has begun.
+    let copy = "COPY (SELECT 10 / (x - 50000) FROM generate_series(1, 100000) t(x)) TO STDOUT";
+    let (ok, out, err) = psql_with_stdin(&s, copy, "");
+    assert!(!ok && err.contains("22012"), "{err}");
+    assert!(!err.contains("unexpected"), "{err}");
+    assert!(out.starts_with("0\n0\n"), "{}", &out[..out.len().min(100)]);
+    // Raw messages, then a query on the same connection: the copy ends
+    // with its error alone, never with CopyFail ('f'), which only a client
+    // may send.
+    let mut frames = pg_message(b'Q', format!("{copy}\0").as_bytes());
+    frames.extend(pg_message(b'Q', b"SELECT 41 + 1\0"));
+    frames.extend(pg_message(b'X', b""));
+    let answer = messages(&raw_pg(s.pg_port, &frames));
+    let kinds: String = answer
+        .iter()
+        .filter(|(k, _)| *k != b'd')
+        .map(|(k, _)| *k as char)
+        .collect();
+    let tail = kinds.split_once("ZH").map(|(_, t)| t);
+    assert_eq!(tail, Some("EZTDCZ"), "{kinds}");
+    let errors: Vec<&String> = answer
+        .iter()
+        .filter(|(k, _)| *k == b'E')
+        .map(|(_, b)| b)
+        .collect();
+    assert!(
+        errors.len() == 1 && errors[0].contains("C22012"),
+        "{errors:?}"
+    );
+    let rows = answer.iter().filter(|(k, _)| *k == b'd').count();
+    assert!(rows >= 8192, "{rows} rows before the error");
+    assert!(
+        answer.iter().any(|(k, b)| *k == b'D' && b.ends_with("42")),
+        "{kinds}"
+    );
 }
 
 #[test]

@@ -13,6 +13,11 @@
 //! The binary format is PostgreSQL's (`PGCOPY` header, each field's
 //! length and binary value as a DataRow carries it in binary): the
 //! columns' types and encodings are the ones queries' results have.
+//!
+//! The rows are sent by [`send`], not by pgwire: a copy that fails part
+//! way ends with the error alone, an ErrorResponse as PostgreSQL sends
+//! it, where pgwire sends CopyFail first, a message only a client may
+//! send (psql then reported an unexpected response, not the error).
 
 use std::sync::Arc;
 
@@ -26,10 +31,13 @@ use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
 use datafusion_postgres::arrow_pg::encoder::encode_value;
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::portal::Format;
-use datafusion_postgres::pgwire::api::results::{CopyEncoder, CopyResponse, FieldInfo, Response};
+use datafusion_postgres::pgwire::api::results::{
+    CopyEncoder, CopyResponse, FieldInfo, Response, Tag,
+};
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
-use datafusion_postgres::pgwire::messages::copy::CopyData;
-use futures::StreamExt;
+use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
+use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+use futures::{Sink, SinkExt, StreamExt};
 use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
 use kiln_query::{Engine, Streamed};
 
@@ -66,6 +74,49 @@ pub(crate) async fn start(
     )
 }
 
+/// Sends `copy`'s rows to `client` (CopyOutResponse, CopyData, CopyDone)
+/// and answers the `COPY n` that follows them. A row that fails stops the
+/// copy with its error, which the caller's error path sends as an
+/// ErrorResponse.
+pub(crate) async fn send<C>(client: &mut C, copy: CopyResponse) -> PgWireResult<Response>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    PgWireError: From<C::Error>,
+{
+    let formats = copy.column_formats();
+    let CopyResponse {
+        format,
+        columns,
+        mut data_stream,
+        ..
+    } = copy;
+    let columns = i16::try_from(columns)
+        .map_err(|_| ApiError::bad_input("COPY of more than 32767 columns").to_pg())?;
+    let start = CopyOutResponse::new(format, columns, formats);
+    client
+        .send(PgWireBackendMessage::CopyOutResponse(start))
+        .await?;
+    let mut rows = 0;
+    while let Some(data) = data_stream.next().await {
+        let data = data?;
+        if data.data.is_empty() {
+            continue;
+        }
+        // The binary format's trailer is not a row.
+        if data.data.as_ref() != TRAILER {
+            rows += 1;
+        }
+        client.feed(PgWireBackendMessage::CopyData(data)).await?;
+    }
+    client
+        .send(PgWireBackendMessage::CopyDone(CopyDone::new()))
+        .await?;
+    Ok(Response::Execution(Tag::new("COPY").with_rows(rows)))
+}
+
+/// The last message of a binary copy.
+const TRAILER: [u8; 2] = [0xFF, 0xFF];
+
 /// `COPY ... TO 'file'` run by the engine (the file checked there again);
 /// answers `COPY n`.
 async fn to_file(
@@ -98,7 +149,7 @@ async fn to_file(
         }
     }
     Ok(Response::Execution(
-        datafusion_postgres::pgwire::api::results::Tag::new("COPY").with_rows(rows as usize),
+        Tag::new("COPY").with_rows(rows as usize),
     ))
 }
 

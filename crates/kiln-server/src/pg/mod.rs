@@ -376,7 +376,16 @@ impl SimpleQueryHandler for PgSimple {
         let mut responses = Vec::with_capacity(statements.len());
         for stmt in statements {
             if let Some(r) = self.hooks.simple(&stmt, client).await {
-                responses.push(r.map_err(pg_error)?);
+                // A copy out that comes first is sent here, where its
+                // error can end it ([`copy_out::send`]); after other
+                // statements' rows it must wait its turn: pgwire sends it.
+                let r = match r.map_err(pg_error)? {
+                    Response::CopyOut(copy) if responses.is_empty() => {
+                        copy_out::send(client, copy).await?
+                    }
+                    r => r,
+                };
+                responses.push(r);
                 continue;
             }
             let q = match &query_handle {

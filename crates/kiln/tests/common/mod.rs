@@ -334,6 +334,30 @@ pub fn assert_ok(s: &Server, check: &str, out: &std::process::Output) {
     );
 }
 
+/// A raw PostgreSQL connection past startup (trust on loopback): sends
+/// `frame`, returns every byte the server answers until it closes.
+pub fn raw_pg(port: u16, frame: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let params = b"user\0kiln\0database\0kiln\0\0";
+    let mut startup = ((8 + params.len()) as i32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608_i32.to_be_bytes());
+    startup.extend_from_slice(params);
+    s.write_all(&startup).unwrap();
+    s.write_all(frame).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// One PostgreSQL message: its type, length and body.
+pub fn pg_message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
 /// psycopg's answers over the extended protocol, one per statement.
 pub fn pg_extended(s: &Server, statements: &[&str]) -> Vec<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/doors_check.py");

@@ -2,18 +2,19 @@
 //! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
 //! values that used to be stored changed, memory past the limits, a full
 //! disk, PostgreSQL messages that lie about their length, handlers that
-//! panic, results far larger as text than in memory; and queries stopped
-//! ([`stopping`]).
+//! panic, results far larger as text than in memory; queries stopped
+//! ([`stopping`]); dates and times that cannot be shown ([`unprintable`]).
 //! After each, the server must still answer correctly.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod stopping;
+mod unprintable;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{Server, pg_message, raw_pg};
 use serde_json::{Value, json};
 
 const DDL: &str = "CREATE TABLE t (ts TIMESTAMP NOT NULL, x BIGINT, n INT, d DOUBLE, s VARCHAR)";
@@ -631,23 +632,6 @@ fn light_queries_answer_while_heavy_ones_queue() {
     }
 }
 
-/// A raw PostgreSQL connection past startup (trust on loopback): sends
-/// `frame`, returns every byte the server answers until it closes.
-fn raw_pg(port: u16, frame: &[u8]) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let params = b"user\0kiln\0database\0kiln\0\0";
-    let mut startup = ((8 + params.len()) as i32).to_be_bytes().to_vec();
-    startup.extend_from_slice(&196_608_i32.to_be_bytes());
-    startup.extend_from_slice(params);
-    s.write_all(&startup).unwrap();
-    s.write_all(frame).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
-}
-
 #[test]
 fn malformed_pg_messages_get_08p01_and_the_server_serves_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -670,14 +654,6 @@ fn malformed_pg_messages_get_08p01_and_the_server_serves_on() {
     assert_eq!((status, &body["rows"]), (200, &json!([[42]])), "{body}");
     let psql = s.psql_output(&["-c", "SELECT 41 + 1"]);
     assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "42");
-}
-
-/// One PostgreSQL message: its type, length and body.
-fn pg_message(kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut m = vec![kind];
-    m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
-    m.extend_from_slice(body);
-    m
 }
 
 #[test]

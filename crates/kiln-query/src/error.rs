@@ -110,6 +110,10 @@ pub enum ErrorKind {
     NumericOutOfRange,
     /// A date or time outside the range that can be shown.
     DatetimeOutOfRange,
+    /// Values a computation refuses, its cause known only by its message
+    /// (Arrow's compute errors: `abs` of the smallest integer, a timestamp
+    /// moved past its years, a start position of 0).
+    DataException,
     /// A memory or other resource limit was reached.
     ResourcesExhausted,
     /// Refused at admission.
@@ -183,6 +187,7 @@ fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
                 ErrorKind::InvalidData
             }
             A::MemoryError(_) => ErrorKind::ResourcesExhausted,
+            A::ComputeError(_) => ErrorKind::DataException,
             _ => ErrorKind::Internal,
         },
         DataFusionError::NotImplemented(_) => ErrorKind::Unsupported,

@@ -272,6 +272,7 @@ impl From<kiln_query::Error> for ApiError {
                 "2201B",
             ),
             K::NumericOutOfRange => (StatusCode::BAD_REQUEST, "numeric_out_of_range", "22003"),
+            K::DataException => (StatusCode::BAD_REQUEST, "data_exception", "22000"),
             K::DatetimeOutOfRange => (StatusCode::BAD_REQUEST, "datetime_out_of_range", "22008"),
             K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
@@ -376,6 +377,13 @@ mod tests {
             None,
         ));
         assert_eq!((e.status.as_u16(), e.sqlstate), (400, "22003"));
+        let e = ApiError::from(DataFusionError::ArrowError(
+            Box::new(arrow::error::ArrowError::ComputeError(
+                "Int64Array overflow on abs(-9223372036854775808)".into(),
+            )),
+            None,
+        ));
+        assert_eq!((e.status.as_u16(), e.sqlstate), (400, "22000"));
         // Kiln's error carried through a row stream keeps its kind.
         let e = ApiError::from(DataFusionError::External(Box::new(
             kiln_query::Error::Cancelled,

@@ -39,6 +39,10 @@ fn dates_and_times_that_cannot_be_shown_fail_with_22008_on_every_door() {
     assert_eq!(common::psql_sqlstate(&s, date), "22008");
     let copy = format!("COPY ({date}) TO STDOUT");
     assert_eq!(common::psql_sqlstate(&s, &copy), "22008");
+    // Arrow refuses to move a timestamp past its years with a computation
+    // error: bad input (22000), not an internal error (XX000).
+    let moved = "SELECT TIMESTAMP '2262-01-01' + INTERVAL '1 year'";
+    assert_eq!(common::psql_sqlstate(&s, moved), "22000");
     // A DATE sent as a number of days past them is refused, naming its
     // line and column; nothing of the write is kept.
     s.sql("CREATE TABLE dd (ts TIMESTAMP NOT NULL, d DATE)");

@@ -14,9 +14,9 @@
 //! DataFusion's own, given a checked add that flags an overflow, and the
 //! flag is read after every batch.
 //!
-//! `sum(DISTINCT x)` and a sum over a window frame that slides (`ROWS
-//! BETWEEN ...`) keep their total in 128 bits and fail only when the
-//! total itself is out of range: a sliding frame adds its new rows before
+//! `sum(DISTINCT x)` (of integers or decimals) and a sum of integers over
+//! a window frame that slides (`ROWS BETWEEN ...`) keep their total in 128
+//! bits and fail only when the total itself is out of range: a sliding frame adds its new rows before
 //! it takes the old ones away, and a set of distinct values has no order,
 //! so a check on each add could fail on a total that fits.
 
@@ -110,8 +110,15 @@ impl AggregateUDFImpl for CheckedSum {
             (DataType::Int64, false) => Ok(Box::new(Total::<Int64Type>::new(DataType::Int64))),
             (DataType::UInt64, false) => Ok(Box::new(Total::<UInt64Type>::new(DataType::UInt64))),
             (t, false) if decimal(&args) => Ok(Box::new(Total::<Decimal128Type>::new(t.clone()))),
-            (DataType::Int64, true) => Ok(Box::new(DistinctTotal::<Int64Type>::new())),
-            (DataType::UInt64, true) => Ok(Box::new(DistinctTotal::<UInt64Type>::new())),
+            (DataType::Int64, true) => {
+                Ok(Box::new(DistinctTotal::<Int64Type>::new(DataType::Int64)))
+            }
+            (DataType::UInt64, true) => {
+                Ok(Box::new(DistinctTotal::<UInt64Type>::new(DataType::UInt64)))
+            }
+            (t, true) if decimal(&args) => {
+                Ok(Box::new(DistinctTotal::<Decimal128Type>::new(t.clone())))
+            }
             _ => self.inner.accumulator(args),
         }
     }
@@ -296,24 +303,35 @@ impl<A: GroupsAccumulator> GroupsAccumulator for Totals<A> {
     }
 }
 
-/// `sum(DISTINCT x)`: DataFusion's set of distinct values, summed in 128
-/// bits.
+/// `sum(DISTINCT x)`: DataFusion's set of distinct values, kept in the
+/// total's type `out` as its state is, summed in 128 bits with checked
+/// adds.
 #[derive(Debug)]
 struct DistinctTotal<T: Wide> {
     values: GenericDistinctBuffer<T>,
+    out: DataType,
 }
 
 impl<T: Wide> DistinctTotal<T> {
-    fn new() -> Self {
+    fn new(out: DataType) -> Self {
         Self {
-            values: GenericDistinctBuffer::new(T::DATA_TYPE),
+            values: GenericDistinctBuffer::new(out.clone()),
+            out,
         }
     }
 }
 
 impl<T: Wide> Accumulator for DistinctTotal<T> {
+    /// A decimal argument comes in its own precision (a `DECIMAL(10, 2)`
+    /// summed into a `DECIMAL(20, 2)`): the same values, relabelled.
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
-        self.values.update_batch(values)
+        match values.first() {
+            Some(v) if v.data_type() != &self.out => {
+                let v = arrow::compute::cast(v, &self.out)?;
+                self.values.update_batch(&[v])
+            }
+            _ => self.values.update_batch(values),
+        }
     }
     fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
         self.values.merge_batch(states)
@@ -323,8 +341,20 @@ impl<T: Wide> Accumulator for DistinctTotal<T> {
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
         let values = &self.values.values;
-        let total = (!values.is_empty()).then(|| values.iter().map(|v| v.0.into()).sum::<i128>());
-        narrow::<T>(total)
+        if values.is_empty() {
+            return ScalarValue::try_from(&self.out);
+        }
+        let total = values
+            .iter()
+            .try_fold(0i128, |t, v| t.checked_add(v.0.into()))
+            .ok_or_else(|| out_of_range(&self.out))?;
+        if let DataType::Decimal128(p, s) = self.out {
+            return match Decimal128Type::is_valid_decimal_precision(total, p) {
+                true => Ok(ScalarValue::Decimal128(Some(total), p, s)),
+                false => Err(out_of_range(&self.out)),
+            };
+        }
+        narrow::<T>(Some(total))
     }
     fn size(&self) -> usize {
         size_of::<Self>() + self.values.size()

@@ -183,6 +183,9 @@ async fn a_decimal_total_past_its_digits_is_an_error() {
         "SELECT sum(x) FROM d",
         "SELECT g, sum(x) FROM d GROUP BY g",
         "SELECT sum(x) FROM d WHERE g = 1",
+        // Two distinct aggregates: not rewritten into a plain sum.
+        "SELECT sum(DISTINCT x), count(DISTINCT y) FROM d WHERE x > 0",
+        "SELECT g > 0, sum(DISTINCT x), count(DISTINCT y) FROM d WHERE x > 0 GROUP BY 1",
     ]
     .map(String::from)
     .into_iter()
@@ -212,4 +215,19 @@ async fn a_decimal_total_past_its_digits_is_an_error() {
         .unwrap();
     let y = b[0].column(1).as_primitive::<Decimal128Type>();
     assert_eq!((y.value(0), y.value(1)), (375, -50));
+    // DISTINCT: each value once, in its type.
+    let b = run(
+        &ctx,
+        "SELECT sum(DISTINCT x), sum(DISTINCT y), sum(DISTINCT y) FILTER (WHERE g = 3) FROM d WHERE g = 2 OR y > 2",
+    )
+    .await
+    .unwrap();
+    let x = b[0].column(0).as_primitive::<Decimal128Type>().value(0);
+    assert_eq!(x, 5, "past 38 digits on the way, whatever the order");
+    let y = b[0].column(1).as_primitive::<Decimal128Type>();
+    assert_eq!(
+        (y.value(0), y.data_type()),
+        (175, &DataType::Decimal128(20, 2))
+    );
+    assert!(b[0].column(2).is_null(0));
 }

@@ -16,7 +16,8 @@
 //!
 //! `sum(DISTINCT x)` (of integers or decimals) and a sum of integers over
 //! a window frame that slides (`ROWS BETWEEN ...`) keep their total in 128
-//! bits and fail only when the total itself is out of range: a sliding frame adds its new rows before
+//! bits (a sum of decimals over one in 256) and fail only when the total
+//! itself is out of range: a sliding frame adds its new rows before
 //! it takes the old ones away, and a set of distinct values has no order,
 //! so a check on each add could fail on a total that fits.
 
@@ -28,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray};
 use arrow::datatypes::{
     ArrowNativeTypeOp, ArrowNumericType, DataType, Decimal128Type, DecimalType, FieldRef,
-    Int64Type, UInt64Type,
+    Int64Type, UInt64Type, i256,
 };
 use arrow::error::ArrowError;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -144,6 +145,7 @@ impl AggregateUDFImpl for CheckedSum {
             (DataType::Int64, false) => Ok(Box::new(SlidingTotal::<Int64Type>::default())),
             (DataType::UInt64, false) => Ok(Box::new(SlidingTotal::<UInt64Type>::default())),
             (DataType::Int64, true) => Ok(Box::new(SlidingDistinctTotal::default())),
+            (t, false) if decimal(&args) => Ok(Box::new(SlidingDecimalTotal::new(t.clone()))),
             _ => self.inner.create_sliding_accumulator(args),
         }
     }
@@ -418,6 +420,89 @@ impl<T: Wide> Accumulator for SlidingTotal<T> {
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
         narrow::<T>((self.count != 0).then_some(self.sum))
+    }
+    fn size(&self) -> usize {
+        size_of::<Self>()
+    }
+}
+
+/// `sum(x)` of a DECIMAL over a sliding frame: a 256-bit total that rows
+/// (128-bit values) are added to and taken from, so no order of adds and
+/// retractions leaves its range, checked against the digits of its type
+/// `out` when read. Its state is DataFusion's (the total, the count).
+#[derive(Debug)]
+struct SlidingDecimalTotal {
+    sum: i256,
+    count: u64,
+    out: DataType,
+}
+
+impl SlidingDecimalTotal {
+    fn new(out: DataType) -> Self {
+        Self {
+            sum: i256::ZERO,
+            count: 0,
+            out,
+        }
+    }
+
+    /// The 256-bit sum of `values` (relabelled in the total's type, as
+    /// [`DistinctTotal`] does), and how many there are.
+    fn wide_sum(&self, values: &ArrayRef) -> Result<(i256, u64)> {
+        let values = match values.data_type() == &self.out {
+            true => values.clone(),
+            false => arrow::compute::cast(values, &self.out)?,
+        };
+        let values = values.as_primitive::<Decimal128Type>();
+        let sum = values
+            .iter()
+            .flatten()
+            .fold(i256::ZERO, |t, v| t.wrapping_add(i256::from_i128(v)));
+        Ok((sum, (values.len() - values.null_count()) as u64))
+    }
+}
+
+impl Accumulator for SlidingDecimalTotal {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let (sum, count) = self.wide_sum(&values[0])?;
+        self.sum = self.sum.wrapping_add(sum);
+        self.count += count;
+        Ok(())
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        let (sum, count) = self.wide_sum(&values[0])?;
+        self.sum = self.sum.wrapping_sub(sum);
+        self.count -= count;
+        Ok(())
+    }
+    fn supports_retract_batch(&self) -> bool {
+        true
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        self.sum = self.sum.wrapping_add(self.wide_sum(&states[0])?.0);
+        let counts = states[1].as_primitive::<UInt64Type>();
+        self.count += counts.iter().flatten().sum::<u64>();
+        Ok(())
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        Ok(vec![
+            self.evaluate()?,
+            ScalarValue::UInt64(Some(self.count)),
+        ])
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        let DataType::Decimal128(p, s) = self.out else {
+            return Err(out_of_range(&self.out));
+        };
+        if self.count == 0 {
+            return Ok(ScalarValue::Decimal128(None, p, s));
+        }
+        match self.sum.to_i128() {
+            Some(v) if Decimal128Type::is_valid_decimal_precision(v, p) => {
+                Ok(ScalarValue::Decimal128(Some(v), p, s))
+            }
+            _ => Err(out_of_range(&self.out)),
+        }
     }
     fn size(&self) -> usize {
         size_of::<Self>()

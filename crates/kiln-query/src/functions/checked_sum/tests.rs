@@ -231,3 +231,53 @@ async fn a_decimal_total_past_its_digits_is_an_error() {
     );
     assert!(b[0].column(2).is_null(0));
 }
+
+/// A sum of decimals over a sliding frame fails when a frame's total has
+/// more digits than its type; totals that fit are answered, NULL for a
+/// frame of no values.
+#[tokio::test]
+async fn a_sliding_decimal_total_past_its_digits_is_an_error() {
+    let ctx = ctx();
+    let nines = "99999999999999999999999999999999999999";
+    let frame = |values: &str| {
+        format!(
+            "SELECT sum(CAST(x AS DECIMAL(38, 0))) OVER (ORDER BY u ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) \
+             FROM (VALUES {values}) v(u, x) ORDER BY u"
+        )
+    };
+    // Two rows of 38 nines: past 38 digits and past 128 bits.
+    let sql = frame(&format!("(1, '{nines}'), (2, '{nines}')"));
+    let e = run(&ctx, &sql).await.unwrap_err();
+    assert!(overflowed(&e), "{e}");
+    assert!(
+        e.to_string()
+            .contains("numeric sum out of range of Decimal128(38, 0)"),
+        "{e}"
+    );
+    // Frames that fit, though the frame adds its third row before it takes
+    // the first away (past 128 bits on the way); a NULL-only frame.
+    let sql = frame(&format!(
+        "(1, '{nines}'), (2, '0'), (3, '{nines}'), (4, '-{nines}'), (5, NULL), (6, NULL)"
+    ));
+    let b = run(&ctx, &sql).await.unwrap();
+    let n: i128 = nines.parse().unwrap();
+    let totals: Vec<Option<i128>> = b
+        .iter()
+        .flat_map(|b| {
+            b.column(0)
+                .as_primitive::<Decimal128Type>()
+                .iter()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(totals, [Some(n), Some(n), Some(n), Some(0), Some(-n), None]);
+    // A narrower type summed into a wider one: relabelled, not rescaled.
+    let sql = "SELECT sum(CAST(x AS DECIMAL(10, 2))) OVER (ORDER BY u ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) \
+               FROM (VALUES (1, '1.50'), (2, '2.25')) v(u, x) ORDER BY u";
+    let b = run(&ctx, sql).await.unwrap();
+    let y = b[0].column(0).as_primitive::<Decimal128Type>();
+    assert_eq!(
+        (y.value(0), y.value(1), y.data_type()),
+        (150, 375, &DataType::Decimal128(20, 2))
+    );
+}

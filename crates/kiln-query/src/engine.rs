@@ -33,7 +33,7 @@ use crate::config::QueryConfig;
 use crate::cube::{Cubes, PartBuilder};
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
-use crate::executor::{Executor, deferred};
+use crate::executor::{Executor, beside, deferred};
 use crate::files::FileAccess;
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
@@ -268,13 +268,15 @@ impl Engine {
 
     /// Rebalances long AND/OR chains of a parsed statement and refuses it
     /// if an expression nests deeper than `--max-expression-depth`
-    /// ([`crate::shape`]) or a regular expression literal does not compile
+    /// ([`crate::shape`]), a list holds too many entries
+    /// ([`shape::width`]) or a regular expression literal does not compile
     /// ([`shape::patterns`]); then writes PostgreSQL syntax DataFusion spells
     /// otherwise as DataFusion plans it ([`shape::postgres`],
     /// [`shape::relations`], [`shape::order`], [`shape::first`]); returns
     /// whether it did. Every protocol calls it on what it parsed.
     pub fn check_shape(&self, stmt: &mut Statement) -> Result<bool> {
         shape::check(stmt, self.max_expression_depth)?;
+        shape::width::check(stmt)?;
         shape::patterns::check(stmt)?;
         let is_table_function = |name: &str| self.ctx.table_function(name).is_ok();
         let relations = shape::relations::rewrite(stmt, &is_table_function);
@@ -493,10 +495,10 @@ impl Engine {
         self.guarded(query, async {
             self.authorize_plan(query, logical)?;
             patterns::check_bound(logical, &patterns::positional(params))?;
-            let stream = self
+            let planned = self
                 .plans
-                .execute(&self.ctx, query, sql, logical, types, params)
-                .await?;
+                .execute(&self.ctx, query, sql, logical, types, params);
+            let stream = beside(plans_apart(query), planned).await?;
             Ok(Streamed::Rows {
                 schema: stream.schema(),
                 stream,
@@ -566,7 +568,13 @@ impl Engine {
         // The names it uses, for a typed error should planning fail: a
         // walk of the statement, cheaper than keeping a copy of it.
         let names = self.names(&stmt);
-        let mut plan = match state.statement_to_plan(stmt).await {
+        let planned = self
+            .executor
+            .plan(plans_apart(query), async move {
+                state.statement_to_plan(stmt).await
+            })
+            .await?;
+        let mut plan = match planned {
             Ok(plan) => plan,
             Err(e) => return Err(self.planning_error(&names, e)),
         };
@@ -683,7 +691,14 @@ impl Engine {
             state.config_mut().set_extension(txn.clone());
         }
         let task = crate::session::task_ctx(&state, &self.queries);
-        let physical = state.create_physical_plan(&plan).await?;
+        let (physical, state, plan) = self
+            .executor
+            .plan(plans_apart(query), async move {
+                let physical = state.create_physical_plan(&plan).await;
+                (physical, state, plan)
+            })
+            .await?;
+        let physical = physical?;
         if insert {
             let rows = self.executor.run(deferred(physical, task));
             let batches: Vec<RecordBatch> = rows.try_collect().await?;
@@ -746,6 +761,13 @@ impl Engine {
             rows: 0,
         })
     }
+}
+
+/// Whether `query`'s statements are planned apart from the protocol
+/// runtime ([`Executor::plan`]): its text is long enough that planning may
+/// take long.
+pub(crate) fn plans_apart(query: &Query) -> bool {
+    query.info().text.len() >= crate::executor::PLAN_APART_BYTES
 }
 
 /// The tables and functions a statement names ([`Engine::names`]).

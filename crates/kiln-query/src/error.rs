@@ -45,6 +45,10 @@ pub enum Error {
     /// ([`crate::shape`]).
     #[error("{0}")]
     TooComplex(String),
+    /// A select list, GROUP BY, ORDER BY or row of VALUES with more
+    /// entries than the limit ([`crate::shape::width`]).
+    #[error("{0}")]
+    TooManyColumns(String),
     /// A regular expression literal that does not compile
     /// ([`crate::shape::patterns`]): names the pattern, where and why.
     #[error("{0}")]
@@ -120,6 +124,8 @@ pub enum ErrorKind {
     Overloaded,
     /// A statement nested deeper than the limit.
     TooComplex,
+    /// A list of a query longer than the limit.
+    TooManyColumns,
     /// A size limit of the request (a transaction's staged rows).
     LimitExceeded,
     /// A savepoint that does not exist.
@@ -150,6 +156,7 @@ impl Error {
             Error::Import { .. } => ErrorKind::InvalidData,
             Error::Overloaded(_) => ErrorKind::Overloaded,
             Error::TooComplex(_) => ErrorKind::TooComplex,
+            Error::TooManyColumns(_) => ErrorKind::TooManyColumns,
             Error::InvalidRegex(_) => ErrorKind::InvalidRegularExpression,
             Error::DatetimeOutOfRange(_) => ErrorKind::DatetimeOutOfRange,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,

@@ -24,6 +24,16 @@
 //! the dedicated runtime from the start. A cube-answered dashboard at 50
 //! clients served 1.19x the queries over the simple protocol this way.
 //!
+//! Planning is synchronous work too, short for the statements dashboards
+//! send but long for a long one: DataFusion plans some lists in time that
+//! grows with the square of their length, and one such call held a
+//! protocol thread for seconds, stalling every connection on it and
+//! running past the query's timeout. A statement whose text is at least
+//! [`PLAN_APART_BYTES`] long is planned on the dedicated runtime
+//! ([`Executor::plan`]), where its caller can stop waiting at the deadline,
+//! or beside the protocol runtime's workers where it cannot be awaited
+//! from another runtime ([`beside`]).
+//!
 //! A leaf: it knows streams and runtimes, nothing of queries.
 
 use std::pin::Pin;
@@ -62,6 +72,12 @@ const AHEAD: usize = 2;
 /// `SELECT 1`'s p99 under a saturating cube dashboard went from 7 to
 /// 17-25 ms; with 1 ms it stayed at 7-9 ms, and most charts still fit.
 pub const SHORT_CPU: Duration = Duration::from_millis(1);
+
+/// Statements whose text is at least this long are planned apart from the
+/// protocol runtime ([`Executor::plan`], [`beside`]). Dashboards' queries are
+/// shorter and plan where they arrive, without a hand-over; 800 `ORDER BY`
+/// terms, which took 2.3 s to plan in a debug build, are 8.7 KB.
+pub const PLAN_APART_BYTES: usize = 8 << 10;
 
 /// Where heavy queries execute: a dedicated runtime, or (for tests and
 /// embedded use) the caller's own.
@@ -169,6 +185,31 @@ impl Executor {
             Some((Err(e), (rx, None)))
         });
         Box::pin(RecordBatchStreamAdapter::new(schema, rows))
+    }
+
+    /// Awaits `work` (planning a statement), on this executor if `apart`:
+    /// the caller's thread is then free while it runs, and dropping the
+    /// returned future (at a deadline or cancel) abandons it at its next
+    /// await. Inline when not `apart` or without a dedicated runtime. A
+    /// panic goes on in the caller.
+    pub async fn plan<T: Send + 'static>(
+        &self,
+        apart: bool,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, DataFusionError> {
+        let dedicated = match &self.inner {
+            Some(d) if apart => d,
+            _ => return Ok(work.await),
+        };
+        match AbortOnDropHandle::new(dedicated.handle.spawn(work)).await {
+            Ok(t) => Ok(t),
+            // On, as if it had run here: the doors catch it as they do
+            // any panic while planning.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(DataFusionError::Execution(
+                "the execution runtime shut down".into(),
+            )),
+        }
     }
 
     /// Polls `stream` where it is read, as long as that has used less
@@ -280,6 +321,20 @@ fn thread_cpu() -> Duration {
     // Elsewhere (or if the clock fails) streams never move: run_short
     // then polls where it is read, as light queries are.
     Duration::ZERO
+}
+
+/// Awaits `work` without holding a protocol worker if `apart`: on a
+/// multi-threaded runtime the calling worker hands its other tasks to a
+/// new one for the duration ([`tokio::task::block_in_place`]). For work
+/// that borrows from its caller and so cannot move to another runtime
+/// ([`Executor::plan`]); the caller itself waits for it to finish.
+pub async fn beside<T>(apart: bool, work: impl Future<Output = T>) -> T {
+    let multi = Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if !(apart && multi) {
+        return work.await;
+    }
+    tokio::task::block_in_place(|| Handle::current().block_on(work))
 }
 
 /// Executes `plan` when the returned stream is first polled, not now: so

@@ -23,6 +23,7 @@ pub mod order;
 pub mod patterns;
 pub mod postgres;
 pub mod relations;
+pub mod width;
 
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, Statement, VisitMut, VisitorMut};
 use datafusion::sql::sqlparser::parser::ParserError;

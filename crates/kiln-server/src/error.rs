@@ -277,6 +277,7 @@ impl From<kiln_query::Error> for ApiError {
             K::ResourcesExhausted => (StatusCode::SERVICE_UNAVAILABLE, "out_of_memory", "53200"),
             K::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "53300"),
             K::TooComplex => (StatusCode::BAD_REQUEST, "statement_too_complex", "54001"),
+            K::TooManyColumns => (StatusCode::BAD_REQUEST, "too_many_columns", "54011"),
             K::LimitExceeded => (StatusCode::PAYLOAD_TOO_LARGE, "too_large", "54000"),
             K::NoSavepoint => (StatusCode::BAD_REQUEST, "no_savepoint", "3B001"),
             K::PermissionDenied => (StatusCode::FORBIDDEN, "permission_denied", "42501"),
@@ -409,5 +410,10 @@ mod tests {
         );
         let e = ApiError::from(kiln_query::Error::Cancelled);
         assert_eq!(e.sqlstate, "57014");
+        let e = ApiError::from(kiln_query::Error::TooManyColumns("2,000".into()));
+        assert_eq!(
+            (e.status.as_u16(), e.sqlstate, e.code),
+            (400, "54011", "too_many_columns")
+        );
     }
 }

@@ -106,6 +106,11 @@ pub struct TableDef {
     pub sort_key: Vec<usize>,
 }
 
+/// Most columns a table may have (PostgreSQL's limit). Queries plan their
+/// select lists in time that grows with the square of their length, and
+/// `SELECT *` lists every column.
+pub const MAX_COLUMNS: usize = 1600;
+
 impl TableDef {
     /// Builds a definition, choosing the time column: the one named by
     /// `time_column`, else the first `NOT NULL` TIMESTAMP column.
@@ -119,6 +124,12 @@ impl TableDef {
         if columns.is_empty() {
             return Err(Error::InvalidSchema(format!(
                 "table '{name}' has no columns"
+            )));
+        }
+        if columns.len() > MAX_COLUMNS {
+            return Err(Error::InvalidSchema(format!(
+                "tables can have at most {MAX_COLUMNS} columns: table '{name}' has {}",
+                columns.len()
             )));
         }
         for (i, c) in columns.iter().enumerate() {
@@ -426,3 +437,6 @@ pub fn day_string(day: i32) -> String {
         .map(|d| d.format("%Y-%m-%d").to_string())
         .unwrap_or_else(|| format!("day{day}"))
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,6 +12,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, Query, Streamed};
 use crate::error::Result;
+use crate::executor::beside;
 use crate::plan_cache::{Door, Kept, Shape, Template, TextHit, cast_param};
 use crate::session::{apply_settings, settings_key};
 use crate::shape::labels::Labels;
@@ -128,9 +129,13 @@ impl Engine {
             Kept::Seen => {
                 let mut state = self.ctx.state();
                 apply_settings(state.config_mut().options_mut(), &settings)?;
-                let planned = state
-                    .statement_to_plan(DfStatement::Statement(Box::new(shaped)))
-                    .await;
+                let stmt = DfStatement::Statement(Box::new(shaped));
+                let planned = self
+                    .executor
+                    .plan(super::plans_apart(query), async move {
+                        state.statement_to_plan(stmt).await
+                    })
+                    .await?;
                 let shape = planned.ok().and_then(|plan| Shape::new(plan, &literals, n));
                 match self.plans.keep_shape(key.clone(), shape) {
                     Some(shape) => shape,
@@ -174,17 +179,15 @@ impl Engine {
         values: Vec<ScalarValue>,
     ) -> Result<Streamed> {
         self.authorize_plan(query, &shape.logical)?;
-        let stream = self
-            .plans
-            .execute(
-                &self.ctx,
-                query,
-                text,
-                &shape.logical,
-                &shape.types,
-                &values,
-            )
-            .await?;
+        let planned = self.plans.execute(
+            &self.ctx,
+            query,
+            text,
+            &shape.logical,
+            &shape.types,
+            &values,
+        );
+        let stream = beside(super::plans_apart(query), planned).await?;
         Ok(Streamed::Rows {
             schema: stream.schema(),
             stream,

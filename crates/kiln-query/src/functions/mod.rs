@@ -13,6 +13,9 @@
 //!   allocating them (`format` bounds its own), and the aggregates whose
 //!   value grows with their rows (`string_agg`, `array_agg`), refusing a
 //!   value past the same limit as it grows;
+//! - a cost guard (`costly.rs`): `levenshtein`, refusing a call whose
+//!   work (the product of its strings' lengths) would pass a limit before
+//!   it runs;
 //! - operators as functions (`operator.rs`): DataFusion's binary
 //!   operators called as functions, so a string `||` can be size-guarded;
 //! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
@@ -32,6 +35,7 @@
 mod bitmap;
 mod bitmap_scalar;
 mod checked_sum;
+mod costly;
 mod distributions;
 mod funnel;
 mod operator;
@@ -84,6 +88,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(session_user());
     let state = ctx.state();
     for udf in sized::guard(|name| state.scalar_functions().get(name).cloned()) {
+        ctx.register_udf(udf);
+    }
+    if let Some(udf) = costly::guard(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);
     }
     for udaf in sized::aggregates::guard(|name| state.aggregate_functions().get(name).cloned()) {

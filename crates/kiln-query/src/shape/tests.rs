@@ -128,3 +128,43 @@ fn a_syntax_error_names_its_position_in_characters() {
     assert_eq!(char_position("SELECT", 2, 1), None);
     assert_eq!(location("no location here"), None);
 }
+
+#[test]
+fn a_list_past_1664_entries_is_refused_with_54011_naming_it() {
+    let items =
+        |n: usize, f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
+    let cases = [
+        (
+            "select list",
+            "SELECT {} FROM t",
+            &(|i| format!("a AS c{i}")) as &dyn Fn(usize) -> String,
+        ),
+        ("GROUP BY", "SELECT count(*) FROM t GROUP BY {}", &|i| {
+            format!("a + {i}")
+        }),
+        ("ORDER BY", "SELECT a FROM t ORDER BY {}", &|i| {
+            format!("a + {i}")
+        }),
+        ("row of VALUES", "SELECT * FROM (VALUES ({})) v", &|i| {
+            i.to_string()
+        }),
+        // In a subquery, and in the second branch of a UNION.
+        ("select list", "SELECT * FROM (SELECT {} FROM t) s", &|i| {
+            format!("a AS c{i}")
+        }),
+        ("select list", "SELECT 1 UNION ALL SELECT {}", &|i| {
+            i.to_string()
+        }),
+    ];
+    for (list, template, item) in cases {
+        let at_limit = parse(&template.replace("{}", &items(width::MAX_ENTRIES, item)));
+        width::check(&at_limit).unwrap();
+        let past = parse(&template.replace("{}", &items(width::MAX_ENTRIES + 1, item)));
+        let e = width::check(&past).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::TooManyColumns), "{list}: {e}");
+        assert_eq!(
+            e.to_string(),
+            format!("target lists can have at most 1664 entries: this {list} has 1665")
+        );
+    }
+}

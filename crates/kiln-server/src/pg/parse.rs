@@ -89,11 +89,13 @@ impl QueryParser for KilnParser {
             return Ok(Some((sql.to_string(), None)));
         }
         // Only text this long can nest past the limit (each level takes a
-        // term and an operator), and only some text has PostgreSQL syntax
+        // term and an operator) or hold a list past its limit (each entry
+        // takes a term and a comma), and only some text has PostgreSQL syntax
         // the planner is given rewritten (`(expr).field`, set-returning
         // functions; `shape::postgres`): other statements skip the second
         // parse.
-        let deep = sql.len() > 2 * self.engine.max_expression_depth();
+        let most = (self.engine.max_expression_depth()).min(kiln_query::shape::width::MAX_ENTRIES);
+        let deep = sql.len() > 2 * most;
         // A subquery in a select list may be kept from datafusion-postgres's
         // rules by Kiln's parse (`sql_parser`): then its text is planned.
         let subquery = SqlParser::may_keep_subqueries(sql);
@@ -116,8 +118,12 @@ impl QueryParser for KilnParser {
                 rewritten = Some(text.join("; "));
             }
         }
-        self.inner
-            .parse_sql(client, rewritten.as_deref().unwrap_or(sql), types)
+        // A long statement may take long to plan: not on a protocol worker.
+        let apart = sql.len() >= kiln_query::executor::PLAN_APART_BYTES;
+        let planned = self
+            .inner
+            .parse_sql(client, rewritten.as_deref().unwrap_or(sql), types);
+        kiln_query::executor::beside(apart, planned)
             .await
             .map_err(|e| self.error(sql, pid, e))
     }

@@ -337,8 +337,13 @@ pub fn assert_ok(s: &Server, check: &str, out: &std::process::Output) {
 /// A raw PostgreSQL connection past startup (trust on loopback): sends
 /// `frame`, returns every byte the server answers until it closes.
 pub fn raw_pg(port: u16, frame: &[u8]) -> Vec<u8> {
+    raw_pg_waiting(port, frame, Duration::from_secs(10))
+}
+
+/// [`raw_pg`], waiting up to `wait` for each of the server's answers.
+pub fn raw_pg_waiting(port: u16, frame: &[u8], wait: Duration) -> Vec<u8> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
     let params = b"user\0kiln\0database\0kiln\0\0";
     let mut startup = ((8 + params.len()) as i32).to_be_bytes().to_vec();
     startup.extend_from_slice(&196_608_i32.to_be_bytes());

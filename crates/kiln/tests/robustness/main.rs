@@ -3,11 +3,13 @@
 //! values that used to be stored changed, memory past the limits, a full
 //! disk, PostgreSQL messages that lie about their length, handlers that
 //! panic, results far larger as text than in memory; queries stopped
-//! ([`stopping`]); dates and times that cannot be shown ([`unprintable`]).
+//! ([`stopping`]); statements that take long to plan ([`planning`]);
+//! dates and times that cannot be shown ([`unprintable`]).
 //! After each, the server must still answer correctly.
 
 #[path = "../common/mod.rs"]
 mod common;
+mod planning;
 mod stopping;
 mod unprintable;
 

@@ -203,7 +203,11 @@ fn datafusion_kind(e: &DataFusionError) -> ErrorKind {
             SchemaError::AmbiguousReference { .. } => ErrorKind::AmbiguousColumn,
             _ => ErrorKind::Syntax,
         },
-        DataFusionError::Plan(_) | DataFusionError::SQL(..) => ErrorKind::Syntax,
+        // A setting's or an option's value DataFusion does not know
+        // (`EXPLAIN (FORMAT yaml)`).
+        DataFusionError::Plan(_) | DataFusionError::SQL(..) | DataFusionError::Configuration(_) => {
+            ErrorKind::Syntax
+        }
         DataFusionError::Execution(_) => ErrorKind::InvalidData,
         DataFusionError::ResourcesExhausted(_) => ErrorKind::ResourcesExhausted,
         DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {

@@ -17,6 +17,7 @@
 
 use std::ops::ControlFlow;
 
+pub mod explain;
 pub mod first;
 pub mod labels;
 pub mod order;

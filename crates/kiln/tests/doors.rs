@@ -271,3 +271,33 @@ fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
     assert_eq!(status, 400, "{answer}");
     assert!(answer.to_string().contains("$2"), "{answer}");
 }
+
+/// PostgreSQL's `EXPLAIN` options over psql: a format named as PostgreSQL
+/// names it is the one answered (DataFusion's planner ignored the options
+/// list and failed on `FORMAT JSON` with XX000); options DataFusion lacks
+/// are refused by name.
+#[test]
+fn postgresql_explain_options_are_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &[]);
+    s.sql(DDL);
+    for sql in [
+        "EXPLAIN (FORMAT JSON) SELECT count(*) FROM d",
+        "EXPLAIN FORMAT JSON SELECT count(*) FROM d",
+    ] {
+        let out = s.psql(sql);
+        assert!(out.contains("\"Node Type\": \"Aggregate\""), "{sql}: {out}");
+    }
+    let out = s.psql("EXPLAIN (ANALYZE, FORMAT TEXT) SELECT count(*) FROM d");
+    assert!(out.contains("Plan with Metrics"), "{out}");
+    let out = s.psql("EXPLAIN (FORMAT TREE) SELECT count(*) FROM d");
+    assert!(out.contains('┌'), "{out}");
+    assert_eq!(
+        common::psql_sqlstate(&s, "EXPLAIN (FORMAT YAML) SELECT 1"),
+        "42601"
+    );
+    assert_eq!(
+        common::psql_sqlstate(&s, "EXPLAIN (BUFFERS) SELECT 1"),
+        "0A000"
+    );
+}

@@ -30,7 +30,6 @@ use async_trait::async_trait;
 use datafusion::common::{DFSchema, ParamValues};
 use datafusion::logical_expr::{EmptyRelation, LogicalPlan};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_postgres::DfSessionService;
 use datafusion_postgres::hooks::set_show::SetShowHook;
@@ -393,7 +392,7 @@ impl SimpleQueryHandler for PgSimple {
                 None => query_handle.insert(begin(&self.engine, query, client, light).await?),
             };
             let labels = labels(&stmt);
-            let stmt = DfStatement::Statement(Box::new(stmt));
+            let stmt = kiln_query::shape::explain::statement(stmt).map_err(to_pg)?;
             let streamed = match &template {
                 Some(template) => {
                     let learn = Learn {

@@ -144,6 +144,14 @@ impl Sized {
             true => rows.min(1),
             false => rows,
         };
+        // DataFusion raises an internal error for these.
+        if self.size == Size::Resize
+            && let Some(size) = args.get(1)
+            && let Some((row, n)) =
+                (0..rows).find_map(|r| size.int(r).filter(|n| *n < 0).map(|n| (r, n)))
+        {
+            return exec_err!("{name}(): size {n} of row {} is negative", row + 1);
+        }
         // A bound on all rows at once (then on each) where the lengths
         // give one; then quick bounds row by row; closer ones before
         // refusing a call for them.

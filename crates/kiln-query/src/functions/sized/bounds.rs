@@ -175,7 +175,7 @@ impl<'a> Arg<'a> {
     }
 
     /// An integer argument's value.
-    fn int(&self, row: usize) -> Option<i64> {
+    pub fn int(&self, row: usize) -> Option<i64> {
         match self {
             Arg::Scalar(s) => match s.cast_to(&DataType::Int64).ok()? {
                 ScalarValue::Int64(v) => v,

@@ -236,16 +236,23 @@ impl Engine {
         let stmts = match Self::split(sql) {
             Ok(stmts) => stmts,
             Err(e) => {
+                let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
+                let pg = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
+                    .unwrap_or_default();
                 // DataFusion has no `COPY ... FROM 'file'`: PostgreSQL's
                 // parser finds it, so it is refused as file access.
-                let dialect = datafusion::sql::sqlparser::dialect::PostgreSqlDialect {};
-                if let Ok(pg) = datafusion::sql::sqlparser::parser::Parser::parse_sql(&dialect, sql)
-                {
-                    for stmt in &pg {
-                        self.check_files(stmt)?;
-                    }
+                for stmt in &pg {
+                    self.check_files(stmt)?;
                 }
-                return Err(e);
+                // DataFusion's parser takes its own `EXPLAIN` formats
+                // only; PostgreSQL's (`FORMAT JSON`) are read as the
+                // simple protocol reads them.
+                if pg.is_empty() || !pg.iter().all(|s| matches!(s, Statement::Explain { .. })) {
+                    return Err(e);
+                }
+                pg.into_iter()
+                    .map(shape::explain::statement)
+                    .collect::<Result<Vec<_>>>()?
             }
         };
         let mut out = Vec::with_capacity(stmts.len());

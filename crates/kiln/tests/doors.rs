@@ -272,7 +272,7 @@ fn texts_like_one_already_planned_run_unparsed_with_their_own_answers() {
     assert!(answer.to_string().contains("$2"), "{answer}");
 }
 
-/// PostgreSQL's `EXPLAIN` options over psql: a format named as PostgreSQL
+/// PostgreSQL's `EXPLAIN` options over psql and HTTP: a format named as PostgreSQL
 /// names it is the one answered (DataFusion's planner ignored the options
 /// list and failed on `FORMAT JSON` with XX000); options DataFusion lacks
 /// are refused by name.
@@ -287,6 +287,14 @@ fn postgresql_explain_options_are_honoured() {
     ] {
         let out = s.psql(sql);
         assert!(out.contains("\"Node Type\": \"Aggregate\""), "{sql}: {out}");
+    }
+    // HTTP reads them alike (DataFusion's parser takes its own names only).
+    for sql in [
+        "EXPLAIN (FORMAT JSON) SELECT count(*) FROM d",
+        "EXPLAIN FORMAT JSON SELECT count(*) FROM d",
+    ] {
+        let rows = s.rows(sql).to_string();
+        assert!(rows.contains("Node Type"), "{sql}: {rows}");
     }
     let out = s.psql("EXPLAIN (ANALYZE, FORMAT TEXT) SELECT count(*) FROM d");
     assert!(out.contains("Plan with Metrics"), "{out}");

@@ -24,7 +24,8 @@
 //! - [`admission`]: the query registry (slots, deadlines, cancel);
 //! - [`pruning`] (min/max statistics against filters) and [`functions`]
 //!   (Kiln's SQL functions);
-//! - [`shape`] (how deep a statement may nest; long chains balanced);
+//! - [`shape`] (how deep a statement may nest, how long its lists may be;
+//!   long chains balanced; PostgreSQL syntax rewritten as DataFusion plans it);
 //! - [`transaction`] (an explicit transaction's writes, staged until COMMIT),
 //!   [`files`] (which server files SQL may touch) and [`auth`] (users,
 //!   their privileges and tokens; SCRAM);

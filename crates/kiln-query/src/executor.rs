@@ -197,6 +197,9 @@ impl Executor {
         apart: bool,
         work: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, DataFusionError> {
+        // Boxed: planning futures are large, and a test thread's stack
+        // is small.
+        let work = Box::pin(work);
         let dedicated = match &self.inner {
             Some(d) if apart => d,
             _ => return Ok(work.await),
@@ -329,6 +332,7 @@ fn thread_cpu() -> Duration {
 /// that borrows from its caller and so cannot move to another runtime
 /// ([`Executor::plan`]); the caller itself waits for it to finish.
 pub async fn beside<T>(apart: bool, work: impl Future<Output = T>) -> T {
+    let work = Box::pin(work);
     let multi = Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if !(apart && multi) {

@@ -13,14 +13,14 @@ use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, UInt64Type};
-use datafusion::common::{DataFusionError, ParamValues, ScalarValue, TableReference};
+use datafusion::common::{DataFusionError, ParamValues, ScalarValue};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::{FunctionRegistry, SessionState};
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, WriteOp};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
-use datafusion::sql::sqlparser::ast::{self, Statement, visit_expressions, visit_relations};
+use datafusion::sql::sqlparser::ast::{Statement, visit_relations};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use futures::{StreamExt, TryStreamExt};
 use kiln_storage::Db;
@@ -591,76 +591,6 @@ impl Engine {
         self.start_plan(plan, query).await
     }
 
-    /// The error of planning a statement that uses `names`, typed: one
-    /// that names a table that does not exist (not a table function) fails
-    /// with that table ([`kiln_storage::Error::TableNotFound`]), one that
-    /// failed to plan while calling a function no registry has, with that
-    /// function ([`Error::UndefinedFunction`]), whatever DataFusion's message.
-    pub fn planning_error(&self, names: &Names, e: DataFusionError) -> Error {
-        let state = self.ctx.state();
-        let missing = names.tables.iter().find(|r| {
-            let r = (*r)
-                .clone()
-                .resolve(crate::session::CATALOG, crate::session::SCHEMA);
-            // The planner's own resolution, information_schema included.
-            !state.table_functions().contains_key(r.table.as_ref())
-                && state
-                    .schema_for_ref(r.clone())
-                    .map_or(true, |s| !s.table_exist(&r.table))
-        });
-        if let Some(name) = missing {
-            return kiln_storage::Error::TableNotFound(name.to_string()).into();
-        }
-        let unknown = names.functions.iter().find(|f| {
-            !(state.scalar_functions().contains_key(*f)
-                || state.aggregate_functions().contains_key(*f)
-                || state.window_functions().contains_key(*f)
-                || state.table_functions().contains_key(*f))
-        });
-        match unknown {
-            Some(f) if matches!(e.find_root(), DataFusionError::Plan(_)) => {
-                Error::UndefinedFunction(f.clone())
-            }
-            _ => e.into(),
-        }
-    }
-
-    /// The tables (table functions and CTEs included) and functions `stmt`
-    /// names.
-    pub fn names(&self, stmt: &DfStatement) -> Names {
-        let tables = self
-            .ctx
-            .state()
-            .resolve_table_references(stmt)
-            .unwrap_or_default();
-        let mut functions = vec![];
-        let inner = match stmt {
-            DfStatement::Statement(s) => Some(s.as_ref()),
-            DfStatement::Explain(e) => match e.statement.as_ref() {
-                DfStatement::Statement(s) => Some(s.as_ref()),
-                _ => None,
-            },
-            _ => None,
-        };
-        if let Some(s) = inner {
-            let _ = visit_expressions(s, |e| {
-                if let ast::Expr::Function(f) = e
-                    && let Some(name) = f.name.0.last().and_then(|p| p.as_ident())
-                {
-                    let name = match name.quote_style {
-                        Some(_) => name.value.clone(),
-                        None => name.value.to_lowercase(),
-                    };
-                    if !functions.contains(&name) {
-                        functions.push(name);
-                    }
-                }
-                ControlFlow::<()>::Continue(())
-            });
-        }
-        Names { tables, functions }
-    }
-
     /// Executes a logical plan: INSERTs run to completion (staged in `txn`
     /// when given, see [`Transaction`]), queries stream.
     async fn start_plan(&self, plan: LogicalPlan, query: &Query) -> Result<Streamed> {
@@ -777,14 +707,6 @@ pub(crate) fn plans_apart(query: &Query) -> bool {
     query.info().text.len() >= crate::executor::PLAN_APART_BYTES
 }
 
-/// The tables and functions a statement names ([`Engine::names`]).
-#[derive(Debug, Default)]
-pub struct Names {
-    pub tables: Vec<TableReference>,
-    /// Function names as they are looked up (unquoted ones lower-cased).
-    pub functions: Vec<String>,
-}
-
 /// Binds positional parameters, casting each value to the type the plan
 /// infers for its placeholder (a JSON string becomes a TIMESTAMP where the
 /// plan compares it with one); a value that does not fit names its `$N`.
@@ -814,8 +736,11 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
 
 mod access;
 mod bounds;
+mod names;
 mod own;
 mod shapes;
+
+pub use names::Names;
 pub use own::OwnStatement;
 pub use shapes::Learn;
 #[cfg(test)]

@@ -41,6 +41,7 @@ fn decode(data: &[u8], format: Format) {
     let opts = Options {
         timestamp_unit: None,
         max_bytes: MAX_BYTES,
+        max_row_bytes: MAX_BYTES,
     };
     let _ = ingest::decode(Bytes::copy_from_slice(data), format, &table(), &opts);
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use arrow::datatypes::SchemaRef;
 
-use super::{Decoded, Format, decode_csv, decode_ndjson, decode_parquet};
+use super::{Decoded, Format, decode_csv, decode_ndjson};
 use crate::error::{Error, Result};
 
 /// Decodes `path` for a table of schema `table`. Rows are checked against
@@ -32,13 +32,14 @@ pub fn decode(
         Format::Ndjson => decode_ndjson(reader, table, None),
         Format::Parquet => File::open(path)
             .map_err(|e| e.to_string())
-            .and_then(decode_parquet),
+            .and_then(|f| super::parquet::decode(f, table, usize::MAX).map_err(|e| e.to_string())),
         Format::ArrowStream => {
             let mut body = vec![];
             let mut reader = reader;
             match reader.read_to_end(&mut body) {
                 Ok(_) => {
                     super::decode(body.into(), Format::ArrowStream, table, &Default::default())
+                        .map_err(|e| e.to_string())
                 }
                 Err(e) => Err(e.to_string()),
             }

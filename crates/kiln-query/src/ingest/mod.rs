@@ -17,11 +17,11 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
 use kiln_storage::TimestampUnit;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 pub mod copy;
 pub mod copy_binary;
 pub mod file;
+mod parquet;
 mod text;
 
 pub use file::import_file;
@@ -106,22 +106,10 @@ impl Decoded {
     /// and 1 GB once cast; a `Null` column of 2^31 rows is a 224-byte
     /// Arrow stream and 17 GB once cast.
     pub fn bytes_in(&self, table: &SchemaRef) -> u64 {
-        const WIDE: u64 = 8;
-        let mut total = 0u64;
-        for b in &self.batches {
-            let rows = b.num_rows() as u64;
-            let absent = table.fields().len().saturating_sub(b.num_columns()) as u64;
-            total = total.saturating_add(absent.saturating_mul(rows).saturating_mul(WIDE));
-            for column in b.columns() {
-                let bytes = match column.data_type() {
-                    DataType::Dictionary(..) => crate::chunks::column_bytes(column),
-                    DataType::Null => rows.saturating_mul(WIDE),
-                    _ => column.get_array_memory_size() as u64,
-                };
-                total = total.saturating_add(bytes);
-            }
-        }
-        total
+        self.batches
+            .iter()
+            .map(|b| batch_bytes(b, table))
+            .fold(0, u64::saturating_add)
     }
 
     /// Rows from a format without lines: errors name rows.
@@ -166,6 +154,51 @@ impl Decoded {
     }
 }
 
+/// What [`Decoded::bytes_in`] counts, for one batch.
+fn batch_bytes(b: &RecordBatch, table: &SchemaRef) -> u64 {
+    const WIDE: u64 = 8;
+    let rows = b.num_rows() as u64;
+    let absent = table.fields().len().saturating_sub(b.num_columns()) as u64;
+    let mut total = absent.saturating_mul(rows).saturating_mul(WIDE);
+    for column in b.columns() {
+        let bytes = match column.data_type() {
+            DataType::Dictionary(..) => crate::chunks::column_bytes(column),
+            DataType::Null => rows.saturating_mul(WIDE),
+            _ => column.get_array_memory_size() as u64,
+        };
+        total = total.saturating_add(bytes);
+    }
+    total
+}
+
+/// Why a body was not decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// It is not valid in its format; the message names where.
+    Invalid(String),
+    /// Its rows would take more than [`Options::max_row_bytes`] once cast
+    /// to the table's types: `bytes` of them, or of the part read before
+    /// decoding stopped.
+    TooLarge { bytes: u64 },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(msg) => f.write_str(msg),
+            Self::TooLarge { bytes } => {
+                write!(f, "the rows would take at least {bytes} bytes once decoded")
+            }
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(msg: String) -> Self {
+        Self::Invalid(msg)
+    }
+}
+
 /// Rows per decoded batch.
 pub const BATCH_ROWS: usize = 64 * 1024;
 
@@ -178,6 +211,10 @@ pub struct Options {
     /// Most bytes a body may declare it decodes to (compressed Arrow IPC
     /// buffers state their size before they are inflated).
     pub max_bytes: usize,
+    /// Most bytes the rows may take once cast to the table's types
+    /// ([`Decoded::bytes_in`]). Parquet is checked while it is read (a
+    /// small file can hold rows of any size); every format once decoded.
+    pub max_row_bytes: usize,
 }
 
 impl Default for Options {
@@ -185,6 +222,7 @@ impl Default for Options {
         Self {
             timestamp_unit: None,
             max_bytes: usize::MAX,
+            max_row_bytes: usize::MAX,
         }
     }
 }
@@ -196,16 +234,18 @@ pub fn decode(
     format: Format,
     table: &SchemaRef,
     opts: &Options,
-) -> Result<Decoded, String> {
-    match format {
-        Format::Csv => decode_csv(Cursor::new(body), table, opts.timestamp_unit),
-        Format::Ndjson => decode_ndjson(Cursor::new(body), table, opts.timestamp_unit),
-        Format::ArrowStream => Ok(Decoded::unlined(kiln_storage::ipc::decode(
-            body,
-            opts.max_bytes,
-        )?)),
-        Format::Parquet => decode_parquet(body),
+) -> Result<Decoded, Refused> {
+    let decoded = match format {
+        Format::Csv => decode_csv(Cursor::new(body), table, opts.timestamp_unit)?,
+        Format::Ndjson => decode_ndjson(Cursor::new(body), table, opts.timestamp_unit)?,
+        Format::ArrowStream => Decoded::unlined(kiln_storage::ipc::decode(body, opts.max_bytes)?),
+        Format::Parquet => parquet::decode(body, table, opts.max_row_bytes)?,
+    };
+    let bytes = decoded.bytes_in(table);
+    if bytes > opts.max_row_bytes as u64 {
+        return Err(Refused::TooLarge { bytes });
     }
+    Ok(decoded)
 }
 
 /// A body's `Content-Encoding`.
@@ -244,27 +284,6 @@ pub fn decompress(body: Bytes, enc: Encoding, limit: usize) -> Result<Bytes, Dec
         return Err(Decompress::TooLarge);
     }
     Ok(out.into())
-}
-
-/// Parquet from memory or a file. The Parquet reader can panic on
-/// inconsistent input (found by the fuzz targets): a panic is caught and
-/// reported as malformed input.
-fn decode_parquet<R: parquet::file::reader::ChunkReader + 'static>(
-    input: R,
-) -> Result<Decoded, String> {
-    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let at = |e| format!("Parquet: {e}");
-        let reader = ParquetRecordBatchReaderBuilder::try_new(input)
-            .and_then(|b| b.with_batch_size(BATCH_ROWS).build())
-            .map_err(at)?;
-        reader
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("Parquet: {e}"))
-    }));
-    match decoded {
-        Ok(batches) => Ok(Decoded::unlined(batches?)),
-        Err(_) => Err("Parquet: malformed file (inconsistent pages or metadata)".into()),
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ fn schema() -> SchemaRef {
 #[test]
 fn ndjson_error_names_the_line() {
     let body = Bytes::from_static(b"{\"id\":1}\n\n{\"id\":\"x\"}\n");
-    let err = decode(body, Format::Ndjson, &schema(), &Options::default()).unwrap_err();
+    let err = decode(body, Format::Ndjson, &schema(), &Options::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("line 3, column 'id'"), "{err}");
 }
 
@@ -52,7 +54,7 @@ fn a_parquet_dictionary_is_measured_as_the_rows_it_becomes() {
     let batch =
         RecordBatch::try_new(file_schema.clone(), vec![Arc::new(ids), Arc::new(names)]).unwrap();
     let mut file = vec![];
-    let mut w = parquet::arrow::ArrowWriter::try_new(&mut file, file_schema, None).unwrap();
+    let mut w = ::parquet::arrow::ArrowWriter::try_new(&mut file, file_schema, None).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
     assert!(file.len() < 50_000, "{}", file.len());
@@ -65,6 +67,145 @@ fn a_parquet_dictionary_is_measured_as_the_rows_it_becomes() {
     let ids_only = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
     let d = Decoded::unlined(vec![batch.project(&[0]).unwrap()]);
     assert_eq!(d.bytes_in(&schema()) - d.bytes_in(&ids_only), 2_000 * 8);
+}
+
+/// A Parquet file of `rows` rows of `id` and a `name` that is the one
+/// value `name` for every row, dictionary-encoded and with no Arrow schema
+/// stored (as other writers than Arrow's write it): nothing in the file
+/// says to read `name` as a dictionary. Rows go in groups of `group`.
+fn parquet_of_one_name(name: String, rows: usize, group: usize) -> Bytes {
+    use ::parquet::arrow::{ArrowWriter, arrow_writer::ArrowWriterOptions};
+    use ::parquet::file::properties::WriterProperties;
+    use arrow::array::{Int64Array, StringArray};
+    let batch = RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+            Arc::new(StringArray::from(vec![name; rows])),
+        ],
+    )
+    .unwrap();
+    let props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group))
+        .set_dictionary_page_size_limit(64 << 20)
+        .build();
+    let opts = ArrowWriterOptions::new()
+        .with_properties(props)
+        .with_skip_arrow_metadata(true);
+    let mut file = vec![];
+    let mut w = ArrowWriter::try_new_with_options(&mut file, schema(), opts).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    file.into()
+}
+
+#[test]
+fn a_parquet_dictionary_without_arrow_metadata_stays_keys_and_is_refused_past_the_limit() {
+    // 4,000 rows of one 10,000-byte name: 40 MB once cast, a file of a
+    // few tens of KB.
+    let file = parquet_of_one_name("x".repeat(10_000), 4_000, 1_000);
+    assert!(file.len() < 100_000, "{}", file.len());
+    let d = decode(
+        file.clone(),
+        Format::Parquet,
+        &schema(),
+        &Options::default(),
+    )
+    .unwrap();
+    assert_eq!(d.rows(), 4_000);
+    // Read as keys over the one dictionary, not 4,000 copies of it.
+    for b in &d.batches {
+        assert!(
+            matches!(b.column(1).data_type(), DataType::Dictionary(..)),
+            "{}",
+            b.column(1).data_type()
+        );
+        assert!(
+            b.get_array_memory_size() < 1 << 20,
+            "{}",
+            b.get_array_memory_size()
+        );
+    }
+    assert!(
+        d.bytes_in(&schema()) >= 40_000_000,
+        "{}",
+        d.bytes_in(&schema())
+    );
+    // Past the limit, decoding stops and says how much it had read.
+    let opts = Options {
+        max_row_bytes: 15_000_000,
+        ..Options::default()
+    };
+    match decode(file, Format::Parquet, &schema(), &opts).unwrap_err() {
+        Refused::TooLarge { bytes } => {
+            assert!((15_000_000..=40_100_000).contains(&bytes), "{bytes}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_parquet_batch_holds_no_more_rows_than_its_longest_dictionary_value_allows() {
+    // Each 1 MiB value may be copied out once per row when the reader
+    // meets more than one dictionary in a batch (several row groups here).
+    let long = 1 << 20;
+    let file = parquet_of_one_name("y".repeat(long), 200, 50);
+    let d = decode(file, Format::Parquet, &schema(), &Options::default()).unwrap();
+    assert_eq!(d.rows(), 200);
+    let most = d.batches.iter().map(|b| b.num_rows()).max().unwrap();
+    assert!(most <= super::parquet::SPILL_BYTES / long, "{most}");
+    // Values are what was written.
+    let names = arrow::compute::cast(d.batches[0].column(1), &DataType::Utf8).unwrap();
+    assert_eq!(
+        names
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .unwrap()
+            .value(0)
+            .len(),
+        long
+    );
+}
+
+#[test]
+fn a_parquet_column_the_table_lacks_or_cannot_take_is_refused_by_name_before_reading() {
+    let ids = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+    let file = parquet_of_one_name("n".into(), 10, 10);
+    let err = decode(file.clone(), Format::Parquet, &ids, &Options::default()).unwrap_err();
+    assert_eq!(
+        err,
+        Refused::Invalid("Parquet: the table has no column 'name'".into())
+    );
+    let dates = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Date32, true),
+    ]));
+    let structs = Arc::new(Schema::new(vec![
+        Field::new(
+            "id",
+            DataType::Struct(vec![Field::new("a", DataType::Int64, true)].into()),
+            false,
+        ),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let err = decode(file.clone(), Format::Parquet, &structs, &Options::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Parquet: column 'id' holds Int64 values"),
+        "{err}"
+    );
+    // A string column may be read as a date: that cast is decided per
+    // value, when the rows are cast to the table's types, not here.
+    assert!(decode(file.clone(), Format::Parquet, &dates, &Options::default()).is_ok());
+    // Pages that inflate past the limit are refused before any row is read.
+    let opts = Options {
+        max_row_bytes: 10,
+        ..Options::default()
+    };
+    assert!(matches!(
+        decode(file, Format::Parquet, &schema(), &opts),
+        Err(Refused::TooLarge { .. })
+    ));
 }
 
 fn events() -> SchemaRef {
@@ -85,7 +226,7 @@ fn decode_with(body: &str, format: Format, unit: Option<TimestampUnit>) -> Resul
         timestamp_unit: unit,
         ..Options::default()
     };
-    decode(Bytes::from(body.to_string()), format, &events(), &opts)
+    decode(Bytes::from(body.to_string()), format, &events(), &opts).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -25,7 +25,7 @@ use crate::AppState;
 use crate::auth::Identity;
 use crate::error::ApiError;
 use kiln_query::auth::Access;
-use kiln_query::ingest::{self, Decompress, Encoding, Format};
+use kiln_query::ingest::{self, Decompress, Encoding, Format, Refused};
 
 /// The most bytes a write's rows may take once decoded into the table's
 /// types ([`ingest::Decoded::bytes_in`]): the most one WAL record holds,
@@ -192,15 +192,15 @@ async fn do_write(
         let opts = ingest::Options {
             timestamp_unit,
             max_bytes: limit,
+            max_row_bytes: MAX_WRITE_BYTES,
         };
-        ingest::decode(body, format, &schema, &opts).map_err(ApiError::bad_input)
+        ingest::decode(body, format, &schema, &opts).map_err(|e| match e {
+            Refused::Invalid(msg) => ApiError::bad_input(msg),
+            Refused::TooLarge { bytes } => ApiError::decoded_too_large(bytes, MAX_WRITE_BYTES),
+        })
     })
     .await
     .map_err(|e| ApiError::internal(format!("decoding task: {e}")))??;
-    let bytes = decoded.bytes_in(&t.schema);
-    if bytes > MAX_WRITE_BYTES as u64 {
-        return Err(ApiError::decoded_too_large(bytes, MAX_WRITE_BYTES));
-    }
     let opts = WriteOptions {
         ack,
         idempotency_key,

@@ -416,6 +416,24 @@ pub fn jdbc_classpath() -> (&'static str, String) {
 /// An Arrow stream of `rows` rows of a table `(ts TIMESTAMP, user_id
 /// BIGINT, url VARCHAR)` whose `url` is a dictionary of the one value `url`.
 pub fn dictionary_ipc(url: String, rows: usize) -> Vec<u8> {
+    ipc(&dictionary_batch(url, rows))
+}
+
+/// The rows of [`dictionary_ipc`] as a Parquet file whose `url` pages are
+/// dictionary-encoded and which stores no Arrow schema, as writers other
+/// than Arrow's write it: nothing says to read `url` as a dictionary.
+pub fn dictionary_parquet(url: String, rows: usize) -> Vec<u8> {
+    use parquet::arrow::{ArrowWriter, arrow_writer::ArrowWriterOptions};
+    let batch = dictionary_batch(url, rows);
+    let opts = ArrowWriterOptions::new().with_skip_arrow_metadata(true);
+    let mut file = vec![];
+    let mut w = ArrowWriter::try_new_with_options(&mut file, batch.schema(), opts).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    file
+}
+
+fn dictionary_batch(url: String, rows: usize) -> arrow::array::RecordBatch {
     use arrow::array::{DictionaryArray, Int32Array, Int64Array, StringArray};
     use arrow::array::{TimestampMicrosecondArray, types::Int32Type};
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -433,8 +451,8 @@ pub fn dictionary_ipc(url: String, rows: usize) -> Vec<u8> {
         Int32Array::from(vec![0; rows]),
         std::sync::Arc::new(StringArray::from(vec![url])),
     );
-    let batch = arrow::array::RecordBatch::try_new(
-        schema.clone(),
+    arrow::array::RecordBatch::try_new(
+        schema,
         vec![
             std::sync::Arc::new(TimestampMicrosecondArray::from(vec![
                 1_777_680_000_000_000;
@@ -444,8 +462,7 @@ pub fn dictionary_ipc(url: String, rows: usize) -> Vec<u8> {
             std::sync::Arc::new(urls),
         ],
     )
-    .unwrap();
-    ipc(&batch)
+    .unwrap()
 }
 
 /// An Arrow stream of one column, `amount`, of `rows` rows and no values.

@@ -53,6 +53,11 @@ pub enum Error {
     /// ([`crate::shape::patterns`]): names the pattern, where and why.
     #[error("{0}")]
     InvalidRegex(String),
+    /// A function's argument outside the values it is defined for
+    /// (`sqrt(-1)`, `ln(0)`, `nth_value(x, 0)`), with the kind of refusal
+    /// PostgreSQL reports for it ([`crate::functions`]' domain guards).
+    #[error("{1}")]
+    Argument(ErrorKind, String),
     /// A date or time value no door can print ([`crate::displayable`]).
     #[error("{0}")]
     DatetimeOutOfRange(String),
@@ -108,6 +113,15 @@ pub enum ErrorKind {
     /// Values that do not fit: a bad cast, a bad file or body.
     InvalidData,
     DivisionByZero,
+    /// A logarithm of zero or a negative number.
+    InvalidLogarithmArgument,
+    /// A square root of a negative number, zero to a negative power, a
+    /// negative number to a fractional one.
+    InvalidPowerArgument,
+    /// `nth_value` of a row number below 1.
+    InvalidNthValueArgument,
+    /// A function's parameter outside its values (a start position of 0).
+    InvalidParameterValue,
     /// A regular expression that does not compile.
     InvalidRegularExpression,
     /// A result outside its type's range (an arithmetic overflow).
@@ -115,8 +129,7 @@ pub enum ErrorKind {
     /// A date or time outside the range that can be shown.
     DatetimeOutOfRange,
     /// Values a computation refuses, its cause known only by its message
-    /// (Arrow's compute errors: `abs` of the smallest integer, a timestamp
-    /// moved past its years, a start position of 0).
+    /// (Arrow's compute errors: a timestamp moved past its years).
     DataException,
     /// A memory or other resource limit was reached.
     ResourcesExhausted,
@@ -158,6 +171,7 @@ impl Error {
             Error::TooComplex(_) => ErrorKind::TooComplex,
             Error::TooManyColumns(_) => ErrorKind::TooManyColumns,
             Error::InvalidRegex(_) => ErrorKind::InvalidRegularExpression,
+            Error::Argument(kind, _) => *kind,
             Error::DatetimeOutOfRange(_) => ErrorKind::DatetimeOutOfRange,
             Error::LimitExceeded(_) => ErrorKind::LimitExceeded,
             Error::NoSavepoint(_) => ErrorKind::NoSavepoint,

@@ -76,7 +76,7 @@ impl ApiError {
             "body_too_large",
             "54000",
             format!(
-                "the body's rows would take {bytes} bytes once decoded, more than the {limit} bytes one write may hold"
+                "the body's rows would take at least {bytes} bytes once decoded, more than the {limit} bytes one write may hold"
             ),
         )
     }
@@ -266,6 +266,24 @@ impl From<kiln_query::Error> for ApiError {
             K::Unsupported => (StatusCode::BAD_REQUEST, "not_supported", "0A000"),
             K::InvalidData => (StatusCode::BAD_REQUEST, "invalid_data", "22P02"),
             K::DivisionByZero => (StatusCode::BAD_REQUEST, "division_by_zero", "22012"),
+            K::InvalidLogarithmArgument => (
+                StatusCode::BAD_REQUEST,
+                "invalid_argument_for_logarithm",
+                "2201E",
+            ),
+            K::InvalidPowerArgument => (
+                StatusCode::BAD_REQUEST,
+                "invalid_argument_for_power_function",
+                "2201F",
+            ),
+            K::InvalidParameterValue => {
+                (StatusCode::BAD_REQUEST, "invalid_parameter_value", "22023")
+            }
+            K::InvalidNthValueArgument => (
+                StatusCode::BAD_REQUEST,
+                "invalid_argument_for_nth_value_function",
+                "22016",
+            ),
             K::InvalidRegularExpression => (
                 StatusCode::BAD_REQUEST,
                 "invalid_regular_expression",
@@ -415,5 +433,20 @@ mod tests {
             (e.status.as_u16(), e.sqlstate, e.code),
             (400, "54011", "too_many_columns")
         );
+        // A function's argument refused with PostgreSQL's class for it,
+        // also when carried through a row stream.
+        for (kind, sqlstate) in [
+            (kiln_query::ErrorKind::InvalidLogarithmArgument, "2201E"),
+            (kiln_query::ErrorKind::InvalidPowerArgument, "2201F"),
+            (kiln_query::ErrorKind::InvalidNthValueArgument, "22016"),
+            (kiln_query::ErrorKind::InvalidParameterValue, "22023"),
+            (kiln_query::ErrorKind::NumericOutOfRange, "22003"),
+        ] {
+            let e = ApiError::from(DataFusionError::External(Box::new(
+                kiln_query::Error::Argument(kind, "f(x): why".into()),
+            )));
+            assert_eq!((e.status.as_u16(), e.sqlstate), (400, sqlstate));
+            assert_eq!(e.message, "f(x): why");
+        }
     }
 }

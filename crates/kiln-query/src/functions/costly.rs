@@ -13,11 +13,11 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, FieldRef};
+use arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
-use datafusion::logical_expr::{
-    ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF};
+
+use super::guarded::{Check, Guarded};
 
 /// Most steps (a character of one argument against one of the other) one
 /// row's comparison may take: about a tenth of a second.
@@ -29,20 +29,15 @@ pub const MAX_CALL_STEPS: u64 = 10 * MAX_VALUE_STEPS;
 /// The guarded `levenshtein`, from the session's own (`registered`).
 pub fn guard(registered: impl Fn(&str) -> Option<Arc<ScalarUDF>>) -> Option<ScalarUDF> {
     let inner = registered("levenshtein")?;
-    Some(super::udf(Quadratic {
-        inner: inner.as_ref().clone(),
-    }))
+    Some(super::udf(Guarded::new(&inner, Quadratic)))
 }
 
+/// Refuses a call if a row, or all of them, would take too many steps.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct Quadratic {
-    inner: ScalarUDF,
-}
+struct Quadratic;
 
-impl Quadratic {
-    /// Refuses the call if a row, or all of them, would take too many steps.
-    fn check(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
-        let name = self.inner.name();
+impl Check for Quadratic {
+    fn check(&self, name: &str, args: &[ColumnarValue], rows: usize) -> Result<()> {
         let [a, b] = args else {
             return Ok(());
         };
@@ -92,37 +87,6 @@ fn text(v: &ColumnarValue, row: usize) -> Option<&str> {
             DataType::Utf8View => Some(a.as_string_view().value(row)),
             _ => None,
         },
-    }
-}
-
-impl ScalarUDFImpl for Quadratic {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
-
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        self.inner.return_field_from_args(args)
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        self.inner.coerce_types(arg_types)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        self.check(&args.args, args.number_rows)?;
-        self.inner.invoke_with_args(args)
     }
 }
 

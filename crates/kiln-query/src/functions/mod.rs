@@ -16,6 +16,11 @@
 //! - a cost guard (`costly.rs`): `levenshtein`, refusing a call whose
 //!   work (the product of its strings' lengths) would pass a limit before
 //!   it runs;
+//! - domain guards (`domain.rs`, `domain/nth_value.rs`): `sqrt`, `ln`, `log`,
+//!   `power`, `acos`, `asin` and the window function `nth_value`
+//!   refusing arguments PostgreSQL refuses, with its SQLSTATEs, where
+//!   DataFusion's answer `NaN`, an infinity or NULL; these guards and the
+//!   cost guard share one wrapper (`guarded.rs`);
 //! - operators as functions (`operator.rs`): DataFusion's binary
 //!   operators called as functions, so a string `||` can be size-guarded;
 //! - `sum` (`checked_sum.rs`): DataFusion's, failing when an integer total
@@ -37,7 +42,9 @@ mod bitmap_scalar;
 mod checked_sum;
 mod costly;
 mod distributions;
+mod domain;
 mod funnel;
+mod guarded;
 mod operator;
 mod pg_format;
 mod pg_interval;
@@ -92,6 +99,13 @@ pub fn register(ctx: &SessionContext) {
     }
     if let Some(udf) = costly::guard(|name| state.scalar_functions().get(name).cloned()) {
         ctx.register_udf(udf);
+    }
+    for udf in domain::guard(|name| state.scalar_functions().get(name).cloned()) {
+        ctx.register_udf(udf);
+    }
+    if let Some(udwf) = domain::nth_value::guard(|name| state.window_functions().get(name).cloned())
+    {
+        ctx.register_udwf(udwf);
     }
     for udaf in sized::aggregates::guard(|name| state.aggregate_functions().get(name).cloned()) {
         ctx.register_udaf(udaf);

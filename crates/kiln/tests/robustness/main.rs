@@ -9,6 +9,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod domains;
 mod planning;
 mod stopping;
 mod unprintable;
@@ -711,18 +712,27 @@ fn a_write_whose_rows_decode_past_what_one_write_holds_is_refused_first() {
     let s = Server::start(dir.path(), &[]);
     s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, url VARCHAR, amount DOUBLE)");
     let arrow = [("Content-Type", "application/vnd.apache.arrow.stream")];
+    let parquet = [("Content-Type", "application/vnd.apache.parquet")];
     // A dictionary's one 100,000-byte value that 12,000 rows refer to
-    // (1.2 GB once cast, from a body of 150 KB), and a column of no values
-    // of 2^28 rows (8 GiB once the table's four columns are filled).
-    for (body, bytes) in [
+    // (1.2 GB once cast, from a body of 150 KB), as an Arrow stream and as
+    // a Parquet file that does not say to read it as a dictionary; and a
+    // column of no values of 2^28 rows (8 GiB once the table's four
+    // columns are filled).
+    for (headers, body, bytes) in [
         (
+            &arrow,
             common::dictionary_ipc("x".repeat(100_000), 12_000),
             1_200_000_000,
         ),
-        (common::null_ipc(1 << 28), (4 * 8) << 28),
+        (
+            &parquet,
+            common::dictionary_parquet("x".repeat(100_000), 12_000),
+            1 << 30,
+        ),
+        (&arrow, common::null_ipc(1 << 28), (4 * 8) << 28),
     ] {
         assert!(body.len() < 1 << 20, "{}", body.len());
-        let (st, v) = s.write("ev", &arrow, &body);
+        let (st, v) = s.write("ev", headers, &body);
         assert_eq!(
             (st, v["error"]["code"].as_str()),
             (413, Some("body_too_large")),
@@ -730,7 +740,7 @@ fn a_write_whose_rows_decode_past_what_one_write_holds_is_refused_first() {
         );
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.ends_with("bytes one write may hold"), "{msg}");
-        let took: u64 = msg.split(' ').nth(5).unwrap().parse().unwrap();
+        let took: u64 = msg.split(' ').nth(7).unwrap().parse().unwrap();
         assert!(took >= bytes, "{msg}");
     }
     let hwm = peak_rss_kib(s.child.id());

@@ -10,9 +10,12 @@
 //! an HTTP CSV response ended without a word, JSON and `COPY ... TO
 //! STDOUT` wrote "ERROR: ..." as the value. Nanosecond timestamps (the
 //! years 1677 to 2262) always fit, so most results are not looked at; a
-//! column that is looked at costs one min/max pass a batch.
+//! column that is looked at costs one min/max pass a batch. Values inside
+//! lists, structs, maps and dictionaries are looked at too
+//! (`[arrow_cast(2147483647, 'Date32')]` printed "ERROR" inside the
+//! list), and the row named is the one holding them.
 
-use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray};
+use arrow::array::{Array, ArrowPrimitiveType, AsArray, PrimitiveArray};
 use arrow::compute::{max, min};
 use arrow::datatypes::DataType;
 use arrow::datatypes::{
@@ -49,7 +52,7 @@ pub fn checked(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
 /// checked so far (to name a row of the whole result).
 #[derive(Debug)]
 pub struct Displayable {
-    columns: Vec<(usize, Range)>,
+    columns: Vec<usize>,
     rows: u64,
 }
 
@@ -65,29 +68,95 @@ impl Displayable {
     /// The check for results of `schema`; `None` when every value of its
     /// types prints.
     pub fn of(schema: &Schema) -> Option<Self> {
-        let columns: Vec<(usize, Range)> = schema
+        let columns: Vec<usize> = schema
             .fields()
             .iter()
             .enumerate()
-            .filter_map(|(i, f)| Some((i, Range::of(f.data_type())?)))
+            .filter(|(_, f)| holds_ranged(f.data_type()))
+            .map(|(i, _)| i)
             .collect();
         (!columns.is_empty()).then_some(Self { columns, rows: 0 })
     }
 
     /// `batch`, or the error naming its first value that does not print.
     pub fn check(&mut self, batch: RecordBatch) -> Result<RecordBatch, Error> {
-        for &(i, range) in &self.columns {
-            if let Some(row) = range.first_outside(batch.column(i)) {
+        for &i in &self.columns {
+            if let Some((row, what)) = first_outside(batch.column(i).as_ref()) {
                 let name = batch.schema().field(i).name().clone();
                 return Err(Error::DatetimeOutOfRange(format!(
-                    "{} out of range in column \"{name}\", row {}: it lies past the years that can be shown",
-                    range.what,
+                    "{what} out of range in column \"{name}\", row {}: it lies past the years that can be shown",
                     self.rows + row as u64 + 1,
                 )));
             }
         }
         self.rows += batch.num_rows() as u64;
         Ok(batch)
+    }
+}
+
+/// Whether values of type `t`, or values inside them, may not print.
+fn holds_ranged(t: &DataType) -> bool {
+    Range::of(t).is_some()
+        || match t {
+            DataType::List(f)
+            | DataType::LargeList(f)
+            | DataType::FixedSizeList(f, _)
+            | DataType::Map(f, _) => holds_ranged(f.data_type()),
+            DataType::Struct(fields) => fields.iter().any(|f| holds_ranged(f.data_type())),
+            DataType::Dictionary(_, v) => holds_ranged(v),
+            _ => false,
+        }
+}
+
+/// The first row of `a` holding a value, at any depth, that does not
+/// print, and what kind of value it is.
+fn first_outside(a: &dyn Array) -> Option<(usize, &'static str)> {
+    if let Some(range) = Range::of(a.data_type()) {
+        return range.first_outside(a).map(|row| (row, range.what));
+    }
+    // The row of each list whose elements run from offsets[row] on.
+    fn listed<O: Copy + Into<i64>>(
+        offsets: &[O],
+        values: &dyn Array,
+    ) -> Option<(usize, &'static str)> {
+        let (&first, &end) = (offsets.first()?, offsets.last()?);
+        let (first, end) = (first.into() as usize, end.into() as usize);
+        let (at, what) = first_outside(values.slice(first, end - first).as_ref())?;
+        let at = (first + at) as i64;
+        Some((offsets.partition_point(|o| (*o).into() <= at) - 1, what))
+    }
+    match a.data_type() {
+        DataType::List(_) => {
+            let l = a.as_list::<i32>();
+            listed(l.value_offsets(), l.values().as_ref())
+        }
+        DataType::LargeList(_) => {
+            let l = a.as_list::<i64>();
+            listed(l.value_offsets(), l.values().as_ref())
+        }
+        DataType::Map(..) => {
+            let m = a.as_map();
+            listed(m.value_offsets(), m.entries())
+        }
+        DataType::FixedSizeList(_, size) => {
+            let l = a.as_fixed_size_list();
+            let size = (*size).max(1) as usize;
+            let values = l.values().slice(l.offset() * size, l.len() * size);
+            first_outside(values.as_ref()).map(|(at, what)| (at / size, what))
+        }
+        DataType::Struct(_) => a
+            .as_struct()
+            .columns()
+            .iter()
+            .filter_map(|c| first_outside(c.as_ref()))
+            .min_by_key(|(row, _)| *row),
+        DataType::Dictionary(..) => {
+            let d = a.as_any_dictionary();
+            first_outside(d.values().as_ref())?;
+            let plain = arrow::compute::cast(a, d.values().data_type()).ok()?;
+            first_outside(plain.as_ref())
+        }
+        _ => None,
     }
 }
 
@@ -128,7 +197,7 @@ impl Range {
     }
 
     /// The first row of `a` whose value lies outside the range.
-    fn first_outside(&self, a: &ArrayRef) -> Option<usize> {
+    fn first_outside(&self, a: &dyn Array) -> Option<usize> {
         match a.data_type() {
             DataType::Timestamp(TimeUnit::Second, _) => {
                 self.outside(a.as_primitive::<TimestampSecondType>())

@@ -1,6 +1,8 @@
 use std::sync::Arc;
 
-use arrow::array::{Date32Array, Int64Array, Time64NanosecondArray, TimestampSecondArray};
+use arrow::array::{
+    ArrayRef, Date32Array, Int64Array, Time64NanosecondArray, TimestampSecondArray,
+};
 use arrow::datatypes::Field;
 
 use super::*;
@@ -83,4 +85,51 @@ fn the_edges_of_the_range_print_and_a_time_past_midnight_does_not() {
             .starts_with("time out of range in column \"c1\", row 4:"),
         "{e}"
     );
+}
+
+#[test]
+fn a_value_inside_a_list_struct_or_dictionary_is_checked_and_its_row_named() {
+    use arrow::array::{DictionaryArray, Int32Array, ListArray, StructArray};
+    use arrow::buffer::OffsetBuffer;
+    let days = |v: Vec<Option<i32>>| Arc::new(Date32Array::from(v)) as ArrayRef;
+    let item = Arc::new(Field::new("item", DataType::Date32, true));
+    // Rows: [0, 1], [], [2, MAX]: the third row holds the bad date.
+    let lists = ListArray::new(
+        item.clone(),
+        OffsetBuffer::from_lengths([2, 0, 2]),
+        days(vec![Some(0), Some(1), Some(2), Some(i32::MAX)]),
+        None,
+    );
+    // Sliced past its bad row: nothing to refuse.
+    let head = Arc::new(lists.slice(0, 2)) as ArrayRef;
+    let b = batch(vec![head]);
+    let mut check = Displayable::of(&b.schema()).unwrap();
+    check.check(b).unwrap();
+    let b = batch(vec![Arc::new(lists) as ArrayRef]);
+    let e = check.check(b).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("date out of range in column \"c0\", row 5:"),
+        "{e}"
+    );
+    let structs = StructArray::from(vec![
+        (
+            Arc::new(Field::new("n", DataType::Int64, true)),
+            Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef,
+        ),
+        (item.clone(), days(vec![Some(3), Some(i32::MIN)])),
+    ]);
+    let keys = DictionaryArray::<arrow::datatypes::Int32Type>::new(
+        Int32Array::from(vec![0, 0, 1]),
+        days(vec![Some(0), Some(i32::MAX)]),
+    );
+    for (column, row) in [(Arc::new(structs) as ArrayRef, 2), (Arc::new(keys) as _, 3)] {
+        let b = batch(vec![column]);
+        let e = Displayable::of(&b.schema()).unwrap().check(b).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("date out of range in column \"c0\", row {row}:")),
+            "{e}"
+        );
+    }
 }

@@ -39,6 +39,16 @@ fn dates_and_times_that_cannot_be_shown_fail_with_22008_on_every_door() {
     assert_eq!(common::psql_sqlstate(&s, date), "22008");
     let copy = format!("COPY ({date}) TO STDOUT");
     assert_eq!(common::psql_sqlstate(&s, &copy), "22008");
+    // Inside a list or a struct, naming the row holding it.
+    let nested = "SELECT x, CASE WHEN x = 2 THEN make_array(arrow_cast(0, 'Date32'), arrow_cast(2147483647, 'Date32')) END AS l, named_struct('d', arrow_cast(x, 'Date32')) AS s FROM generate_series(1, 3) g(x)";
+    assert_eq!(common::psql_sqlstate(&s, nested), "22008");
+    let (status, body) = post_sql(&s, nested);
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("date out of range in column \"l\", row 2"),
+        "{message}"
+    );
     // Arrow refuses to move a timestamp past its years with a computation
     // error: bad input (22000), not an internal error (XX000).
     let moved = "SELECT TIMESTAMP '2262-01-01' + INTERVAL '1 year'";

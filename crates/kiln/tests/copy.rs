@@ -209,6 +209,28 @@ fn a_copy_that_fails_part_way_ends_with_its_error_and_the_session_goes_on() {
         answer.iter().any(|(k, b)| *k == b'D' && b.ends_with("42")),
         "{kinds}"
     );
+    // After another statement of the same query: that statement's rows,
+    // then the copy, ending the same way.
+    let mut frames = pg_message(b'Q', format!("SELECT 41 + 1; {copy}\0").as_bytes());
+    frames.extend(pg_message(b'X', b""));
+    let answer = messages(&raw_pg(s.pg_port, &frames));
+    let kinds: String = answer
+        .iter()
+        .filter(|(k, _)| *k != b'd')
+        .map(|(k, _)| *k as char)
+        .collect();
+    assert!(kinds.ends_with("ZTDCHEZ"), "{kinds}");
+    let errors: Vec<&String> = answer
+        .iter()
+        .filter(|(k, _)| *k == b'E')
+        .map(|(_, b)| b)
+        .collect();
+    assert!(
+        errors.len() == 1 && errors[0].contains("C22012"),
+        "{errors:?}"
+    );
+    let rows = answer.iter().filter(|(k, _)| *k == b'd').count();
+    assert!(rows >= 8192, "{rows} rows before the error");
 }
 
 #[test]

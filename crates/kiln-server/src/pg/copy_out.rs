@@ -17,7 +17,9 @@
 //! The rows are sent by [`send`], not by pgwire: a copy that fails part
 //! way ends with the error alone, an ErrorResponse as PostgreSQL sends
 //! it, where pgwire sends CopyFail first, a message only a client may
-//! send (psql then reported an unexpected response, not the error).
+//! send (psql then reported an unexpected response, not the error). A
+//! copy after other statements of one simple query is sent in its turn
+//! ([`in_turn`]), the statements before it first.
 
 use std::sync::Arc;
 
@@ -31,12 +33,14 @@ use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
 use datafusion_postgres::arrow_pg::encoder::encode_value;
 use datafusion_postgres::pgwire::api::ClientInfo;
 use datafusion_postgres::pgwire::api::portal::Format;
+use datafusion_postgres::pgwire::api::query::{send_execution_response, send_query_response};
 use datafusion_postgres::pgwire::api::results::{
     CopyEncoder, CopyResponse, FieldInfo, Response, Tag,
 };
 use datafusion_postgres::pgwire::error::{PgWireError, PgWireResult};
 use datafusion_postgres::pgwire::messages::PgWireBackendMessage;
 use datafusion_postgres::pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+use datafusion_postgres::pgwire::messages::response::EmptyQueryResponse;
 use futures::{Sink, SinkExt, StreamExt};
 use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
 use kiln_query::{Engine, Streamed};
@@ -74,11 +78,52 @@ pub(crate) async fn start(
     )
 }
 
+/// Sends a copy out in its turn among a simple query's statements: the
+/// responses of the statements before it (`earlier`, taken) first, as
+/// pgwire would, then the copy ([`send`]), and answers the `COPY n`
+/// that follows it. Where an earlier statement changed the transaction
+/// (pgwire tracks it from the responses it sends), the copy is left for
+/// pgwire to send.
+pub(crate) async fn in_turn<C>(
+    client: &mut C,
+    earlier: &mut Vec<Response>,
+    copy: CopyResponse,
+) -> PgWireResult<Response>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: std::fmt::Debug,
+    PgWireError: From<C::Error>,
+{
+    let plain = |r: &Response| {
+        matches!(
+            r,
+            Response::Query(_) | Response::Execution(_) | Response::EmptyQuery
+        )
+    };
+    if !earlier.iter().all(plain) {
+        return Ok(Response::CopyOut(copy));
+    }
+    for r in earlier.drain(..) {
+        match r {
+            Response::Query(rows) => send_query_response(client, rows, true).await?,
+            Response::Execution(tag) => send_execution_response(client, tag).await?,
+            _ => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?
+            }
+        }
+    }
+    send(client, copy).await
+}
+
 /// Sends `copy`'s rows to `client` (CopyOutResponse, CopyData, CopyDone)
 /// and answers the `COPY n` that follows them. A row that fails stops the
 /// copy with its error, which the caller's error path sends as an
 /// ErrorResponse.
-pub(crate) async fn send<C>(client: &mut C, copy: CopyResponse) -> PgWireResult<Response>
+async fn send<C>(client: &mut C, copy: CopyResponse) -> PgWireResult<Response>
 where
     C: Sink<PgWireBackendMessage> + Unpin,
     PgWireError: From<C::Error>,

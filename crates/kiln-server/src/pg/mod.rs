@@ -375,12 +375,11 @@ impl SimpleQueryHandler for PgSimple {
         let mut responses = Vec::with_capacity(statements.len());
         for stmt in statements {
             if let Some(r) = self.hooks.simple(&stmt, client).await {
-                // A copy out that comes first is sent here, where its
-                // error can end it ([`copy_out::send`]); after other
-                // statements' rows it must wait its turn: pgwire sends it.
+                // A copy out is sent here, where its error can end it
+                // ([`copy_out::in_turn`]).
                 let r = match r.map_err(pg_error)? {
-                    Response::CopyOut(copy) if responses.is_empty() => {
-                        copy_out::send(client, copy).await?
+                    Response::CopyOut(copy) => {
+                        copy_out::in_turn(client, &mut responses, copy).await?
                     }
                     r => r,
                 };

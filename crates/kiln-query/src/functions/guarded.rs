@@ -3,9 +3,9 @@
 //! aliases, signature, types, simplifications and ordering properties, so
 //! a query plans and reads as it did; only calls the check refuses change.
 //!
-//! Why one wrapper: each guard (a cost bound, a function's domain) is a
-//! check of arguments; the rest, delegating to DataFusion's function, is
-//! the same for all of them.
+//! Why one wrapper: each guard (a cost bound, a bound on results' sizes,
+//! a function's domain) is a check of arguments; the rest, delegating to
+//! DataFusion's function, is the same for all of them.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -25,6 +25,13 @@ pub trait Check: Debug + PartialEq + Eq + Hash + Send + Sync + 'static {
     /// Refuses the call of `name` on `args` (`rows` rows) with an error,
     /// or lets it run.
     fn check(&self, name: &str, args: &[ColumnarValue], rows: usize) -> Result<()>;
+
+    /// What a simplification of the function (as DataFusion's rewrite
+    /// it) becomes: by default `expr` itself; a guard whose function
+    /// simplifies into another function it also guards wraps that one.
+    fn simplified(&self, expr: Expr) -> Expr {
+        expr
+    }
 }
 
 /// `inner`, its calls first passed through `check`.
@@ -69,7 +76,12 @@ impl<C: Check> ScalarUDFImpl for Guarded<C> {
     }
 
     fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        self.inner.simplify(args, info)
+        Ok(match self.inner.simplify(args, info)? {
+            ExprSimplifyResult::Simplified(expr) => {
+                ExprSimplifyResult::Simplified(self.check.simplified(expr))
+            }
+            original => original,
+        })
     }
 
     fn evaluate_bounds(&self, input: &[&Interval]) -> Result<Interval> {

@@ -23,15 +23,11 @@ mod tests;
 
 use std::sync::{Arc, LazyLock};
 
-use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
-use datafusion::logical_expr::{
-    ColumnarValue, Expr, Operator, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature,
-};
+use datafusion::logical_expr::{ColumnarValue, Expr, Operator, ScalarUDF};
 
+use super::guarded::{Check, Guarded};
 use super::operator::OperatorFn;
 use bounds::{Arg, Patterns, Size};
 
@@ -84,10 +80,7 @@ pub fn guard(registered: impl Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarU
         .into_iter()
         .filter_map(|(name, size)| {
             let inner = registered(name)?;
-            Some(super::udf(Sized {
-                inner: inner.as_ref().clone(),
-                size,
-            }))
+            Some(super::udf(Sized::new(inner.as_ref(), size)))
         })
         .collect()
 }
@@ -98,10 +91,8 @@ pub fn guard(registered: impl Fn(&str) -> Option<Arc<ScalarUDF>>) -> Vec<ScalarU
 /// [`crate::rules::arithmetic`] makes the operator a call of it.
 pub fn string_concat() -> Arc<ScalarUDF> {
     static MADE: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-        Arc::new(super::udf(Sized {
-            inner: ScalarUDF::new_from_impl(OperatorFn::new(Operator::StringConcat)),
-            size: Size::Concat,
-        }))
+        let concat = ScalarUDF::new_from_impl(OperatorFn::new(Operator::StringConcat));
+        Arc::new(super::udf(Sized::new(&concat, Size::Concat)))
     });
     MADE.clone()
 }
@@ -116,10 +107,7 @@ fn guarded(expr: Expr) -> Expr {
         {
             let size = GUARDED.iter().find(|(name, _)| *name == func.name());
             let func = match size {
-                Some((_, size)) => Arc::new(super::udf(Sized {
-                    inner: func.as_ref().clone(),
-                    size: *size,
-                })),
+                Some((_, size)) => Arc::new(super::udf(Sized::new(&func, *size))),
                 None => func,
             };
             Expr::ScalarFunction(ScalarFunction { func, args })
@@ -128,24 +116,20 @@ fn guarded(expr: Expr) -> Expr {
     }
 }
 
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Sized {
-    inner: ScalarUDF,
-    size: Size,
-}
+/// A sized function: DataFusion's, checked for its results' sizes.
+type Sized = Guarded<Size>;
 
-impl Sized {
+impl Check for Size {
     /// Refuses the call if a row's result, or all of them together, would
     /// pass the limits. Arguments that are all scalars give one value.
-    fn check(&self, args: &[ColumnarValue], rows: usize) -> Result<()> {
-        let name = self.inner.name();
+    fn check(&self, name: &str, args: &[ColumnarValue], rows: usize) -> Result<()> {
         let args: Vec<Arg> = args.iter().map(Arg::of).collect();
         let rows = match args.iter().all(Arg::is_scalar) {
             true => rows.min(1),
             false => rows,
         };
         // DataFusion raises an internal error for these.
-        if self.size == Size::Resize
+        if *self == Size::Resize
             && let Some(size) = args.get(1)
             && let Some((row, n)) =
                 (0..rows).find_map(|r| size.int(r).filter(|n| *n < 0).map(|n| (r, n)))
@@ -155,10 +139,10 @@ impl Sized {
         // A bound on all rows at once (then on each) where the lengths
         // give one; then quick bounds row by row; closer ones before
         // refusing a call for them.
-        let all_rows = self.size.all_rows(&args, rows);
+        let all_rows = self.all_rows(&args, rows);
         if all_rows.is_some_and(|bytes| bytes <= MAX_VALUE_BYTES as i128)
-            || self.total(&args, rows, false)? <= MAX_CALL_BYTES
-            || self.total(&args, rows, true)? <= MAX_CALL_BYTES
+            || self.total(name, &args, rows, false)? <= MAX_CALL_BYTES
+            || self.total(name, &args, rows, true)? <= MAX_CALL_BYTES
         {
             return Ok(());
         }
@@ -167,16 +151,21 @@ impl Sized {
         )
     }
 
+    /// DataFusion's simplifications (`concat` joins adjacent constants)
+    /// keep their results guarded.
+    fn simplified(&self, expr: Expr) -> Expr {
+        guarded(expr)
+    }
+}
+
+impl Size {
     /// The bytes of `rows` rows' results together, counted until they pass
     /// [`MAX_CALL_BYTES`]; an error for a row past [`MAX_VALUE_BYTES`].
-    fn total(&self, args: &[Arg], rows: usize, exact: bool) -> Result<i64> {
-        let name = self.inner.name();
+    fn total(&self, name: &str, args: &[Arg], rows: usize, exact: bool) -> Result<i64> {
         let mut total: i64 = 0;
         let mut patterns = Patterns::default();
         for row in 0..rows {
-            let bytes = self
-                .size
-                .bytes_with(name, args, row, exact, &mut patterns)?;
+            let bytes = self.bytes_with(name, args, row, exact, &mut patterns)?;
             if bytes > MAX_VALUE_BYTES {
                 return exec_err!(
                     "{name}(): a result of {bytes} bytes is larger than the {MAX_VALUE_BYTES}-byte limit on one value"
@@ -188,45 +177,5 @@ impl Sized {
             }
         }
         Ok(total)
-    }
-}
-
-impl ScalarUDFImpl for Sized {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn aliases(&self) -> &[String] {
-        self.inner.aliases()
-    }
-
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        self.inner.return_field_from_args(args)
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        self.inner.coerce_types(arg_types)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        self.check(&args.args, args.number_rows)?;
-        self.inner.invoke_with_args(args)
-    }
-
-    /// DataFusion's simplification (`concat` joins adjacent constants),
-    /// its result kept guarded.
-    fn simplify(&self, args: Vec<Expr>, info: &SimplifyContext) -> Result<ExprSimplifyResult> {
-        Ok(match self.inner.simplify(args, info)? {
-            ExprSimplifyResult::Simplified(expr) => ExprSimplifyResult::Simplified(guarded(expr)),
-            original => original,
-        })
     }
 }

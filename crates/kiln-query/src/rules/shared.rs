@@ -191,9 +191,9 @@ impl DfQueryPlanner for QueryPlanner {
             vec![Arc::new(SharedPlanner::default())];
         planners.extend(self.others.iter().cloned());
         let planner = DefaultPhysicalPlanner::with_extension_planners(planners);
-        planner
-            .create_physical_plan(logical_plan, session_state)
-            .await
+        let checked = super::arithmetic::checked_time(logical_plan)?;
+        let plan = checked.as_ref().unwrap_or(logical_plan);
+        planner.create_physical_plan(plan, session_state).await
     }
 }
 

@@ -49,10 +49,16 @@ fn dates_and_times_that_cannot_be_shown_fail_with_22008_on_every_door() {
         message.starts_with("date out of range in column \"l\", row 2"),
         "{message}"
     );
-    // Arrow refuses to move a timestamp past its years with a computation
-    // error: bad input (22000), not an internal error (XX000).
+    // A timestamp moved past its years is out of range, as PostgreSQL
+    // says (22008), on every door.
     let moved = "SELECT TIMESTAMP '2262-01-01' + INTERVAL '1 year'";
-    assert_eq!(common::psql_sqlstate(&s, moved), "22000");
+    assert_eq!(common::psql_sqlstate(&s, moved), "22008");
+    let (status, body) = post_sql(&s, moved);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("datetime_out_of_range")),
+        "{body}"
+    );
     // A DATE sent as a number of days past them is refused, naming its
     // line and column; nothing of the write is kept.
     s.sql("CREATE TABLE dd (ts TIMESTAMP NOT NULL, d DATE)");

@@ -191,3 +191,76 @@ async fn string_concat_keeps_its_name_its_nulls_and_its_type() {
         ]
     );
 }
+
+/// `sql` run as the session's planner runs it: temporal operators made
+/// checked once the plan is optimized.
+async fn run_planned(sql: &str) -> Result<Vec<arrow::record_batch::RecordBatch>> {
+    let ctx = ctx();
+    let optimized = ctx.sql(sql).await?.into_optimized_plan()?;
+    let plan = checked_time(&optimized)?.unwrap_or(optimized);
+    let plan = ctx.state().create_physical_plan(&plan).await?;
+    datafusion::physical_plan::collect(plan, ctx.task_ctx()).await
+}
+
+#[tokio::test]
+async fn a_timestamp_or_date_moved_past_its_years_is_out_of_range() {
+    for sql in [
+        "SELECT TIMESTAMP '2262-01-01' + INTERVAL '1 year'",
+        "SELECT INTERVAL '1 year' + TIMESTAMP '2262-01-01'",
+        "SELECT t - INTERVAL '300 years' FROM (VALUES (TIMESTAMP '1900-01-01')) v(t)",
+        "SELECT d + INTERVAL '6000000 years' FROM (VALUES (DATE '2000-01-01')) v(d)",
+    ] {
+        let e = run_planned(sql).await.unwrap_err();
+        let found = match e.find_root() {
+            DataFusionError::External(x) => x.downcast_ref::<Error>().map(Error::kind),
+            _ => None,
+        };
+        assert_eq!(
+            found,
+            Some(crate::error::ErrorKind::DatetimeOutOfRange),
+            "{sql}: {e}"
+        );
+    }
+    // In range, answers, types and names are the operator's own.
+    let batches = run_planned(
+        "SELECT TIMESTAMP '2026-01-31' + INTERVAL '1 month' AS t, DATE '2026-03-01' - INTERVAL '1 day' AS d, \
+         INTERVAL '1 hour' + TIMESTAMP '2026-01-01 23:30:00' AS u",
+    )
+    .await
+    .unwrap();
+    let shown = arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string();
+    assert!(shown.contains("2026-02-28T00:00:00"), "{shown}");
+    assert!(shown.contains("2026-02-28 "), "{shown}");
+    assert!(shown.contains("2026-01-02T00:30:00"), "{shown}");
+    // The optimized plan keeps the operator; the planned one calls the
+    // checked function, under the operator's name.
+    let ctx = ctx();
+    let sql = "SELECT t + INTERVAL '1 day' AS moved FROM (VALUES (TIMESTAMP '2026-01-01')) v(t)";
+    let optimized = ctx.sql(sql).await.unwrap().into_optimized_plan().unwrap();
+    assert!(
+        !optimized
+            .display_indent()
+            .to_string()
+            .contains("checked_time")
+    );
+    let planned = checked_time(&optimized).unwrap().unwrap();
+    let shown = planned.display_indent().to_string();
+    assert!(shown.contains("checked_time_add"), "{shown}");
+    assert_eq!(planned.schema().field(0).name(), "moved");
+    // A plan of no temporal operator is left as it is.
+    let plain = ctx
+        .sql("SELECT 1 + 2")
+        .await
+        .unwrap()
+        .into_optimized_plan()
+        .unwrap();
+    assert!(checked_time(&plain).unwrap().is_none());
+    // The analyzer pass alone leaves temporal operators to planning.
+    assert!(
+        run("SELECT TIMESTAMP '2262-01-01' + INTERVAL '1 year'")
+            .await
+            .is_err()
+    );
+}

@@ -187,24 +187,9 @@ fn a_copy_that_fails_part_way_ends_with_its_error_and_the_session_goes_on() {
     frames.extend(pg_message(b'Q', b"SELECT 41 + 1\0"));
     frames.extend(pg_message(b'X', b""));
     let answer = messages(&raw_pg(s.pg_port, &frames));
-    let kinds: String = answer
-        .iter()
-        .filter(|(k, _)| *k != b'd')
-        .map(|(k, _)| *k as char)
-        .collect();
+    let kinds = copy_cut_by_division_by_zero(&answer);
     let tail = kinds.split_once("ZH").map(|(_, t)| t);
     assert_eq!(tail, Some("EZTDCZ"), "{kinds}");
-    let errors: Vec<&String> = answer
-        .iter()
-        .filter(|(k, _)| *k == b'E')
-        .map(|(_, b)| b)
-        .collect();
-    assert!(
-        errors.len() == 1 && errors[0].contains("C22012"),
-        "{errors:?}"
-    );
-    let rows = answer.iter().filter(|(k, _)| *k == b'd').count();
-    assert!(rows >= 8192, "{rows} rows before the error");
     assert!(
         answer.iter().any(|(k, b)| *k == b'D' && b.ends_with("42")),
         "{kinds}"
@@ -214,12 +199,13 @@ fn a_copy_that_fails_part_way_ends_with_its_error_and_the_session_goes_on() {
     let mut frames = pg_message(b'Q', format!("SELECT 41 + 1; {copy}\0").as_bytes());
     frames.extend(pg_message(b'X', b""));
     let answer = messages(&raw_pg(s.pg_port, &frames));
-    let kinds: String = answer
-        .iter()
-        .filter(|(k, _)| *k != b'd')
-        .map(|(k, _)| *k as char)
-        .collect();
+    let kinds = copy_cut_by_division_by_zero(&answer);
     assert!(kinds.ends_with("ZTDCHEZ"), "{kinds}");
+}
+
+/// Checks that `answer` holds one error, a division by zero, after at
+/// least 8,192 rows of copy data; the kinds of its other messages.
+fn copy_cut_by_division_by_zero(answer: &[(u8, String)]) -> String {
     let errors: Vec<&String> = answer
         .iter()
         .filter(|(k, _)| *k == b'E')
@@ -231,6 +217,11 @@ fn a_copy_that_fails_part_way_ends_with_its_error_and_the_session_goes_on() {
     );
     let rows = answer.iter().filter(|(k, _)| *k == b'd').count();
     assert!(rows >= 8192, "{rows} rows before the error");
+    answer
+        .iter()
+        .filter(|(k, _)| *k != b'd')
+        .map(|(k, _)| *k as char)
+        .collect()
 }
 
 #[test]

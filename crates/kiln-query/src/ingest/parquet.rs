@@ -10,7 +10,8 @@
 //! - columns the table does not have, or of a type no table column can
 //!   take, are refused by name;
 //! - the pages' declared sizes once inflated are checked against the
-//!   limit;
+//!   limit, and pages of a codec the reader inflates whole are checked
+//!   not to inflate past them ([`pages`]);
 //! - a string or binary column with a dictionary page is read as Arrow
 //!   dictionary keys over the one dictionary, not copied out per row, and
 //!   the longest value of every dictionary bounds how many rows a batch
@@ -38,6 +39,8 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use super::{BATCH_ROWS, Decoded, Refused, batch_bytes};
+
+mod pages;
 
 /// The most bytes of values one column of one batch may take when the
 /// reader copies dictionary values out (see the module docs).
@@ -75,14 +78,7 @@ fn read<R: ChunkReader + 'static>(
         .map_err(malformed)?;
     let meta = found.metadata().clone();
     check_columns(found.schema(), table)?;
-    let inflated: u64 = meta
-        .row_groups()
-        .iter()
-        .map(|rg| u64::try_from(rg.total_byte_size()).unwrap_or(u64::MAX))
-        .fold(0, u64::saturating_add);
-    if inflated > max_bytes as u64 {
-        return Err(Refused::TooLarge { bytes: inflated });
-    }
+    pages::check(input.as_ref(), &meta, max_bytes)?;
     let (schema, longest) = keyed_schema(input, &meta, found.schema())?;
     let options = ArrowReaderOptions::new().with_schema(schema);
     let keyed = ArrowReaderMetadata::try_new(meta, options).map_err(malformed)?;

@@ -433,6 +433,62 @@ pub fn dictionary_parquet(url: String, rows: usize) -> Vec<u8> {
     file
 }
 
+/// A Parquet file of one `amount` column in one GZIP data page, whose
+/// header declares the size of the random values it was written with,
+/// and whose bytes are then replaced by gzip members of zeros that
+/// inflate to at least `inflated` bytes: a reader that inflates the page
+/// whole allocates them all.
+pub fn gzip_bomb_parquet(inflated: usize) -> Vec<u8> {
+    use arrow::array::Float64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Compression, GzipLevel};
+    use parquet::file::properties::{EnabledStatistics, WriterProperties};
+    const MEMBER: usize = 16 << 20;
+    let mut gz = flate2::write::GzEncoder::new(vec![], flate2::Compression::best());
+    gz.write_all(&vec![0; MEMBER]).unwrap();
+    let bomb = gz.finish().unwrap().repeat(inflated.div_ceil(MEMBER));
+    // Random values do not compress: the page takes more than the bomb.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let values = (0..bomb.len() / 8 + 4096).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        f64::from_bits(x >> 2)
+    });
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "amount",
+        DataType::Float64,
+        false,
+    )]));
+    let batch = arrow::array::RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(values.collect::<Float64Array>())],
+    )
+    .unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::GZIP(GzipLevel::default()))
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_data_page_size_limit(usize::MAX)
+        .set_data_page_row_count_limit(usize::MAX)
+        .build();
+    let mut file = vec![];
+    let mut w = ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    let meta = w.close().unwrap().row_group(0).column(0).clone();
+    let header = meta.data_page_offset() as usize;
+    let page = header
+        + file[header..]
+            .windows(3)
+            .position(|w| w == b"\x1f\x8b\x08")
+            .unwrap();
+    let end = header + meta.compressed_size() as usize;
+    assert!(end - page >= bomb.len(), "{} < {}", end - page, bomb.len());
+    file[page..page + bomb.len()].copy_from_slice(&bomb);
+    file
+}
+
 fn dictionary_batch(url: String, rows: usize) -> arrow::array::RecordBatch {
     use arrow::array::{DictionaryArray, Int32Array, Int64Array, StringArray};
     use arrow::array::{TimestampMicrosecondArray, types::Int32Type};

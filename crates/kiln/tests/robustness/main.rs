@@ -1,7 +1,7 @@
 //! Robustness at the edges, against the real binary: inputs that used to
 //! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
-//! values that used to be stored changed, memory past the limits, a full
-//! disk, PostgreSQL messages that lie about their length, handlers that
+//! values that used to be stored changed, memory past the limits
+//! (writes that decode past them: [`decoding`]), a full disk, PostgreSQL messages that lie about their length, handlers that
 //! panic, results far larger as text than in memory; queries stopped
 //! ([`stopping`]); statements that take long to plan ([`planning`]);
 //! dates and times that cannot be shown ([`unprintable`]).
@@ -9,6 +9,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod decoding;
 mod domains;
 mod planning;
 mod stopping;
@@ -441,7 +442,7 @@ fn a_large_result_is_sent_in_bounded_pieces() {
     assert_eq!(s.rows("SELECT 1")[0][0], json!(1));
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap()
         .lines()
@@ -704,49 +705,4 @@ fn a_handler_that_panics_fails_its_statement_and_the_session_goes_on() {
     }
     let (status, body) = post_sql(&s, "SELECT 41 + 1 AS n");
     assert_eq!((status, &body["rows"]), (200, &json!([[42]])), "{body}");
-}
-
-#[test]
-fn a_write_whose_rows_decode_past_what_one_write_holds_is_refused_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(dir.path(), &[]);
-    s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, url VARCHAR, amount DOUBLE)");
-    let arrow = [("Content-Type", "application/vnd.apache.arrow.stream")];
-    let parquet = [("Content-Type", "application/vnd.apache.parquet")];
-    // A dictionary's one 100,000-byte value that 12,000 rows refer to
-    // (1.2 GB once cast, from a body of 150 KB), as an Arrow stream and as
-    // a Parquet file that does not say to read it as a dictionary; and a
-    // column of no values of 2^28 rows (8 GiB once the table's four
-    // columns are filled).
-    for (headers, body, bytes) in [
-        (
-            &arrow,
-            common::dictionary_ipc("x".repeat(100_000), 12_000),
-            1_200_000_000,
-        ),
-        (
-            &parquet,
-            common::dictionary_parquet("x".repeat(100_000), 12_000),
-            1 << 30,
-        ),
-        (&arrow, common::null_ipc(1 << 28), (4 * 8) << 28),
-    ] {
-        assert!(body.len() < 1 << 20, "{}", body.len());
-        let (st, v) = s.write("ev", headers, &body);
-        assert_eq!(
-            (st, v["error"]["code"].as_str()),
-            (413, Some("body_too_large")),
-            "{v}"
-        );
-        let msg = v["error"]["message"].as_str().unwrap();
-        assert!(msg.ends_with("bytes one write may hold"), "{msg}");
-        let took: u64 = msg.split(' ').nth(7).unwrap().parse().unwrap();
-        assert!(took >= bytes, "{msg}");
-    }
-    let hwm = peak_rss_kib(s.child.id());
-    assert!(hwm < 1024 * 1024, "peak RSS {hwm} KiB");
-    // Nothing written; a dictionary that fits is.
-    let (st, v) = s.write("ev", &arrow, &common::dictionary_ipc("/d".into(), 3));
-    assert_eq!(st, 200, "{v}");
-    assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[3]]));
 }

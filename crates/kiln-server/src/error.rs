@@ -228,6 +228,11 @@ fn storage_error(kind: kiln_storage::ErrorKind, msg: String) -> ApiError {
         ),
         K::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "57P01"),
         K::Backpressure => (StatusCode::SERVICE_UNAVAILABLE, "memstore_full", "53000"),
+        K::WritesFull => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "write_memory_full",
+            "53200",
+        ),
         K::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "58030"),
         K::Io => (StatusCode::INTERNAL_SERVER_ERROR, "io_error", "58030"),
         K::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, "disk_full", "53100"),

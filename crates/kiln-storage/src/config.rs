@@ -155,6 +155,16 @@ pub struct StorageConfig {
     #[arg(long, env = "KILN_MEMSTORE_MAX_BYTES", default_value = "25%")]
     pub memstore_max_bytes: ByteSize,
 
+    /// Memory writes in flight may take together while they are cast,
+    /// logged and copied into the memstore (a size or a share of memory).
+    /// A write reserves four times its rows' size in the table's types
+    /// (a dictionary's values counted for each row); past the limit it
+    /// waits, first come first served, up to 30 s, then is refused with
+    /// 503 and Retry-After (SQLSTATE 53200). A write larger than the limit
+    /// runs alone.
+    #[arg(long, env = "KILN_WRITE_MEMORY_LIMIT", default_value = "10%")]
+    pub write_memory_limit: ByteSize,
+
     #[command(flatten)]
     pub object_store: ObjectStoreConfig,
 

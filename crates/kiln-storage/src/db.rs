@@ -17,6 +17,7 @@ use futures::StreamExt;
 use kiln_wal::{Applier, SyncPolicy, Wal, WalOptions};
 
 use crate::background;
+use crate::budget::{self, WriteBudget};
 use crate::catalog::{CatalogFile, Registry, SharedRegistry};
 use crate::clock::{Clock, SystemClock};
 use crate::codec;
@@ -122,6 +123,8 @@ pub(crate) struct Inner {
     pub background_failure: parking_lot::Mutex<Option<String>>,
     /// Computes cube parts, once the query layer installed it.
     pub cube_builder: std::sync::OnceLock<Arc<dyn CubeBuilder>>,
+    /// What writes in flight may take together (`--write-memory-limit`).
+    write_budget: WriteBudget,
     /// Parts that failed to build (segment path, cube id), and when: not
     /// tried again for `PART_RETRY_AFTER` (a store outage passes; a part
     /// that cannot be built is not rebuilt every round).
@@ -282,6 +285,7 @@ impl Db {
         let wal = Wal::start(&wal_dir, wal_opts, next_seq, Arc::new(applier))?;
 
         let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let write_memory = config.write_memory_limit.as_usize();
         let inner = Arc::new(Inner {
             config,
             store,
@@ -298,6 +302,7 @@ impl Db {
             lock: parking_lot::Mutex::new(Some(lock)),
             background_failure: parking_lot::Mutex::new(None),
             cube_builder: Default::default(),
+            write_budget: WriteBudget::new(write_memory),
             failed_parts: Default::default(),
         });
         background::remove_orphans(&inner).await?;
@@ -445,7 +450,10 @@ impl Db {
     /// [`Ack::Memory`], `Ok` means queued: a later WAL failure loses the
     /// rows (logged) instead of failing this call. When rows waiting to be
     /// flushed fill `--memstore-max-bytes`, the write first waits for room
-    /// ([`Error::MemstoreFull`] after [`MEMSTORE_WAIT`]).
+    /// ([`Error::MemstoreFull`] after [`MEMSTORE_WAIT`]). Before that, it
+    /// reserves what its rows take while they are written from
+    /// `--write-memory-limit`, waiting while writes in flight hold it
+    /// ([`Error::WritesFull`] after [`budget::WAIT`]).
     pub async fn write_with(
         &self,
         table: &str,
@@ -455,6 +463,15 @@ impl Db {
         let t = self
             .table(table)
             .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        let footprint = batches
+            .iter()
+            .map(|b| budget::footprint(b, &t.schema))
+            .fold(0, u64::saturating_add);
+        let _reserved = self
+            .inner
+            .write_budget
+            .reserve(footprint.saturating_mul(budget::COPIES), budget::WAIT)
+            .await?;
         self.room_in_memory().await?;
         let mut claim = match &opts.idempotency_key {
             None => None,

@@ -93,6 +93,13 @@ pub enum Error {
         "{held} bytes of rows wait to be flushed, more than --memstore-max-bytes ({cap}); retry shortly"
     )]
     MemstoreFull { held: usize, cap: usize },
+    /// Writes in flight held `--write-memory-limit` for as long as a write
+    /// waits for it; retry shortly.
+    #[error(
+        "this write needs {need} bytes of --write-memory-limit ({limit}) while it is written, \
+         and writes in flight held them for 30 s; retry shortly"
+    )]
+    WritesFull { need: u64, limit: u64 },
 }
 
 /// What kind of failure an [`Error`] is, for callers that map errors to
@@ -128,6 +135,8 @@ pub enum ErrorKind {
     ShuttingDown,
     /// Writes are coming faster than flushes: retry shortly.
     Backpressure,
+    /// Writes in flight hold the memory writes may take: retry shortly.
+    WritesFull,
     /// The WAL no longer accepts writes (closed, or poisoned by an earlier
     /// failure).
     Unavailable,
@@ -163,6 +172,7 @@ impl Error {
             Error::Io { .. } | Error::ObjectStore(_) => ErrorKind::Io,
             Error::ShuttingDown => ErrorKind::ShuttingDown,
             Error::MemstoreFull { .. } => ErrorKind::Backpressure,
+            Error::WritesFull { .. } => ErrorKind::WritesFull,
             Error::Arrow(_) | Error::Parquet(_) => ErrorKind::Internal,
             Error::Wal(w) => match w.kind() {
                 W::Io => ErrorKind::Io,

@@ -3,6 +3,7 @@
 //! A write is validated, appended to the WAL ([`kiln_wal`]) and applied to
 //! its table's [`MemStore`] before it is acknowledged: from then on it is
 //! durable (under `--wal-sync=always`) and visible to every new snapshot.
+//! Writes in flight share one memory budget ([`budget`]).
 //! In the background, memstores are flushed as sorted Parquet segments and
 //! small segments are compacted; each new segment gets its [`cube`] parts
 //! (aggregate states) in the same commit; each change is committed by writing a new
@@ -24,6 +25,7 @@
 //! ```
 
 mod background;
+pub mod budget;
 mod catalog;
 pub mod clock;
 mod codec;

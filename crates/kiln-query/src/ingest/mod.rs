@@ -14,7 +14,7 @@ use std::io::{Cursor, Read};
 use std::path::Path;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
 use kiln_storage::TimestampUnit;
 
@@ -154,21 +154,10 @@ impl Decoded {
     }
 }
 
-/// What [`Decoded::bytes_in`] counts, for one batch.
+/// What [`Decoded::bytes_in`] counts, for one batch: what the storage
+/// layer reserves for it when it is written.
 fn batch_bytes(b: &RecordBatch, table: &SchemaRef) -> u64 {
-    const WIDE: u64 = 8;
-    let rows = b.num_rows() as u64;
-    let absent = table.fields().len().saturating_sub(b.num_columns()) as u64;
-    let mut total = absent.saturating_mul(rows).saturating_mul(WIDE);
-    for column in b.columns() {
-        let bytes = match column.data_type() {
-            DataType::Dictionary(..) => crate::chunks::column_bytes(column),
-            DataType::Null => rows.saturating_mul(WIDE),
-            _ => column.get_array_memory_size() as u64,
-        };
-        total = total.saturating_add(bytes);
-    }
-    total
+    kiln_storage::budget::footprint(b, table)
 }
 
 /// Why a body was not decoded.

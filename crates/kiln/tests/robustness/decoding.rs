@@ -80,3 +80,39 @@ fn a_parquet_page_that_inflates_past_its_declared_size_is_refused_before_it_is_i
     );
     assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[0]]));
 }
+
+/// The server's peak RSS after four writes at once of a 100 KB value for
+/// 2,000 rows (200 MB each once cast, held several times over while it is
+/// written), under `--write-memory-limit limit`.
+fn peak_of_four_writes(limit: &str) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--write-memory-limit", limit]);
+    s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, user_id BIGINT NOT NULL, url VARCHAR, amount DOUBLE)");
+    let body = common::dictionary_ipc("x".repeat(100_000), 2_000);
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let (http, body) = (s.http.clone(), body.clone());
+            std::thread::spawn(move || {
+                let arrow = [("Content-Type", "application/vnd.apache.arrow.stream")];
+                common::request(&http, "POST", "/v1/write/ev", &arrow, &body).0
+            })
+        })
+        .collect();
+    for w in writers {
+        assert_eq!(w.join().unwrap(), 200);
+    }
+    assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[8_000]]));
+    peak_rss_kib(s.child.id())
+}
+
+#[test]
+fn writes_in_flight_share_one_memory_budget() {
+    // A budget of two writes' rows: they are written one after another
+    // (each needs more than the budget, so it runs alone), and all are.
+    let budgeted = peak_of_four_writes("400MiB");
+    let unbounded = peak_of_four_writes("1TiB");
+    assert!(
+        budgeted < unbounded * 2 / 3,
+        "peak RSS {budgeted} KiB within the budget, {unbounded} KiB without"
+    );
+}

@@ -1,0 +1,56 @@
+use std::sync::Arc;
+
+use arrow::array::{DictionaryArray, Int32Array, Int64Array, StringArray};
+use arrow::datatypes::{Field, Int32Type};
+
+use super::*;
+
+#[test]
+fn a_dictionary_counts_its_value_for_each_row_that_refers_to_it() {
+    let table = Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+    ]);
+    // 1,000 rows of one 10,000-byte value, and a short one never used.
+    let urls = DictionaryArray::<Int32Type>::new(
+        Int32Array::from(vec![0; 1_000]),
+        Arc::new(StringArray::from(vec!["u".repeat(10_000), "v".into()])),
+    );
+    let ids = Int64Array::from_iter_values(0..1_000);
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(ids.clone()) as ArrayRef),
+        ("url", Arc::new(urls)),
+    ])
+    .unwrap();
+    let bytes = footprint(&batch, &table);
+    // The values per row and their offsets, the ids, and `n` as NULLs.
+    let expected = 1_000 * (10_000 + WIDE) + ids.get_array_memory_size() as u64 + 1_000 * WIDE;
+    assert_eq!(bytes, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_wait_for_the_budget_in_turn_and_are_refused_after_the_wait() {
+    let budget = WriteBudget::new(10 << 20);
+    // Past the whole budget: clamped, so it runs alone.
+    let all = budget.reserve(100 << 20, WAIT).await.unwrap();
+    let err = budget.reserve(1, WAIT).await.err().unwrap();
+    assert!(
+        matches!(err, Error::WritesFull { need: 1, limit } if limit == 10 << 20),
+        "{err}"
+    );
+    drop(all);
+    let half = budget.reserve(5 << 20, WAIT).await.unwrap();
+    let other = budget.reserve(5 << 20, WAIT).await.unwrap();
+    // A third waits until one is given back.
+    let budget = Arc::new(budget);
+    let waiting = tokio::spawn({
+        let budget = budget.clone();
+        async move { budget.reserve(4 << 20, WAIT).await.map(drop) }
+    });
+    tokio::time::sleep(WAIT / 2).await;
+    assert!(!waiting.is_finished());
+    drop(half);
+    waiting.await.unwrap().unwrap();
+    drop(other);
+}

@@ -1,12 +1,14 @@
 //! Parse of the extended protocol: datafusion-postgres's, after Kiln's
 //! size check, its own statements and its PostgreSQL rewrites, with
-//! errors typed as the engine types them.
+//! errors typed as the engine types them. An `EXPLAIN` with options is
+//! planned here, as the simple protocol plans it.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::error::DataFusionError;
 use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
 use datafusion::sql::sqlparser::parser::ParserError;
 use datafusion_postgres::Parser;
 use datafusion_postgres::pgwire::api::portal::Format;
@@ -62,6 +64,52 @@ impl KilnParser {
         };
         self.engine.record_failed(Origin::pg(pid), sql, &kiln);
         to_pg(kiln)
+    }
+
+    /// The one statement of `text` if it is an `EXPLAIN` with options or
+    /// a format, which datafusion-postgres's Parse would plan without them.
+    fn explain_with_options(&self, text: &str) -> Option<Statement> {
+        let head = text.trim_start().get(..7)?;
+        if !head.eq_ignore_ascii_case("explain") {
+            return None;
+        }
+        let mut stmts = self.sql.parse(text).ok()?;
+        match stmts.as_slice() {
+            [
+                Statement::Explain {
+                    options: Some(_), ..
+                },
+            ]
+            | [
+                Statement::Explain {
+                    format: Some(_), ..
+                },
+            ] => stmts.pop(),
+            _ => None,
+        }
+    }
+
+    /// `stmt`, an `EXPLAIN` with options, planned as the simple protocol
+    /// plans it ([`kiln_query::shape::explain`]).
+    async fn explain(
+        &self,
+        sql: &str,
+        pid: i32,
+        stmt: Statement,
+    ) -> PgWireResult<Option<PgStatement>> {
+        let df = match kiln_query::shape::explain::statement(stmt.clone()) {
+            Ok(df) => df,
+            Err(e) => {
+                self.engine.record_failed(Origin::pg(pid), sql, &e);
+                return Err(to_pg(e));
+            }
+        };
+        let state = self.engine.session().state();
+        let plan = state
+            .statement_to_plan(df)
+            .await
+            .map_err(|e| self.error(sql, pid, PgWireError::ApiError(Box::new(e))))?;
+        Ok(Some((stmt.to_string(), Some((stmt, plan)))))
     }
 }
 
@@ -120,9 +168,11 @@ impl QueryParser for KilnParser {
         }
         // A long statement may take long to plan: not on a protocol worker.
         let apart = sql.len() >= kiln_query::executor::PLAN_APART_BYTES;
-        let planned = self
-            .inner
-            .parse_sql(client, rewritten.as_deref().unwrap_or(sql), types);
+        let text = rewritten.as_deref().unwrap_or(sql);
+        if let Some(stmt) = self.explain_with_options(text) {
+            return kiln_query::executor::beside(apart, self.explain(sql, pid, stmt)).await;
+        }
+        let planned = self.inner.parse_sql(client, text, types);
         kiln_query::executor::beside(apart, planned)
             .await
             .map_err(|e| self.error(sql, pid, e))

@@ -1,6 +1,7 @@
 """SQLSTATEs and messages as PostgreSQL gives them, identical over the
 simple protocol, the extended protocol (psycopg prepare=True) and HTTP's
-JSON `code`; no planner internals in messages. A regular expression given
+JSON `code`; no planner internals in messages. EXPLAIN's options (FORMAT
+JSON, VERBOSE) are read by every door. A regular expression given
 as a parameter that does not compile is bad input naming its parameter,
 prepared or not, also once a prepared statement runs a kept plan.
 
@@ -31,6 +32,16 @@ CASES = [
     ("SELECT sum(x) FROM (VALUES (9223372036854775807), (1)) v(x)", "22003", "numeric_out_of_range",
      "integer sum out of range"),
     ("INSERT INTO er VALUES ('2026-01-01', NULL)", "23502", "not_null_violation", "id"),
+    ("EXPLAIN (ANALYZE, COSTS OFF) SELECT 1", "42601", "syntax_error", "COSTS"),
+    ("EXPLAIN (FORMAT YAML) SELECT 1", "42601", "syntax_error", "YAML"),
+]
+
+# EXPLAIN with options, a parameter bound: prepared and over HTTP, the
+# same plan types, the first one this (the JSON one a plan as PostgreSQL
+# lays it out)
+EXPLAINS = [
+    ("EXPLAIN (FORMAT JSON) SELECT count(*) FROM er WHERE id = %s", "logical_plan"),
+    ("EXPLAIN (VERBOSE) SELECT count(*) FROM er WHERE id = %s", "initial_logical_plan"),
 ]
 
 # a syntax error and where it lies (characters from 1), as psql's caret
@@ -123,6 +134,17 @@ def main(pg_port, http_port):
             err = json.loads(e.read())["error"]
             if err["code"] != "invalid_regular_expression" or "(parameter $1)" not in err["message"]:
                 failures.append(f"{sql!r} with {bad!r} over HTTP: {err}")
+    for sql, first in EXPLAINS:
+        body = json.dumps({"sql": sql.replace("%s", "$1"), "params": [1]}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{http_port}/v1/sql", data=body,
+                                     headers={"Content-Type": "application/json"})
+        over_http = [row[0] for row in json.loads(urllib.request.urlopen(req).read())["rows"]]
+        rows = conn.execute(sql, [1], prepare=True).fetchall()
+        got = [row[0] for row in rows]
+        if got != over_http or got[0] != first:
+            failures.append(f"{sql!r} prepared: plan types {got}, over HTTP {over_http}")
+        if "JSON" in sql and "Plan" not in json.loads(rows[0][1])[0]:
+            failures.append(f"{sql!r} prepared: {rows[0][1][:200]}")
     assert not failures, "\n".join(failures)
     # The connection is fine afterwards.
     assert conn.execute("SELECT count(*) FROM er").fetchone()[0] == 0

@@ -52,6 +52,9 @@ pub const QUERY_MEMORY: &str = "kiln_query_memory_bytes";
 pub const QUERY_MEMORY_LIMIT: &str = "kiln_query_memory_limit_bytes";
 pub const QUERY_MEMORY_HEAP: &str = "kiln_query_memory_heap_bytes";
 pub const HEAP: &str = "kiln_heap_bytes";
+pub const WRITE_MEMORY: &str = "kiln_write_memory_bytes";
+pub const WRITE_MEMORY_LIMIT: &str = "kiln_write_memory_limit_bytes";
+pub const WRITE_MEMORY_WAITS: &str = "kiln_write_memory_waits_total";
 pub const DEGRADED: &str = "kiln_degraded";
 pub const AUTH_FAILURES: &str = "kiln_auth_failures_total";
 pub const PERMISSION_DENIED: &str = "kiln_permission_denied_total";
@@ -447,6 +450,7 @@ impl Metrics {
             .and_then(|p| p.heap_in_queries())
             .map_or(f64::NAN, |n| n as f64);
         let heap = kiln_query::memory::heap::allocated().map_or(f64::NAN, |n| n as f64);
+        let writes = db.write_budget();
         let gauges = [
             (
                 QUERIES_RUNNING,
@@ -489,6 +493,24 @@ impl Metrics {
                 "gauge",
                 "Bytes live on the process heap, counted at the allocator.",
                 heap,
+            ),
+            (
+                WRITE_MEMORY,
+                "gauge",
+                "Memory writes in flight reserved (--write-memory-limit).",
+                writes.reserved_bytes() as f64,
+            ),
+            (
+                WRITE_MEMORY_LIMIT,
+                "gauge",
+                "The memory writes in flight may reserve together.",
+                writes.limit_bytes() as f64,
+            ),
+            (
+                WRITE_MEMORY_WAITS,
+                "counter",
+                "Writes that found the write memory reserved and waited.",
+                writes.waits() as f64,
             ),
             (
                 DEGRADED,

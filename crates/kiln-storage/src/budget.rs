@@ -14,6 +14,7 @@
 //! Reservations are in KiB, so a budget up to 4 TiB fits a semaphore.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -33,10 +34,12 @@ pub const WAIT: Duration = Duration::from_secs(30);
 const WIDE: u64 = 8;
 
 /// The budget of `--write-memory-limit`.
-pub(crate) struct WriteBudget {
+pub struct WriteBudget {
     permits: Arc<Semaphore>,
     /// All of it, in KiB.
     kib: u32,
+    /// Writes that found it spent and waited.
+    waits: AtomicU64,
 }
 
 /// A reservation, given back when dropped.
@@ -45,20 +48,41 @@ pub(crate) struct Reserved {
 }
 
 impl WriteBudget {
-    pub fn new(bytes: usize) -> Self {
+    pub(crate) fn new(bytes: usize) -> Self {
         let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
         Self {
             permits: Arc::new(Semaphore::new(kib as usize)),
             kib,
+            waits: AtomicU64::new(0),
         }
+    }
+
+    /// All of the budget, in bytes.
+    pub fn limit_bytes(&self) -> u64 {
+        u64::from(self.kib) * 1024
+    }
+
+    /// What writes in flight hold of it, in bytes.
+    pub fn reserved_bytes(&self) -> u64 {
+        let free = self.permits.available_permits() as u64;
+        u64::from(self.kib).saturating_sub(free) * 1024
+    }
+
+    /// How many writes found it spent and waited (or were refused).
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Reserves `bytes` (all of the budget at most), waiting up to `wait`
     /// while writes in flight hold it.
-    pub async fn reserve(&self, bytes: u64, wait: Duration) -> Result<Reserved> {
+    pub(crate) async fn reserve(&self, bytes: u64, wait: Duration) -> Result<Reserved> {
         let kib = u32::try_from(bytes.div_ceil(1024))
             .unwrap_or(u32::MAX)
             .min(self.kib);
+        if let Ok(permit) = self.permits.clone().try_acquire_many_owned(kib) {
+            return Ok(Reserved { _permit: permit });
+        }
+        self.waits.fetch_add(1, Ordering::Relaxed);
         let acquire = self.permits.clone().acquire_many_owned(kib);
         match tokio::time::timeout(wait, acquire).await {
             Ok(Ok(permit)) => Ok(Reserved { _permit: permit }),
@@ -66,7 +90,7 @@ impl WriteBudget {
             Ok(Err(_)) => Err(Error::ShuttingDown),
             Err(_) => Err(Error::WritesFull {
                 need: bytes,
-                limit: u64::from(self.kib) * 1024,
+                limit: self.limit_bytes(),
             }),
         }
     }

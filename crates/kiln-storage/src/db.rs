@@ -319,6 +319,11 @@ impl Db {
         &self.inner.store
     }
 
+    /// The memory writes in flight share (`--write-memory-limit`).
+    pub fn write_budget(&self) -> &WriteBudget {
+        &self.inner.write_budget
+    }
+
     pub fn metrics(&self) -> &StorageMetrics {
         &self.inner.metrics
     }

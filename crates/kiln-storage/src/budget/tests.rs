@@ -50,7 +50,10 @@ async fn writes_wait_for_the_budget_in_turn_and_are_refused_after_the_wait() {
     });
     tokio::time::sleep(WAIT / 2).await;
     assert!(!waiting.is_finished());
+    assert_eq!(budget.reserved_bytes(), 10 << 20);
     drop(half);
     waiting.await.unwrap().unwrap();
+    assert_eq!(budget.reserved_bytes(), 5 << 20);
     drop(other);
+    assert_eq!((budget.reserved_bytes(), budget.waits()), (0, 2));
 }

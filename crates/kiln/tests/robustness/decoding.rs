@@ -102,6 +102,23 @@ fn peak_of_four_writes(limit: &str) -> u64 {
         assert_eq!(w.join().unwrap(), 200);
     }
     assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[8_000]]));
+    // All of the budget is given back; its limit is the one set.
+    let (_, metrics) = s.request("GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8(metrics).unwrap();
+    let value = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")));
+        line.unwrap_or_else(|| panic!("{name} missing"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("kiln_write_memory_bytes"), 0.0);
+    let limit: kiln_storage::ByteSize = limit.parse().unwrap();
+    assert_eq!(
+        value("kiln_write_memory_limit_bytes"),
+        limit.as_usize() as f64
+    );
     peak_rss_kib(s.child.id())
 }
 

@@ -12,6 +12,10 @@
 //! - a call of a set-returning function in a select list becomes `unnest`
 //!   of the list the function returns ([`SET_RETURNING`]), so each element
 //!   is a row, as in PostgreSQL;
+//! - `generate_series(...)` as a whole select-list term becomes
+//!   `unnest(generate_series(...)) AS generate_series` (its alias kept if
+//!   it has one): a row per value, named as PostgreSQL names it, where
+//!   DataFusion's function answers one row holding a list;
 //! - `generate_subscripts(a, 1)` in a select list becomes
 //!   `unnest(generate_series(1, array_length(a, 1)))`: the subscripts of
 //!   `a`, one per row, beside `unnest(a)` as SQLAlchemy's reflection of
@@ -73,6 +77,7 @@ pub fn may_rewrite(sql: &str) -> bool {
     sql.contains(").")
         || lower.contains("_pg_expandarray")
         || lower.contains("generate_subscripts")
+        || lower.contains("generate_series")
         || lower.contains("escape")
         || repeats_a_term(&lower)
         || (lower.contains("interval") && sql.contains('*'))
@@ -176,6 +181,7 @@ impl VisitorMut for Rewrite {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        self.rewrote |= series_rows(&mut query.body);
         self.rewrote |= labels(&mut query.body);
         ControlFlow::Continue(())
     }
@@ -303,6 +309,35 @@ impl VisitorMut for Rewrite {
 
 /// Labels repeated unnamed terms of `body`'s select lists (module docs);
 /// whether there were any.
+/// `generate_series(...)` terms of `body`'s select lists made rows (module
+/// docs); whether any was.
+fn series_rows(body: &mut SetExpr) -> bool {
+    let select = match body {
+        SetExpr::SetOperation { left, right, .. } => return series_rows(left) | series_rows(right),
+        SetExpr::Select(select) => select,
+        _ => return false,
+    };
+    let series = |e: &Expr| {
+        matches!(e, Expr::Function(f) if f.name.0.last().and_then(|p| p.as_ident())
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("generate_series")))
+    };
+    let mut rewrote = false;
+    for item in &mut select.projection {
+        let (expr, alias) = match item {
+            SelectItem::UnnamedExpr(e) if series(e) => (e, Ident::new("generate_series")),
+            SelectItem::ExprWithAlias { expr, alias } if series(expr) => (expr, alias.clone()),
+            _ => continue,
+        };
+        let call = std::mem::replace(expr, Expr::value(Value::Null));
+        *item = SelectItem::ExprWithAlias {
+            expr: unnest(call),
+            alias,
+        };
+        rewrote = true;
+    }
+    rewrote
+}
+
 fn labels(body: &mut SetExpr) -> bool {
     match body {
         SetExpr::SetOperation { left, right, .. } => labels(left) | labels(right),
@@ -477,6 +512,28 @@ mod tests {
         assert!(!may_rewrite("SELECT a, b FROM t WHERE c IN (1, 1)"));
         assert!(!may_rewrite("INSERT INTO t VALUES (1, 'a'), (1, 'a')"));
         assert!(!may_rewrite("SELECT f(a) FROM t"));
+    }
+
+    #[test]
+    fn a_series_in_a_select_list_is_rows_named_as_postgresql_names_them() {
+        assert_eq!(
+            rewritten("SELECT x, generate_series(1, 3), GENERATE_SERIES(1, x, 2) AS s FROM t"),
+            (
+                true,
+                "SELECT x, unnest(generate_series(1, 3)) AS generate_series, \
+                 unnest(GENERATE_SERIES(1, x, 2)) AS s FROM t"
+                    .into()
+            )
+        );
+        // Elsewhere it is DataFusion's list, as written.
+        for sql in [
+            "SELECT * FROM generate_series(1, 3)",
+            "SELECT unnest(generate_series(1, 3))",
+            "SELECT array_length(generate_series(1, 3), 1)",
+        ] {
+            assert_eq!(rewritten(sql), (false, sql.into()));
+            assert!(may_rewrite(sql));
+        }
     }
 
     #[test]

@@ -187,14 +187,15 @@ fn session_value(client: &dyn ClientInfo, name: &str, default: &str) -> String {
     }
 }
 
-/// `version()`, `current_setting(name [, missing_ok])` and Kiln's
-/// `session_user`, registered over DataFusion's `version()` and
-/// pg_catalog's `session_user`.
+/// `version()`, `current_setting(name [, missing_ok])`,
+/// `pg_is_in_recovery()` and Kiln's `session_user`, registered over
+/// DataFusion's `version()` and pg_catalog's `session_user`.
 pub fn register_functions(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::from(Constant::version()));
     ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
     ctx.register_udf(ScalarUDF::from(Constant::no_serial_sequence()));
+    ctx.register_udf(ScalarUDF::from(Constant::not_in_recovery()));
     // pg_catalog's own answers 'postgres' whoever is connected.
     ctx.register_udf(kiln_query::functions::session_user());
     for none in Constant::no_catalog_entry() {
@@ -296,6 +297,17 @@ impl Constant {
         Self {
             name: "version",
             value: ScalarValue::Utf8(Some(version())),
+            signature: Signature::exact(vec![], Volatility::Stable),
+        }
+    }
+
+    /// `pg_is_in_recovery()`: false, since a Kiln server is never a
+    /// standby replaying another server's log. Health checks and admin
+    /// tools ask it to tell a primary.
+    fn not_in_recovery() -> Self {
+        Self {
+            name: "pg_is_in_recovery",
+            value: ScalarValue::Boolean(Some(false)),
             signature: Signature::exact(vec![], Volatility::Stable),
         }
     }

@@ -1,5 +1,6 @@
 """SQLAlchemy 2 over psycopg 3 (what Superset and pandas use): the engine
-connects (it parses version()), reads the server's settings, runs
+connects (it parses version()), reads the server's settings and whether
+it is a standby (`pg_is_in_recovery()`, as health checks ask), runs
 parameterized queries, commits and rolls back through its own
 transaction handling, and returns connections to its pool (which sends
 ROLLBACK, and psycopg DEALLOCATE ALL) without breaking them.
@@ -19,6 +20,7 @@ def main(port):
         assert engine.dialect.server_version_info[:2] == (16, 6), engine.dialect.server_version_info
         assert c.execute(sa.text("SHOW standard_conforming_strings")).scalar() == "on"
         assert c.execute(sa.text("SELECT current_setting('server_version_num')")).scalar() == "160006"
+        assert c.execute(sa.text("SELECT pg_is_in_recovery()")).scalar() is False
         c.execute(sa.text("CREATE TABLE sa_t (ts TIMESTAMP NOT NULL, id BIGINT NOT NULL, v DOUBLE)"))
         c.commit()
 

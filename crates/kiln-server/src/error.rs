@@ -67,6 +67,34 @@ impl ApiError {
         )
     }
 
+    /// A request whose body could not reserve its `need` bytes of
+    /// `--body-memory-limit` (`limit`) while other bodies held them, for
+    /// as long as it waited.
+    pub fn bodies_full(need: u64, limit: u64, waited: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "body_memory_full",
+            "53200",
+            format!(
+                "this request's body needs {need} bytes of --body-memory-limit ({limit}), and the bodies being read held them for {}; retry shortly",
+                humantime::format_duration(waited)
+            ),
+        )
+    }
+
+    /// A body that did not arrive within `--body-read-timeout`.
+    pub fn body_timeout(timeout: std::time::Duration, got: usize) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            "08006",
+            format!(
+                "the request body did not arrive within --body-read-timeout ({}); {got} bytes came",
+                humantime::format_duration(timeout)
+            ),
+        )
+    }
+
     /// A body whose rows, once in the table's types, would take more than
     /// the `limit` bytes one write may hold (a dictionary's values
     /// repeated for each row).

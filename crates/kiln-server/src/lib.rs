@@ -25,6 +25,7 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use clap::Args;
 use kiln_query::{Engine, QueryConfig};
+use kiln_storage::budget::MemoryBudget;
 use kiln_storage::{ByteSize, Db, StorageConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -47,6 +48,22 @@ pub struct ServerConfig {
     /// Largest HTTP request body, compressed or decompressed (413 beyond it).
     #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB")]
     pub max_body_bytes: ByteSize,
+
+    /// Memory the bodies of all HTTP requests in flight may take together
+    /// (a size or a share of memory). A request reserves its
+    /// `Content-Length` (`--max-body-bytes` when it has none) before its
+    /// body is read, keeps the body's length once read, and gives it back
+    /// when answered; past the limit it waits, first come first served,
+    /// for up to `--body-read-timeout`, then is refused with 503 and
+    /// Retry-After. A body larger than the limit is read alone.
+    #[arg(long, env = "KILN_BODY_MEMORY_LIMIT", default_value = "5%")]
+    pub body_memory_limit: ByteSize,
+
+    /// Longest an HTTP request body may take to arrive (408 beyond it),
+    /// so a slow sender cannot hold its share of `--body-memory-limit`
+    /// and its connection for ever.
+    #[arg(long, env = "KILN_BODY_READ_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub body_read_timeout: Duration,
 
     /// Largest HTTP request head: the request line and all headers
     /// together (431 beyond it).
@@ -81,6 +98,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub metrics: Arc<Metrics>,
     pub config: ServerConfig,
+    /// `--body-memory-limit`: the bodies of requests in flight.
+    pub bodies: MemoryBudget,
     pub shutting_down: AtomicBool,
 }
 
@@ -155,6 +174,7 @@ async fn serve_db(
     let state = Arc::new(AppState {
         engine: engine.clone(),
         metrics: metrics.clone(),
+        bodies: MemoryBudget::new(config.body_memory_limit.as_usize()),
         config: config.clone(),
         shutting_down: AtomicBool::new(false),
     });

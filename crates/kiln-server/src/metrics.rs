@@ -5,6 +5,7 @@
 //! for metrics it does not already keep.
 
 use kiln_query::Engine;
+use kiln_storage::budget::MemoryBudget;
 use kiln_storage::{LATENCY_BOUNDS_S, LatencySnapshot};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -55,6 +56,9 @@ pub const HEAP: &str = "kiln_heap_bytes";
 pub const WRITE_MEMORY: &str = "kiln_write_memory_bytes";
 pub const WRITE_MEMORY_LIMIT: &str = "kiln_write_memory_limit_bytes";
 pub const WRITE_MEMORY_WAITS: &str = "kiln_write_memory_waits_total";
+pub const BODY_MEMORY: &str = "kiln_body_memory_bytes";
+pub const BODY_MEMORY_LIMIT: &str = "kiln_body_memory_limit_bytes";
+pub const BODY_MEMORY_WAITS: &str = "kiln_body_memory_waits_total";
 pub const DEGRADED: &str = "kiln_degraded";
 pub const AUTH_FAILURES: &str = "kiln_auth_failures_total";
 pub const PERMISSION_DENIED: &str = "kiln_permission_denied_total";
@@ -359,7 +363,8 @@ impl Metrics {
     }
 
     /// Prometheus text exposition, with the engine's numbers as of now.
-    pub fn render(&self, engine: &Engine) -> String {
+    /// The exposition text; `bodies` is `--body-memory-limit`'s budget.
+    pub fn render(&self, engine: &Engine, bodies: &MemoryBudget) -> String {
         let db = engine.db();
         let set = |c: &IntCounter, v: u64| c.inc_by(v.saturating_sub(c.get()));
         let cache = &engine.caches().segments;
@@ -511,6 +516,24 @@ impl Metrics {
                 "counter",
                 "Writes that found the write memory reserved and waited.",
                 writes.waits() as f64,
+            ),
+            (
+                BODY_MEMORY,
+                "gauge",
+                "Memory the bodies of HTTP requests in flight reserved (--body-memory-limit).",
+                bodies.reserved_bytes() as f64,
+            ),
+            (
+                BODY_MEMORY_LIMIT,
+                "gauge",
+                "The memory HTTP request bodies may reserve together.",
+                bodies.limit_bytes() as f64,
+            ),
+            (
+                BODY_MEMORY_WAITS,
+                "counter",
+                "HTTP requests that found the body memory reserved and waited.",
+                bodies.waits() as f64,
             ),
             (
                 DEGRADED,

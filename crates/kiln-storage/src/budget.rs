@@ -12,6 +12,9 @@
 //! is refused with [`Error::WritesFull`] (503, retry). A write larger than
 //! the whole budget waits for the others and then runs alone.
 //! Reservations are in KiB, so a budget up to 4 TiB fits a semaphore.
+//!
+//! [`MemoryBudget`] is the mechanism alone; the server bounds the request
+//! bodies it holds with one too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,22 +36,42 @@ pub const WAIT: Duration = Duration::from_secs(30);
 /// column filled with NULLs, a `Null` column.
 const WIDE: u64 = 8;
 
-/// The budget of `--write-memory-limit`.
-pub struct WriteBudget {
+/// Bytes that holders reserve before they allocate and give back when
+/// done, waiting first come first served while others hold them.
+pub struct MemoryBudget {
     permits: Arc<Semaphore>,
     /// All of it, in KiB.
     kib: u32,
-    /// Writes that found it spent and waited.
+    /// Reservations that found it spent and waited.
     waits: AtomicU64,
 }
 
 /// A reservation, given back when dropped.
-pub(crate) struct Reserved {
-    _permit: OwnedSemaphorePermit,
+#[derive(Debug)]
+pub struct Reserved {
+    permit: OwnedSemaphorePermit,
 }
 
-impl WriteBudget {
-    pub(crate) fn new(bytes: usize) -> Self {
+impl Reserved {
+    /// Gives back all but `bytes` of the reservation (rounded up to KiB).
+    pub fn shrink_to(&mut self, bytes: u64) {
+        let keep = usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX);
+        let excess = self.permit.num_permits().saturating_sub(keep);
+        drop(self.permit.split(excess));
+    }
+}
+
+/// A reservation of `need` bytes found `limit` held by others for as
+/// long as it could wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spent {
+    pub need: u64,
+    pub limit: u64,
+}
+
+impl MemoryBudget {
+    /// A budget of `bytes` (1 KiB at least).
+    pub fn new(bytes: usize) -> Self {
         let kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
         Self {
             permits: Arc::new(Semaphore::new(kib as usize)),
@@ -62,37 +85,48 @@ impl WriteBudget {
         u64::from(self.kib) * 1024
     }
 
-    /// What writes in flight hold of it, in bytes.
+    /// What holders hold of it, in bytes.
     pub fn reserved_bytes(&self) -> u64 {
         let free = self.permits.available_permits() as u64;
         u64::from(self.kib).saturating_sub(free) * 1024
     }
 
-    /// How many writes found it spent and waited (or were refused).
+    /// How many reservations found it spent and waited (or were refused).
     pub fn waits(&self) -> u64 {
         self.waits.load(Ordering::Relaxed)
     }
 
     /// Reserves `bytes` (all of the budget at most), waiting up to `wait`
-    /// while writes in flight hold it.
-    pub(crate) async fn reserve(&self, bytes: u64, wait: Duration) -> Result<Reserved> {
+    /// while others hold it.
+    pub async fn reserve(
+        &self,
+        bytes: u64,
+        wait: Duration,
+    ) -> std::result::Result<Reserved, Spent> {
         let kib = u32::try_from(bytes.div_ceil(1024))
             .unwrap_or(u32::MAX)
             .min(self.kib);
         if let Ok(permit) = self.permits.clone().try_acquire_many_owned(kib) {
-            return Ok(Reserved { _permit: permit });
+            return Ok(Reserved { permit });
         }
         self.waits.fetch_add(1, Ordering::Relaxed);
         let acquire = self.permits.clone().acquire_many_owned(kib);
         match tokio::time::timeout(wait, acquire).await {
-            Ok(Ok(permit)) => Ok(Reserved { _permit: permit }),
-            // The semaphore is never closed.
-            Ok(Err(_)) => Err(Error::ShuttingDown),
-            Err(_) => Err(Error::WritesFull {
+            Ok(Ok(permit)) => Ok(Reserved { permit }),
+            // The semaphore is never closed; a timeout is the only failure.
+            Ok(Err(_)) | Err(_) => Err(Spent {
                 need: bytes,
                 limit: self.limit_bytes(),
             }),
         }
+    }
+
+    /// Reserves what a write's rows take while written ([`COPIES`] times
+    /// `footprint`), waiting up to [`WAIT`]; [`Error::WritesFull`] after.
+    pub(crate) async fn reserve_write(&self, footprint: u64) -> Result<Reserved> {
+        self.reserve(footprint.saturating_mul(COPIES), WAIT)
+            .await
+            .map_err(|Spent { need, limit }| Error::WritesFull { need, limit })
     }
 }
 

@@ -17,7 +17,7 @@ use futures::StreamExt;
 use kiln_wal::{Applier, SyncPolicy, Wal, WalOptions};
 
 use crate::background;
-use crate::budget::{self, WriteBudget};
+use crate::budget::{self, MemoryBudget};
 use crate::catalog::{CatalogFile, Registry, SharedRegistry};
 use crate::clock::{Clock, SystemClock};
 use crate::codec;
@@ -124,7 +124,7 @@ pub(crate) struct Inner {
     /// Computes cube parts, once the query layer installed it.
     pub cube_builder: std::sync::OnceLock<Arc<dyn CubeBuilder>>,
     /// What writes in flight may take together (`--write-memory-limit`).
-    write_budget: WriteBudget,
+    write_budget: MemoryBudget,
     /// Parts that failed to build (segment path, cube id), and when: not
     /// tried again for `PART_RETRY_AFTER` (a store outage passes; a part
     /// that cannot be built is not rebuilt every round).
@@ -302,7 +302,7 @@ impl Db {
             lock: parking_lot::Mutex::new(Some(lock)),
             background_failure: parking_lot::Mutex::new(None),
             cube_builder: Default::default(),
-            write_budget: WriteBudget::new(write_memory),
+            write_budget: MemoryBudget::new(write_memory),
             failed_parts: Default::default(),
         });
         background::remove_orphans(&inner).await?;
@@ -320,7 +320,7 @@ impl Db {
     }
 
     /// The memory writes in flight share (`--write-memory-limit`).
-    pub fn write_budget(&self) -> &WriteBudget {
+    pub fn write_budget(&self) -> &MemoryBudget {
         &self.inner.write_budget
     }
 
@@ -472,11 +472,7 @@ impl Db {
             .iter()
             .map(|b| budget::footprint(b, &t.schema))
             .fold(0, u64::saturating_add);
-        let _reserved = self
-            .inner
-            .write_budget
-            .reserve(footprint.saturating_mul(budget::COPIES), budget::WAIT)
-            .await?;
+        let _reserved = self.inner.write_budget.reserve_write(footprint).await?;
         self.room_in_memory().await?;
         let mut claim = match &opts.idempotency_key {
             None => None,

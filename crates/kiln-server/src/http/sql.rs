@@ -131,7 +131,8 @@ async fn run_sql(
         },
         None => vec![],
     };
-    let raw = read_body(headers, body, st.config.max_body_bytes.as_usize()).await?;
+    // Held while the statement runs: its text is in memory until then.
+    let (raw, _body) = read_body(st, headers, body).await?;
     let (text, params) = parse_body(headers, &raw)?;
     let begin = |light| Begin {
         timeout,

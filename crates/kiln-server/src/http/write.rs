@@ -162,7 +162,10 @@ async fn do_write(
         .table(table)
         .ok_or_else(|| kiln_storage::Error::TableNotFound(table.into()))?;
     let limit = st.config.max_body_bytes.as_usize();
-    let raw = read_body(headers, body, limit).await?;
+    // Held until the rows are written: the writes waiting for
+    // `--write-memory-limit` with their decoded rows are bounded by the
+    // bodies they came in.
+    let (raw, _body) = read_body(st, headers, body).await?;
     let idempotency_key = match key {
         None => None,
         Some(key) => {

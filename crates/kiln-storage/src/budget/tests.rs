@@ -31,13 +31,21 @@ fn a_dictionary_counts_its_value_for_each_row_that_refers_to_it() {
 
 #[tokio::test(start_paused = true)]
 async fn writes_wait_for_the_budget_in_turn_and_are_refused_after_the_wait() {
-    let budget = WriteBudget::new(10 << 20);
+    let budget = MemoryBudget::new(10 << 20);
     // Past the whole budget: clamped, so it runs alone.
-    let all = budget.reserve(100 << 20, WAIT).await.unwrap();
-    let err = budget.reserve(1, WAIT).await.err().unwrap();
+    let all = budget.reserve_write(100 << 20).await.unwrap();
+    let err = budget.reserve_write(1).await.err().unwrap();
     assert!(
-        matches!(err, Error::WritesFull { need: 1, limit } if limit == 10 << 20),
+        matches!(err, Error::WritesFull { need, limit } if need == COPIES && limit == 10 << 20),
         "{err}"
+    );
+    let spent = budget.reserve(3, Duration::from_secs(1)).await.err();
+    assert_eq!(
+        spent,
+        Some(Spent {
+            need: 3,
+            limit: 10 << 20
+        })
     );
     drop(all);
     let half = budget.reserve(5 << 20, WAIT).await.unwrap();
@@ -55,5 +63,20 @@ async fn writes_wait_for_the_budget_in_turn_and_are_refused_after_the_wait() {
     waiting.await.unwrap().unwrap();
     assert_eq!(budget.reserved_bytes(), 5 << 20);
     drop(other);
-    assert_eq!((budget.reserved_bytes(), budget.waits()), (0, 2));
+    assert_eq!((budget.reserved_bytes(), budget.waits()), (0, 3));
+}
+
+#[tokio::test]
+async fn a_reservation_shrinks_to_what_it_keeps() {
+    let budget = MemoryBudget::new(1 << 20);
+    let mut held = budget.reserve(1 << 20, WAIT).await.unwrap();
+    held.shrink_to(1025);
+    // Rounded up to whole KiB.
+    assert_eq!(budget.reserved_bytes(), 2048);
+    // What was given back is free at once.
+    let rest = budget.reserve((1 << 20) - 2048, Duration::ZERO).await;
+    assert!(rest.is_ok());
+    held.shrink_to(0);
+    drop(rest);
+    assert_eq!(budget.reserved_bytes(), 0);
 }

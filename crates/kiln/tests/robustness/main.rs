@@ -1,12 +1,14 @@
 //! Robustness at the edges, against the real binary: inputs that used to
 //! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
 //! values that used to be stored changed, memory past the limits
-//! (writes that decode past them: [`decoding`]), a full disk, PostgreSQL messages that lie about their length, handlers that
+//! (writes that decode past them: [`decoding`]; bodies in flight:
+//! [`bodies`]), a full disk, PostgreSQL messages that lie about their length, handlers that
 //! panic, results far larger as text than in memory; queries stopped
 //! ([`stopping`]); statements that take long to plan ([`planning`]);
 //! dates and times that cannot be shown ([`unprintable`]).
 //! After each, the server must still answer correctly.
 
+mod bodies;
 #[path = "../common/mod.rs"]
 mod common;
 mod decoding;

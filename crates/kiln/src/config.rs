@@ -38,7 +38,7 @@ pub enum Command {
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Serve the HTTP API and the PostgreSQL wire protocol until SIGTERM/SIGINT.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 #[derive(Debug, Args)]

@@ -20,6 +20,6 @@ pub async fn run(config: Config) -> Result<(), BoxError> {
         Command::Bench(BenchCommand::ScanVsParquet(args)) => bench::scan_vs_parquet(args).await,
         Command::Bench(BenchCommand::Query(args)) => load::query(args).await,
         Command::Bench(BenchCommand::Write(args)) => load::write(args).await,
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
     }
 }

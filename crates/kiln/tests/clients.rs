@@ -191,3 +191,59 @@ fn sqlalchemy_inspector_and_pandas_reflect_and_read() {
 fn grafana_queries_health_metadata_and_panels() {
     check("grafana_check.py");
 }
+
+#[test]
+fn admin_tools_read_the_database_size_and_start_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &["--flush-bytes", "1KiB"]);
+    let before = std::time::SystemTime::now();
+    s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, n BIGINT)");
+    let rows: String = (0..2_000)
+        .map(|i| format!("{{\"ts\": \"2026-01-01T00:00:00Z\", \"n\": {i}}}\n"))
+        .collect();
+    let (st, v) = s.write(
+        "ev",
+        &[("Content-Type", "application/x-ndjson")],
+        rows.as_bytes(),
+    );
+    assert_eq!(st, 200, "{v}");
+    let segments = "SELECT coalesce(sum(segment_bytes), 0) FROM system.tables";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.rows(segments)[0][0].as_i64() == Some(0) {
+        assert!(std::time::Instant::now() < until, "no flush");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The bytes of every table's segments, by name and by pg_database's oid.
+    let bytes = s.rows(segments)[0][0].as_i64().unwrap();
+    let got = s.psql(
+        "SELECT pg_database_size(current_database()), pg_size_pretty(pg_database_size('kiln')), \
+         (SELECT pg_database_size(oid) FROM pg_database LIMIT 1), pg_size_pretty(1000000::bigint)",
+    );
+    let pretty = if bytes < 10_240 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{} kB", (bytes / 512 + 1) / 2)
+    };
+    assert_eq!(got.trim(), format!("{bytes}|{pretty}|{bytes}|977 kB"));
+    let out = s.psql_output(&["-c", "SELECT pg_database_size('other')"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("database \"other\" does not exist"),
+        "{err}"
+    );
+    // Started before this test's first statement, not after its last.
+    let started = s.psql("SELECT extract(epoch FROM pg_postmaster_start_time())");
+    let started: f64 = started.trim().parse().unwrap();
+    let epoch = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    assert!(
+        started <= epoch(before) && started > epoch(before) - 60.0,
+        "{started}"
+    );
+    // The same functions over HTTP.
+    let v = s.rows("SELECT pg_size_pretty(10485248), pg_database_size('kiln')");
+    assert_eq!(v, serde_json::json!([["10 MB", bytes]]));
+}

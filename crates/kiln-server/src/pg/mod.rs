@@ -88,6 +88,7 @@ mod parse;
 mod pg_catalog;
 mod regproc;
 mod settings;
+mod sizes;
 mod sql_parser;
 mod startup;
 mod transaction;
@@ -110,6 +111,7 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
         .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     engine.session().add_analyzer_rule(Arc::new(regproc));
     settings::register_functions(engine.session());
+    sizes::register(engine.session(), engine.db().clone());
     engine
         .session()
         .register_udf(datafusion::logical_expr::ScalarUDF::from(

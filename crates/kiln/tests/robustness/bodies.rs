@@ -54,16 +54,6 @@ fn answer(mut sock: TcpStream) -> (u16, Value) {
     }
 }
 
-fn metric(s: &Server, name: &str) -> f64 {
-    let (_, text) = s.request("GET", "/metrics", &[], b"");
-    let text = String::from_utf8(text).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("{name} missing"))
-        .parse()
-        .unwrap()
-}
-
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(20);
     while !done() {
@@ -87,17 +77,17 @@ fn bodies_in_flight_share_one_budget_and_a_slow_one_is_cut_off() {
         ],
     );
     s.sql("CREATE TABLE ev (ts TIMESTAMP NOT NULL, n BIGINT)");
-    assert_eq!(metric(&s, "kiln_body_memory_limit_bytes"), LIMIT as f64);
+    assert_eq!(s.metric("kiln_body_memory_limit_bytes"), LIMIT as f64);
     // A holds all of the budget while it sends slowly; B waits for it,
     // first in line; C, behind B, cannot have it within its wait.
     let started = Instant::now();
     let a = slow_write(&s.http);
     wait_for("A's reservation", || {
-        metric(&s, "kiln_body_memory_bytes") == LIMIT as f64
+        s.metric("kiln_body_memory_bytes") == LIMIT as f64
     });
     let b = slow_write(&s.http);
     wait_for("B to wait", || {
-        metric(&s, "kiln_body_memory_waits_total") >= 1.0
+        s.metric("kiln_body_memory_waits_total") >= 1.0
     });
     let row = br#"{"ts": "2026-01-01T00:00:00Z", "n": 1}"#;
     let ndjson = [("Content-Type", "application/x-ndjson")];
@@ -129,7 +119,7 @@ fn bodies_in_flight_share_one_budget_and_a_slow_one_is_cut_off() {
     assert!(started.elapsed() >= Duration::from_secs(6));
 
     // All of it is given back; nothing of A, B or C was written.
-    assert_eq!(metric(&s, "kiln_body_memory_bytes"), 0.0);
+    assert_eq!(s.metric("kiln_body_memory_bytes"), 0.0);
     assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[0]]));
     let (st, v) = s.write("ev", &ndjson, row);
     assert_eq!(st, 200, "{v}");
@@ -147,5 +137,5 @@ fn bodies_in_flight_share_one_budget_and_a_slow_one_is_cut_off() {
         .unwrap();
     let (st, v) = answer(chunked);
     assert_eq!((st, v["rows"].as_i64()), (200, Some(1)), "{v}");
-    assert_eq!(metric(&s, "kiln_body_memory_bytes"), 0.0);
+    assert_eq!(s.metric("kiln_body_memory_bytes"), 0.0);
 }

@@ -45,17 +45,27 @@ pub struct ServerConfig {
     #[arg(long, env = "KILN_PG_ADDR", default_value = "127.0.0.1:5433")]
     pub pg_addr: SocketAddr,
 
+    /// PostgreSQL connections open at once; one more is refused at
+    /// startup with FATAL 53300 (PostgreSQL's `max_connections`). Each
+    /// holds a session and may hold a COPY's data (`--max-body-bytes`).
+    #[arg(long, env = "KILN_PG_MAX_CONNECTIONS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub pg_max_connections: u32,
+
     /// Largest HTTP request body, compressed or decompressed (413 beyond it).
     #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB")]
     pub max_body_bytes: ByteSize,
 
-    /// Memory the bodies of all HTTP requests in flight may take together
-    /// (a size or a share of memory). A request reserves its
+    /// Memory the bodies of all HTTP requests in flight and the data of
+    /// all PostgreSQL COPYs in progress may take together (a size or a
+    /// share of memory). A request reserves its
     /// `Content-Length` (`--max-body-bytes` when it has none) before its
     /// body is read, keeps the body's length once read, and gives it back
     /// when answered; past the limit it waits, first come first served,
     /// for up to `--body-read-timeout`, then is refused with 503 and
-    /// Retry-After. A body larger than the limit is read alone.
+    /// Retry-After. A COPY reserves its data as it comes (SQLSTATE 53200
+    /// when it waited that long). A body larger than the limit is read
+    /// alone.
     #[arg(long, env = "KILN_BODY_MEMORY_LIMIT", default_value = "5%")]
     pub body_memory_limit: ByteSize,
 
@@ -98,8 +108,9 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub metrics: Arc<Metrics>,
     pub config: ServerConfig,
-    /// `--body-memory-limit`: the bodies of requests in flight.
-    pub bodies: MemoryBudget,
+    /// `--body-memory-limit`: the bodies of requests in flight (and the
+    /// data of COPYs in progress).
+    pub bodies: Arc<MemoryBudget>,
     pub shutting_down: AtomicBool,
 }
 
@@ -171,10 +182,11 @@ async fn serve_db(
     let pg_addr = pg_listener.local_addr()?;
 
     let grace = config.shutdown_grace;
+    let bodies = Arc::new(MemoryBudget::new(config.body_memory_limit.as_usize()));
     let state = Arc::new(AppState {
         engine: engine.clone(),
         metrics: metrics.clone(),
-        bodies: MemoryBudget::new(config.body_memory_limit.as_usize()),
+        bodies: bodies.clone(),
         config: config.clone(),
         shutting_down: AtomicBool::new(false),
     });
@@ -211,12 +223,7 @@ async fn serve_db(
         }
     };
     let handlers = Arc::new(
-        pg::Handlers::new(
-            engine.clone(),
-            metrics.clone(),
-            config.max_body_bytes.as_usize(),
-        )
-        .with_tls(tls.clone()),
+        pg::Handlers::new(engine.clone(), metrics.clone(), &config, bodies).with_tls(tls.clone()),
     );
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
 

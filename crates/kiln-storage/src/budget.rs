@@ -53,6 +53,16 @@ pub struct Reserved {
 }
 
 impl Reserved {
+    /// The bytes reserved.
+    pub fn bytes(&self) -> u64 {
+        self.permit.num_permits() as u64 * 1024
+    }
+
+    /// Takes `other` into this reservation.
+    pub fn merge(&mut self, other: Reserved) {
+        self.permit.merge(other.permit);
+    }
+
     /// Gives back all but `bytes` of the reservation (rounded up to KiB).
     pub fn shrink_to(&mut self, bytes: u64) {
         let keep = usize::try_from(bytes.div_ceil(1024)).unwrap_or(usize::MAX);

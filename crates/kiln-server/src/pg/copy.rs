@@ -4,7 +4,9 @@
 //! `CopyManager`, pgx's `CopyFrom` (binary).
 //!
 //! The statement is answered with CopyInResponse; the data that follows is
-//! buffered (at most `--max-body-bytes`) until CopyDone, then written as one
+//! buffered (at most `--max-body-bytes`, reserved from `--body-memory-limit`
+//! as it comes, shared with HTTP bodies; 53200 when it stays spent for
+//! `--body-read-timeout`) until CopyDone, then written as one
 //! atomic write through the WAL, like an HTTP write: every row or none, and
 //! an error names the line (and the column). Values arrive as text and are
 //! cast to the table's types by the storage layer's checks. The COPY is one
@@ -12,6 +14,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::{
@@ -27,6 +30,7 @@ use futures::{Sink, SinkExt};
 use kiln_query::auth::Access;
 use kiln_query::ingest::copy::{CopyFormat, CopyLayout};
 use kiln_query::{Engine, Origin, Query, Transaction};
+use kiln_storage::budget::{MemoryBudget, Reserved, Spent};
 
 use crate::error::ApiError;
 
@@ -41,7 +45,17 @@ pub(crate) struct CopyIn {
     too_large: bool,
     /// The transaction to stage the rows in instead of writing them.
     transaction: Option<Arc<Transaction>>,
+    /// What the data holds of `--body-memory-limit`, grown as it comes
+    /// and kept until the rows are written.
+    reserved: Option<Reserved>,
+    /// The budget stayed spent for as long as the data could wait: the
+    /// data is dropped and the COPY fails when it ends.
+    starved: Option<Spent>,
 }
+
+/// A COPY's reservation grows by this much at least, so each CopyData
+/// message (libpq sends one per row) does not reserve on its own.
+const GROW_STEP: u64 = 1 << 20;
 
 /// The connection's COPY in progress, kept in its session extensions.
 #[derive(Default)]
@@ -176,6 +190,8 @@ fn parse(
         data: vec![],
         limit,
         too_large: false,
+        reserved: None,
+        starved: None,
         transaction: None,
     })
 }
@@ -262,6 +278,10 @@ pub(crate) fn layout(
 /// Receives COPY data for the connections' pending copies.
 pub(crate) struct KilnCopy {
     pub(crate) engine: Arc<Engine>,
+    /// `--body-memory-limit`, shared with HTTP request bodies.
+    pub(crate) bodies: Arc<MemoryBudget>,
+    /// How long COPY data waits for it (`--body-read-timeout`).
+    pub(crate) wait: Duration,
 }
 
 fn pending<C: ClientInfo>(client: &C) -> Option<CopyIn> {
@@ -281,14 +301,45 @@ impl CopyHandler for KilnCopy {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if let Some(p) = client.session_extensions().get::<Pending>()
-            && let Some(copy) = p.0.lock().as_mut()
-        {
-            if copy.data.len() + data.data.len() > copy.limit {
-                copy.too_large = true;
-                copy.data = vec![];
-            } else if !copy.too_large {
-                copy.data.extend_from_slice(&data.data);
+        let Some(p) = client.session_extensions().get::<Pending>() else {
+            return Ok(());
+        };
+        // What this message needs reserved beyond what the copy holds,
+        // reserved outside the lock (it may wait).
+        let grow = match p.0.lock().as_ref() {
+            Some(copy) if !copy.too_large && copy.starved.is_none() => {
+                let need = (copy.data.len() + data.data.len()) as u64;
+                let held = copy.reserved.as_ref().map_or(0, Reserved::bytes);
+                let limit = copy.limit as u64;
+                if need > held && need <= limit {
+                    (need - held).max(GROW_STEP).min(limit - held)
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        let grown = match grow {
+            0 => None,
+            bytes => Some(self.bodies.reserve(bytes, self.wait).await),
+        };
+        if let Some(copy) = p.0.lock().as_mut() {
+            match (grown, &mut copy.reserved) {
+                (Some(Ok(more)), Some(held)) => held.merge(more),
+                (Some(Ok(more)), held) => *held = Some(more),
+                (Some(Err(spent)), _) => {
+                    copy.starved = Some(spent);
+                    copy.data = vec![];
+                }
+                (None, _) => {}
+            }
+            if copy.starved.is_none() {
+                if copy.data.len() + data.data.len() > copy.limit {
+                    copy.too_large = true;
+                    copy.data = vec![];
+                } else if !copy.too_large {
+                    copy.data.extend_from_slice(&data.data);
+                }
             }
         }
         Ok(())
@@ -343,10 +394,15 @@ impl KilnCopy {
         written
     }
 
-    async fn write(&self, copy: CopyIn) -> Result<usize, ApiError> {
+    async fn write(&self, mut copy: CopyIn) -> Result<usize, ApiError> {
         if copy.too_large {
             return Err(ApiError::too_large(copy.limit));
         }
+        if let Some(Spent { need, limit }) = copy.starved {
+            return Err(ApiError::bodies_full(need, limit, self.wait));
+        }
+        // Held until the rows are written, as an HTTP write's body.
+        let _reserved = copy.reserved.take();
         let table = copy.table.clone();
         let copy_txn = copy.transaction.clone();
         let decoded = tokio::task::spawn_blocking(move || copy.layout.decode(&copy.data))

@@ -64,6 +64,7 @@ use kiln_query::engine::Learn;
 use kiln_query::plan_cache::Door;
 use kiln_query::shape::labels::{Labels, labels};
 use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
+use kiln_storage::budget::MemoryBudget;
 use parse::KilnParser;
 use sql_parser::SqlParser;
 use tokio::net::TcpListener;
@@ -631,8 +632,16 @@ pub struct Handlers {
 }
 
 impl Handlers {
-    /// `copy_limit`: the most bytes one COPY FROM STDIN may send.
-    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, copy_limit: usize) -> Self {
+    /// Handlers under `config`'s limits; a COPY's data is reserved from
+    /// `bodies` (`--body-memory-limit`, shared with HTTP bodies).
+    pub fn new(
+        engine: Arc<Engine>,
+        metrics: Arc<Metrics>,
+        config: &crate::ServerConfig,
+        bodies: Arc<MemoryBudget>,
+    ) -> Self {
+        let copy_limit = config.max_body_bytes.as_usize();
+        let max_connections = config.pg_max_connections as usize;
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
             Arc::new(Hook(transaction::TransactionHook {
                 engine: engine.clone(),
@@ -677,12 +686,18 @@ impl Handlers {
                 connections: connections.clone(),
                 engine: engine.clone(),
                 pids: Default::default(),
+                slots: Arc::new(tokio::sync::Semaphore::new(max_connections)),
+                max_connections,
             }),
             cancel: Arc::new(KilnCancel {
                 connections,
                 queries: engine.queries().clone(),
             }),
-            copy: Arc::new(copy::KilnCopy { engine }),
+            copy: Arc::new(copy::KilnCopy {
+                engine,
+                bodies,
+                wait: config.body_read_timeout,
+            }),
             metrics,
             tls: None,
         }

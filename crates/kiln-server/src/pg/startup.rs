@@ -1,6 +1,8 @@
-//! Connection startup: authentication (SCRAM-SHA-256 when it is on, none
-//! when it is off), the connection registered so cancel requests find it,
-//! and settings a client gives at startup applied to its session.
+//! Connection startup: a slot of `--pg-max-connections` taken (FATAL
+//! 53300 when none is free, as PostgreSQL's `max_connections`),
+//! authentication (SCRAM-SHA-256 when it is on, none when it is off), the
+//! connection registered so cancel requests find it, and settings a client
+//! gives at startup applied to its session.
 //!
 //! Why not pgwire's SASL handler: it checks a SCRAM proof against the
 //! salted password, which Kiln does not keep ([`kiln_query::auth::scram`]),
@@ -27,6 +29,7 @@ use datafusion_postgres::pgwire::messages::{PgWireBackendMessage, PgWireFrontend
 use futures::{Sink, SinkExt};
 use kiln_query::Engine;
 use kiln_query::auth::scram::{ClientFirst, Exchange};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::STATEMENT_TIMEOUT_MS;
 use crate::error::ApiError;
@@ -39,6 +42,14 @@ pub struct Startup {
     pub(super) connections: Arc<ConnectionManager>,
     pub(super) engine: Arc<Engine>,
     pub(super) pids: RandomPidSecretKeyGenerator,
+    /// One permit per connection that may be open (`--pg-max-connections`).
+    pub(super) slots: Arc<Semaphore>,
+    pub(super) max_connections: usize,
+}
+
+/// A connection's slot, held in its session until it closes.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
 }
 
 /// A connection's SCRAM exchange after the server's first message.
@@ -69,6 +80,17 @@ impl StartupHandler for Startup {
         let auth = self.engine.auth();
         match message {
             PgWireFrontendMessage::Startup(ref startup) => {
+                let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+                    PgWireError::UserError(Box::new(ErrorInfo::new(
+                        "FATAL".into(),
+                        "53300".into(),
+                        format!(
+                            "sorry, too many clients already (--pg-max-connections is {})",
+                            self.max_connections
+                        ),
+                    )))
+                })?;
+                client.session_extensions().insert(Slot { _permit: slot });
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
                 if !auth.enabled() {

@@ -1,16 +1,18 @@
-//! Request bodies in flight against the real binary: together they hold
-//! at most `--body-memory-limit`, a request that cannot reserve its share
-//! in time is refused (503) rather than read, and a body that does not
+//! Request bodies in flight against the real binary: together with the
+//! data of COPYs in progress they hold at most `--body-memory-limit`, a
+//! request that cannot reserve its share in time is refused (503; a COPY
+//! 53200) rather than read, and a body that does not
 //! arrive within `--body-read-timeout` is cut off (408) and gives its
 //! share back.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::Server;
+use crate::common::{self, Server};
 
 const LIMIT: usize = 1 << 20;
 
@@ -54,6 +56,21 @@ fn answer(mut sock: TcpStream) -> (u16, Value) {
     }
 }
 
+/// `COPY ev FROM STDIN` of one row through `psql`.
+fn copy_one_row(mut psql: Command) -> Output {
+    let mut child = psql
+        .args(["-v", "VERBOSITY=verbose", "-c", "COPY ev FROM STDIN"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"2026-01-01 00:00:00\t2\n").unwrap();
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(20);
     while !done() {
@@ -91,6 +108,11 @@ fn bodies_in_flight_share_one_budget_and_a_slow_one_is_cut_off() {
     });
     let row = br#"{"ts": "2026-01-01T00:00:00Z", "n": 1}"#;
     let ndjson = [("Content-Type", "application/x-ndjson")];
+    // A COPY's data waits behind B too, beside C.
+    let copy = std::thread::spawn({
+        let psql = s.psql_command();
+        move || copy_one_row(psql)
+    });
     let (st, v) = s.write("ev", &ndjson, row);
     assert_eq!(
         (st, v["error"]["code"].as_str()),
@@ -99,6 +121,10 @@ fn bodies_in_flight_share_one_budget_and_a_slow_one_is_cut_off() {
     );
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(msg.contains("of --body-memory-limit (1048576)"), "{msg}");
+    let out = copy.join().unwrap();
+    assert_eq!(common::sqlstate_of(&out), "53200");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("of --body-memory-limit (1048576)"), "{err}");
 
     // A is cut off after its timeout; B then reads (and is cut off too).
     let (st, v) = answer(a);
@@ -124,6 +150,9 @@ fn bodies_in_flight_share_one_budget_and_a_slow_one_is_cut_off() {
     let (st, v) = s.write("ev", &ndjson, row);
     assert_eq!(st, 200, "{v}");
     assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[1]]));
+    let out = copy_one_row(s.psql_command());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(s.rows("SELECT count(*) FROM ev"), json!([[2]]));
     // A body with no length reserves the largest one, and still answers.
     let mut chunked = TcpStream::connect(&s.http).unwrap();
     let head = "POST /v1/write/ev HTTP/1.1\r\nHost: kiln\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n";

@@ -2,8 +2,9 @@
 //! crash it (deep and long expressions, deep JSON, lying Arrow bodies),
 //! values that used to be stored changed, memory past the limits
 //! (writes that decode past them: [`decoding`]; bodies in flight:
-//! [`bodies`]), a full disk, PostgreSQL messages that lie about their length, handlers that
-//! panic, results far larger as text than in memory; queries stopped
+//! [`bodies`]; PostgreSQL connections: [`connections`]), a full disk,
+//! PostgreSQL messages that lie about their length, handlers that panic,
+//! results far larger as text than in memory; queries stopped
 //! ([`stopping`]); statements that take long to plan ([`planning`]);
 //! dates and times that cannot be shown ([`unprintable`]).
 //! After each, the server must still answer correctly.
@@ -11,6 +12,7 @@
 mod bodies;
 #[path = "../common/mod.rs"]
 mod common;
+mod connections;
 mod decoding;
 mod domains;
 mod planning;

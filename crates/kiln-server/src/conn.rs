@@ -1,14 +1,29 @@
-//! Counting open HTTP connections for `kiln_open_connections`: axum's
-//! listener wrapped so each accepted socket carries a gauge guard that is
-//! released when hyper drops the connection.
+//! HTTP connections: axum's router served on hyper's HTTP/1 connections,
+//! at most `--http-max-connections` open at once and each closed when idle
+//! for `--http-idle-timeout`; and each open one counted for
+//! `kiln_open_connections`.
+//!
+//! Why not `axum::serve`: it gives hyper no timer, so a connection that
+//! sends nothing (an idle keep-alive, or a request head sent a byte at a
+//! time) stays open for ever, and it accepts without bound. Past the limit
+//! Kiln stops accepting, so a new connection waits in the listen backlog
+//! until one closes, as nginx does past `worker_connections`.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
+use axum::Router;
 use axum::serve::Listener;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Semaphore, watch};
 
 use crate::metrics::{ConnectionGuard, HTTP, Metrics};
 
@@ -20,6 +35,52 @@ pub fn no_delay(tcp: &mut tokio::net::TcpStream) {
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!("TCP_NODELAY: {e}");
     }
+}
+
+/// How many HTTP connections may be open and how long one may idle.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// `--http-max-connections`.
+    pub max_connections: usize,
+    /// `--http-idle-timeout`: longest wait for a request's head, from the
+    /// connection's start or its last answer.
+    pub idle: Duration,
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then accepts no
+/// more and returns once every open connection has answered the requests
+/// it was reading or answering (each is told to close after them).
+pub async fn serve<L>(mut listener: L, app: Router, limits: Limits, mut stop: watch::Receiver<bool>)
+where
+    L: Listener,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.idle);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            accepted = async {
+                let slot = slots.clone().acquire_owned().await;
+                (slot, listener.accept().await)
+            } => accepted,
+        };
+        let (Ok(slot), (io, _)) = accepted else {
+            break;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(io), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("http connection: {e}");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// A listener whose connections are counted while open.

@@ -52,6 +52,19 @@ pub struct ServerConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub pg_max_connections: u32,
 
+    /// HTTP connections open at once. Past it Kiln accepts no more until
+    /// one closes: a new connection waits in the listen backlog.
+    #[arg(long, env = "KILN_HTTP_MAX_CONNECTIONS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_max_connections: u32,
+
+    /// An HTTP connection is closed when a request's head has not fully
+    /// come this long after the connection opened or answered its last
+    /// request: an idle keep-alive gives its slot of
+    /// `--http-max-connections` back, and a head sent slowly is cut off.
+    #[arg(long, env = "KILN_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub http_idle_timeout: Duration,
+
     /// Largest HTTP request body, compressed or decompressed (413 beyond it).
     #[arg(long, env = "KILN_MAX_BODY_BYTES", default_value = "64MiB")]
     pub max_body_bytes: ByteSize,
@@ -164,7 +177,7 @@ async fn serve_db(
         segments = prewarm,
         "segment cache: decoding the newest segments"
     );
-    pg::setup_catalog(&engine)?;
+    let sessions = pg::setup_catalog(&engine)?;
     let auth_on = config
         .auth
         .apply(&engine, &[config.http_addr, config.pg_addr])?;
@@ -191,10 +204,9 @@ async fn serve_db(
         shutting_down: AtomicBool::new(false),
     });
     let app = http::router(state.clone());
-    let mut http_stop = stop.clone();
-    let http_metrics = metrics.clone();
-    let stopped = async move {
-        let _ = http_stop.wait_for(|s| *s).await;
+    let limits = conn::Limits {
+        max_connections: config.http_max_connections as usize,
+        idle: config.http_idle_timeout,
     };
     let http_task = match &tls {
         Some(tls) => {
@@ -202,28 +214,21 @@ async fn serve_db(
             let inner = tls::http::TlsListener::new(http_listener, tls, metrics.clone())?;
             let listener = conn::Counted {
                 inner,
-                metrics: http_metrics,
+                metrics: metrics.clone(),
             };
-            tokio::spawn(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .into_future(),
-            )
+            tokio::spawn(conn::serve(listener, app, limits, stop.clone()))
         }
         None => {
             let listener = conn::Counted {
                 inner: http_listener.tap_io(conn::no_delay),
-                metrics: http_metrics,
+                metrics: metrics.clone(),
             };
-            tokio::spawn(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .into_future(),
-            )
+            tokio::spawn(conn::serve(listener, app, limits, stop.clone()))
         }
     };
     let handlers = Arc::new(
-        pg::Handlers::new(engine.clone(), metrics.clone(), &config, bodies).with_tls(tls.clone()),
+        pg::Handlers::new(engine.clone(), metrics.clone(), &config, bodies, sessions)
+            .with_tls(tls.clone()),
     );
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));
 
@@ -244,8 +249,7 @@ async fn serve_db(
     })
     .await;
     match drained {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!("http server: {e}"),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!("http server task: {e}"),
         Err(_) => {
             let n = engine.queries().cancel_all();

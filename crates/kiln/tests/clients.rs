@@ -193,6 +193,62 @@ fn grafana_queries_health_metadata_and_panels() {
 }
 
 #[test]
+fn pg_stat_activity_lists_each_connection_and_what_it_runs() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("data"), &[]);
+    // A session that ran one statement and waits for more.
+    let mut watcher = s
+        .psql_command()
+        .env("PGAPPNAME", "watcher")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = watcher.stdin.take().unwrap();
+    input.write_all(b"SELECT 7 + 1;\n").unwrap();
+    input.flush().unwrap();
+    let listed = "SELECT application_name, state, query, usename, datname, client_addr, \
+                  backend_type, backend_start <= now(), query_start <= now(), pid > 0 \
+                  FROM pg_stat_activity ORDER BY application_name";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let rows = loop {
+        let rows = s.psql(listed);
+        if rows.contains("watcher|idle|SELECT 7 + 1") {
+            break rows;
+        }
+        assert!(std::time::Instant::now() < until, "{rows}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let rows: Vec<&str> = rows.lines().collect();
+    assert_eq!(
+        rows,
+        [
+            format!("psql|active|{listed}|postgres|kiln|127.0.0.1|client backend|t|t|t").as_str(),
+            "watcher|idle|SELECT 7 + 1;|postgres|kiln|127.0.0.1|client backend|t|t|t",
+        ]
+    );
+    // Qualified, and over HTTP: the same table.
+    let n = s.rows(
+        "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = 'watcher'",
+    );
+    assert_eq!(n[0][0], 1);
+    // A connection that closes leaves it.
+    drop(input);
+    watcher.wait().unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let count = "SELECT count(*) FROM pg_stat_activity";
+    while s.rows(count)[0][0] != 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the closed session is still listed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn admin_tools_read_the_database_size_and_start_time() {
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &["--flush-bytes", "1KiB"]);

@@ -32,6 +32,11 @@
 //!   OID only when it is a literal, and would cast this text to a number.
 //!   A pair naming no relation gives NULL (PostgreSQL fails).
 //!
+//! - `pg_stat_activity`, unqualified, is `pg_catalog.pg_stat_activity`:
+//!   PostgreSQL looks in `pg_catalog` first, and datafusion-postgres's
+//!   parser qualifies only the catalog tables it has, not those Kiln's
+//!   server adds ([`PG_CATALOG_ADDED`]).
+//!
 //! Grafana's editors resolve the search path with the first three
 //! (`string_to_array(current_setting('search_path'), ',') s`,
 //! `generate_series(...) AS i`, `CASE WHEN ... THEN user`).
@@ -139,12 +144,16 @@ const CONSTRAINT_VIEWS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// `pg_catalog` tables Kiln's server adds to datafusion-postgres's catalog,
+/// in lower case: named bare, they are qualified (module docs).
+pub const PG_CATALOG_ADDED: &[&str] = &["pg_stat_activity"];
+
 /// Table functions whose rows have one column (named `value`).
 const SERIES: &[&str] = &["generate_series", "range"];
 
 /// Whether `lower` (SQL text in lower case) may hold something [`rewrite`]
 /// rewrites: the word `user` (not `user_id`), a series, `udt_name`, or a
-/// call right after `FROM` or `JOIN`.
+/// call right after `FROM` or `JOIN`, a table of [`PG_CATALOG_ADDED`].
 /// Lets a protocol skip parsing the text a second time.
 pub fn may_rewrite(lower: &str) -> bool {
     let call_after = |keyword: &str| {
@@ -165,6 +174,7 @@ pub fn may_rewrite(lower: &str) -> bool {
     word("user")
         || lower.contains("information_schema")
         || lower.contains("regclass")
+        || PG_CATALOG_ADDED.iter().any(|t| lower.contains(t))
         || SERIES.iter().any(|s| lower.contains(s))
         || call_after("from ")
         || call_after("join ")
@@ -341,6 +351,19 @@ impl VisitorMut for Relations<'_> {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if let TableFactor::Table {
+            name, args: None, ..
+        } = factor
+            && let [ObjectNamePart::Identifier(table)] = name.0.as_slice()
+            && PG_CATALOG_ADDED
+                .iter()
+                .any(|t| table.value.eq_ignore_ascii_case(t))
+        {
+            name.0
+                .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
+            self.rewrote = true;
+            return ControlFlow::Continue(());
+        }
         if let TableFactor::Table {
             name,
             args: None,

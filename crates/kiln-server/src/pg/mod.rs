@@ -78,6 +78,7 @@ use hook::Hook;
 use startup::Startup;
 
 mod account;
+mod activity;
 mod catalog;
 mod conn;
 mod copy;
@@ -97,17 +98,30 @@ mod transaction;
 /// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
 type PgStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
+pub use activity::Sessions;
+
 /// Makes the shared session look like PostgreSQL to clients (pg_catalog
-/// tables and functions such as `current_database()`).
-pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
+/// tables and functions such as `current_database()`). The connections
+/// [`Handlers`] register are listed in `pg_stat_activity`.
+pub fn setup_catalog(engine: &Engine) -> Result<Arc<Sessions>, ApiError> {
     datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
         engine.session(),
         kiln_query::CATALOG,
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
-    pg_catalog::wrap(engine.session(), kiln_query::CATALOG, settings::all())
-        .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
+    let sessions = Arc::new(Sessions::default());
+    let activity = Arc::new(activity::Activity {
+        sessions: sessions.clone(),
+        queries: engine.queries().clone(),
+    });
+    pg_catalog::wrap(
+        engine.session(),
+        kiln_query::CATALOG,
+        settings::all(),
+        activity,
+    )
+    .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     let regproc = regproc::RegprocComparisons::new()
         .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     engine.session().add_analyzer_rule(Arc::new(regproc));
@@ -118,7 +132,7 @@ pub fn setup_catalog(engine: &Engine) -> Result<(), ApiError> {
         .register_udf(datafusion::logical_expr::ScalarUDF::from(
             catalog::ExpandArray::new(),
         ));
-    Ok(())
+    Ok(sessions)
 }
 
 /// The plan Parse gives a statement answered at Execute by a hook or by
@@ -633,12 +647,14 @@ pub struct Handlers {
 
 impl Handlers {
     /// Handlers under `config`'s limits; a COPY's data is reserved from
-    /// `bodies` (`--body-memory-limit`, shared with HTTP bodies).
+    /// `bodies` (`--body-memory-limit`, shared with HTTP bodies), and each
+    /// connection is listed in `sessions` while open.
     pub fn new(
         engine: Arc<Engine>,
         metrics: Arc<Metrics>,
         config: &crate::ServerConfig,
         bodies: Arc<MemoryBudget>,
+        sessions: Arc<Sessions>,
     ) -> Self {
         let copy_limit = config.max_body_bytes.as_usize();
         let max_connections = config.pg_max_connections as usize;
@@ -688,6 +704,7 @@ impl Handlers {
                 pids: Default::default(),
                 slots: Arc::new(tokio::sync::Semaphore::new(max_connections)),
                 max_connections,
+                sessions,
             }),
             cancel: Arc::new(KilnCancel {
                 connections,

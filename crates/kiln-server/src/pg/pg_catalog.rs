@@ -1,6 +1,6 @@
 //! [`PgCatalog`]: datafusion-postgres's `pg_catalog` schema with the
-//! columns drivers index or read given PostgreSQL's types, and
-//! `pg_settings` listing Kiln's settings.
+//! columns drivers index or read given PostgreSQL's types, `pg_settings`
+//! listing Kiln's settings, and `pg_stat_activity`.
 //!
 //! Why: the catalog keeps `int2vector` and `int2[]` columns as their text
 //! (`pg_index.indkey` is `1 2`, `pg_constraint.conkey` is `[2, 20, 3]`), so
@@ -13,7 +13,9 @@
 //! names it (so `pg_class` still lists the tables of that moment): the
 //! text columns parsed into `smallint[]`, `regproc` columns (kept as
 //! names) marked for [`super::regproc`], missing columns added as NULL.
-//! `pg_settings` lists [`super::settings`]' settings with their defaults.
+//! `pg_settings` lists [`super::settings`]' settings with their defaults;
+//! `pg_stat_activity` ([`super::activity`]), which the catalog lacks, is
+//! added.
 //! Written so it could move into datafusion-postgres's catalog as is.
 
 use std::collections::BTreeMap;
@@ -70,11 +72,24 @@ pub(super) struct PgCatalog {
     inner: Arc<dyn SchemaProvider>,
     /// Each setting, for `pg_settings`.
     settings: Vec<Setting>,
+    /// `pg_stat_activity`, which the catalog lacks.
+    activity: Arc<dyn TableProvider>,
 }
 
+/// The table [`PgCatalog`] adds to the catalog's.
+const ACTIVITY: &str = "pg_stat_activity";
+
 impl PgCatalog {
-    pub(super) fn new(inner: Arc<dyn SchemaProvider>, settings: Vec<Setting>) -> Self {
-        Self { inner, settings }
+    pub(super) fn new(
+        inner: Arc<dyn SchemaProvider>,
+        settings: Vec<Setting>,
+        activity: Arc<dyn TableProvider>,
+    ) -> Self {
+        Self {
+            inner,
+            settings,
+            activity,
+        }
     }
 
     /// `pg_settings` with the catalog's columns, one row per setting.
@@ -146,10 +161,15 @@ fn retyped(
 #[async_trait]
 impl SchemaProvider for PgCatalog {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        names.push(ACTIVITY.to_string());
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name.eq_ignore_ascii_case(ACTIVITY) {
+            return Ok(Some(self.activity.clone()));
+        }
         let Some(table) = self.inner.table(name).await? else {
             return Ok(None);
         };
@@ -170,7 +190,7 @@ impl SchemaProvider for PgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        name.eq_ignore_ascii_case(ACTIVITY) || self.inner.table_exist(name)
     }
 }
 
@@ -234,6 +254,7 @@ pub(super) fn wrap(
     ctx: &datafusion::prelude::SessionContext,
     catalog: &str,
     settings: Vec<Setting>,
+    activity: Arc<dyn TableProvider>,
 ) -> Result<()> {
     let catalog = ctx
         .catalog(catalog)
@@ -241,7 +262,10 @@ pub(super) fn wrap(
     let inner = catalog
         .schema("pg_catalog")
         .ok_or_else(|| DataFusionError::Plan("no pg_catalog schema".into()))?;
-    catalog.register_schema("pg_catalog", Arc::new(PgCatalog::new(inner, settings)))?;
+    catalog.register_schema(
+        "pg_catalog",
+        Arc::new(PgCatalog::new(inner, settings, activity)),
+    )?;
     Ok(())
 }
 

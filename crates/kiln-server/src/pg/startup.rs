@@ -1,8 +1,9 @@
 //! Connection startup: a slot of `--pg-max-connections` taken (FATAL
 //! 53300 when none is free, as PostgreSQL's `max_connections`),
 //! authentication (SCRAM-SHA-256 when it is on, none when it is off), the
-//! connection registered so cancel requests find it, and settings a client
-//! gives at startup applied to its session.
+//! connection registered so cancel requests find it and listed in
+//! `pg_stat_activity`, and settings a client gives at startup applied to
+//! its session.
 //!
 //! Why not pgwire's SASL handler: it checks a SCRAM proof against the
 //! salted password, which Kiln does not keep ([`kiln_query::auth::scram`]),
@@ -29,6 +30,7 @@ use datafusion_postgres::pgwire::messages::{PgWireBackendMessage, PgWireFrontend
 use futures::{Sink, SinkExt};
 use kiln_query::Engine;
 use kiln_query::auth::scram::{ClientFirst, Exchange};
+use std::time::SystemTime;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::STATEMENT_TIMEOUT_MS;
@@ -45,6 +47,8 @@ pub struct Startup {
     /// One permit per connection that may be open (`--pg-max-connections`).
     pub(super) slots: Arc<Semaphore>,
     pub(super) max_connections: usize,
+    /// The open connections, for `pg_stat_activity`.
+    pub(super) sessions: Arc<super::Sessions>,
 }
 
 /// A connection's slot, held in its session until it closes.
@@ -165,6 +169,8 @@ impl Startup {
         let (handle, guard) = self.connections.register(pid, secret_key);
         client.session_extensions().insert(handle);
         client.session_extensions().insert(guard);
+        let listed = self.sessions.register(pid, client, SystemTime::now());
+        client.session_extensions().insert(listed);
         startup_timeout(client)?;
         finish_authentication(client, &DefaultServerParameterProvider::default()).await
     }

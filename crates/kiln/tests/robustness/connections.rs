@@ -1,6 +1,8 @@
-//! PostgreSQL connections open at once are bounded
+//! Connections open at once are bounded on both doors. PostgreSQL
 //! (`--pg-max-connections`): one more is refused at startup with
-//! PostgreSQL's FATAL 53300, and a slot given back is taken again.
+//! PostgreSQL's FATAL 53300, and a slot given back is taken again. HTTP
+//! (`--http-max-connections`): one more waits unaccepted until an open one
+//! closes, and an idle one is closed after `--http-idle-timeout`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -79,4 +81,82 @@ fn connections_past_the_limit_are_refused_at_startup() {
         assert!(Instant::now() < until, "the slot was not given back");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Sends `GET /health` on `s`, keeping the connection open.
+fn ask_health(s: &mut TcpStream) {
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: kiln\r\n\r\n")
+        .unwrap();
+}
+
+/// Reads one `/health` answer (its body is `ok`, so it ends with it).
+fn health_answer(s: &mut TcpStream) -> std::io::Result<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"\r\n\r\nok") {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&got).into_owned())
+}
+
+#[test]
+fn http_connections_past_the_limit_wait_until_an_idle_one_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(
+        dir.path(),
+        &["--http-max-connections", "2", "--http-idle-timeout", "3s"],
+    );
+    let connect = || {
+        let c = TcpStream::connect(&s.http).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c
+    };
+    // Two keep-alive connections, answered, then idle.
+    let (mut a, mut b) = (connect(), connect());
+    for c in [&mut a, &mut b] {
+        ask_health(c);
+        assert!(health_answer(c).unwrap().starts_with("HTTP/1.1 200"));
+    }
+    let idle_since = Instant::now();
+    // A third is not accepted while both are open.
+    let mut third = connect();
+    ask_health(&mut third);
+    third
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let early = health_answer(&mut third);
+    assert!(
+        early.as_ref().is_err_and(|e| matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "a third connection was answered past the limit: {early:?}"
+    );
+    // The idle ones are closed after the idle timeout, and the third is
+    // answered then.
+    third
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert!(
+        health_answer(&mut third)
+            .unwrap()
+            .starts_with("HTTP/1.1 200")
+    );
+    let waited = idle_since.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2500),
+        "answered after {waited:?}"
+    );
+    let mut rest = Vec::new();
+    assert_eq!(
+        a.read_to_end(&mut rest).unwrap(),
+        0,
+        "the idle connection is closed"
+    );
+    // PostgreSQL is a door of its own.
+    assert_eq!(s.psql("SELECT 41 + 1").trim(), "42");
 }

@@ -182,3 +182,21 @@ fn a_regclass_of_two_names_is_a_lookup_in_pg_class() {
         assert_eq!(rewritten(other), None, "{other}");
     }
 }
+
+#[test]
+fn a_table_kiln_adds_to_pg_catalog_is_found_there_when_named_bare() {
+    assert!(may_rewrite("select * from pg_stat_activity"));
+    assert_eq!(
+        rewritten("SELECT pid FROM pg_stat_activity AS a WHERE a.state = 'idle'").as_deref(),
+        Some("SELECT pid FROM pg_catalog.pg_stat_activity AS a WHERE a.state = 'idle'")
+    );
+    assert_eq!(
+        rewritten("SELECT count(*) FROM PG_STAT_ACTIVITY").as_deref(),
+        Some("SELECT count(*) FROM pg_catalog.PG_STAT_ACTIVITY")
+    );
+    assert_eq!(
+        rewritten("SELECT pid FROM pg_catalog.pg_stat_activity"),
+        None
+    );
+    assert_eq!(rewritten("SELECT pid FROM public.pg_stat_activity"), None);
+}

@@ -139,6 +139,16 @@ impl ApiError {
         )
     }
 
+    /// A `SET` of a setting fixed when the server was built or started.
+    pub fn cant_change(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "cant_change_runtime_param",
+            "55P02",
+            message,
+        )
+    }
+
     /// Something PostgreSQL does that Kiln does not.
     pub fn unsupported(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "not_supported", "0A000", message)

@@ -156,6 +156,31 @@ const SETTINGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Settings PostgreSQL fixes when it is built or started: `SET` refuses
+/// them (55P02) as PostgreSQL does, where it used to be ignored.
+const FIXED: &[&str] = &[
+    "lc_collate",
+    "lc_ctype",
+    "max_identifier_length",
+    "max_index_keys",
+    "server_encoding",
+    "server_version",
+    "server_version_num",
+];
+
+/// The fixed setting `stmt` sets, if it is a `SET` of one.
+fn sets_fixed(stmt: &Statement) -> Option<&'static str> {
+    use datafusion::sql::sqlparser::ast::Set;
+    let Statement::Set(Set::SingleAssignment { variable, .. }) = stmt else {
+        return None;
+    };
+    let name = variable.to_string();
+    FIXED
+        .iter()
+        .find(|f| f.eq_ignore_ascii_case(&name))
+        .copied()
+}
+
 /// Every setting: name, server default, description (`pg_settings`).
 pub(super) fn all() -> Vec<super::pg_catalog::Setting> {
     SETTINGS
@@ -457,7 +482,8 @@ pub(super) fn datafusion_settings(client: &(impl ClientInfo + ?Sized)) -> Vec<(S
 
 /// `SET datafusion.name = value` or `SET kiln.name = value` (and `TO DEFAULT`): checked by the engine,
 /// kept in the connection's metadata, applied to its queries only; the
-/// shared session is never changed. Other `SET`s go on to
+/// shared session is never changed. A `SET` of a fixed setting
+/// (`server_version`, ...) is refused. Other `SET`s go on to
 /// datafusion-postgres's hook (`statement_timeout`, `DateStyle`, ...).
 pub(crate) struct SetHook {
     pub engine: Arc<kiln_query::Engine>,
@@ -502,6 +528,10 @@ impl Answer for SetHook {
         _params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
+        if let Some(fixed) = sets_fixed(stmt) {
+            let message = format!("parameter \"{fixed}\" cannot be changed");
+            return Some(Err(crate::error::ApiError::cant_change(message).to_pg()));
+        }
         let (name, value) = Self::target(stmt)?;
         Some(match self.engine.check_setting(&name, &value) {
             Ok((name, Some(value))) => {
@@ -525,7 +555,9 @@ impl Answer for SetHook {
         stmt: &Statement,
         _client: &(dyn ClientInfo + Send + Sync),
     ) -> Option<PgWireResult<LogicalPlan>> {
-        Self::target(stmt)?;
+        if sets_fixed(stmt).is_none() {
+            Self::target(stmt)?;
+        }
         Some(Ok(super::no_rows(DFSchema::empty())))
     }
 }

@@ -37,6 +37,15 @@ def main(port: int) -> None:
         except psycopg.Error as e:
             assert e.sqlstate in ("42601", "42704"), e.sqlstate
     assert bob.execute("SELECT session_user").fetchone() == ("bob",)
+    # A setting fixed when the server was built is refused, not ignored.
+    for prepare in (False, True):
+        try:
+            bob.execute("SET server_version = '1.0'", prepare=prepare)
+            raise AssertionError("SET server_version accepted")
+        except psycopg.Error as e:
+            assert e.sqlstate == "55P02", e.sqlstate
+            assert 'parameter "server_version" cannot be changed' in str(e), str(e)
+    assert bob.execute("SHOW server_version").fetchone() == ("16.6",)
 
     a, b = connect(), connect()
     default = show(b, False)

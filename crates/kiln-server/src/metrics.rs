@@ -520,19 +520,19 @@ impl Metrics {
             (
                 BODY_MEMORY,
                 "gauge",
-                "Memory the bodies of HTTP requests in flight reserved (--body-memory-limit).",
+                "Memory the bodies of HTTP requests in flight and COPY data reserved (--body-memory-limit).",
                 bodies.reserved_bytes() as f64,
             ),
             (
                 BODY_MEMORY_LIMIT,
                 "gauge",
-                "The memory HTTP request bodies may reserve together.",
+                "The memory HTTP request bodies and COPY data may reserve together.",
                 bodies.limit_bytes() as f64,
             ),
             (
                 BODY_MEMORY_WAITS,
                 "counter",
-                "HTTP requests that found the body memory reserved and waited.",
+                "HTTP requests and COPY data that found the body memory reserved and waited.",
                 bodies.waits() as f64,
             ),
             (

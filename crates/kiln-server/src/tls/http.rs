@@ -1,13 +1,15 @@
-//! The HTTP port with TLS: an `axum::serve::Listener` that hands axum
-//! connections whose handshake is already done.
+//! The HTTP port with TLS: an `axum::serve::Listener` that hands the
+//! server connections whose handshake is already done.
 //!
-//! Why a task per handshake: axum calls `accept()` in a loop, so a handshake
-//! run inside it would make every new client wait for the slowest (or a
-//! silent) one. Here an accept task spawns one task per TCP connection,
+//! Why a task per handshake: the server calls `accept()` in a loop
+//! ([`crate::conn::serve`]), so a handshake run inside it would make every
+//! new client wait for the slowest (or a silent) one. Here an accept task spawns one task per TCP connection,
 //! which looks at the first byte: 0x16 (a TLS ClientHello) starts a
 //! handshake, anything else is plain HTTP, refused with a 400 when
 //! `--tls-required`. Finished connections reach `accept()` through a bounded
-//! channel; handshakes in flight are bounded too and time out.
+//! channel; handshakes in flight, and finished ones the server has not
+//! taken yet (it is at `--http-max-connections`), are bounded too, and
+//! handshakes time out.
 
 use std::io;
 use std::net::SocketAddr;
@@ -121,9 +123,10 @@ async fn accept_loop(
             let opened =
                 tokio::time::timeout(HANDSHAKE_TIMEOUT, open(tcp, &acceptor, required, &metrics))
                     .await;
-            drop(permit);
             match opened {
                 Ok(Some(io)) => {
+                    // Held until the server takes the connection: while it
+                    // is at `--http-max-connections`, no more are accepted.
                     let _ = ready.send((io, addr)).await;
                 }
                 Ok(None) => {}
@@ -131,6 +134,7 @@ async fn accept_loop(
                     tracing::debug!(%addr, "http: no TLS handshake within {HANDSHAKE_TIMEOUT:?}");
                 }
             }
+            drop(permit);
         });
     }
 }

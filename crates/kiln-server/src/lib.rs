@@ -177,7 +177,7 @@ async fn serve_db(
         segments = prewarm,
         "segment cache: decoding the newest segments"
     );
-    let sessions = pg::setup_catalog(&engine)?;
+    let sessions = pg::setup_catalog(&engine, &config)?;
     let auth_on = config
         .auth
         .apply(&engine, &[config.http_addr, config.pg_addr])?;

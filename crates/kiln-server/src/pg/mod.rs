@@ -103,7 +103,11 @@ pub use activity::Sessions;
 /// Makes the shared session look like PostgreSQL to clients (pg_catalog
 /// tables and functions such as `current_database()`). The connections
 /// [`Handlers`] register are listed in `pg_stat_activity`.
-pub fn setup_catalog(engine: &Engine) -> Result<Arc<Sessions>, ApiError> {
+pub fn setup_catalog(
+    engine: &Engine,
+    config: &crate::ServerConfig,
+) -> Result<Arc<Sessions>, ApiError> {
+    let settings = Arc::new(settings::Settings::new(config.pg_max_connections));
     datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
         engine.session(),
         kiln_query::CATALOG,
@@ -118,14 +122,14 @@ pub fn setup_catalog(engine: &Engine) -> Result<Arc<Sessions>, ApiError> {
     pg_catalog::wrap(
         engine.session(),
         kiln_query::CATALOG,
-        settings::all(),
+        settings.all(),
         activity,
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     let regproc = regproc::RegprocComparisons::new()
         .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     engine.session().add_analyzer_rule(Arc::new(regproc));
-    settings::register_functions(engine.session());
+    settings::register_functions(engine.session(), settings);
     sizes::register(engine.session(), engine.db().clone());
     engine
         .session()
@@ -672,6 +676,7 @@ impl Handlers {
             })),
             Arc::new(Hook(settings::ShowHook {
                 engine: engine.clone(),
+                settings: Arc::new(settings::Settings::new(config.pg_max_connections)),
             })),
             Arc::new(Hook(settings::SetHook {
                 engine: engine.clone(),

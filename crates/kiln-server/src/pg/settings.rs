@@ -156,20 +156,22 @@ const SETTINGS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Settings PostgreSQL fixes when it is built or started: `SET` refuses
-/// them (55P02) as PostgreSQL does, where it used to be ignored.
-const FIXED: &[&str] = &[
-    "lc_collate",
-    "lc_ctype",
-    "max_identifier_length",
-    "max_index_keys",
-    "server_encoding",
-    "server_version",
-    "server_version_num",
+/// Settings PostgreSQL fixes when it is built or started, and how it says
+/// so: `SET` refuses them (55P02) as PostgreSQL does, where it used to be
+/// ignored.
+const FIXED: &[(&str, &str)] = &[
+    ("lc_collate", ""),
+    ("lc_ctype", ""),
+    ("max_connections", " without restarting the server"),
+    ("max_identifier_length", ""),
+    ("max_index_keys", ""),
+    ("server_encoding", ""),
+    ("server_version", ""),
+    ("server_version_num", ""),
 ];
 
-/// The fixed setting `stmt` sets, if it is a `SET` of one.
-fn sets_fixed(stmt: &Statement) -> Option<&'static str> {
+/// Why a `SET` of a fixed setting is refused, if `stmt` is one.
+fn sets_fixed(stmt: &Statement) -> Option<String> {
     use datafusion::sql::sqlparser::ast::Set;
     let Statement::Set(Set::SingleAssignment { variable, .. }) = stmt else {
         return None;
@@ -177,29 +179,53 @@ fn sets_fixed(stmt: &Statement) -> Option<&'static str> {
     let name = variable.to_string();
     FIXED
         .iter()
-        .find(|f| f.eq_ignore_ascii_case(&name))
-        .copied()
+        .find(|(f, _)| f.eq_ignore_ascii_case(&name))
+        .map(|(f, when)| format!("parameter \"{f}\" cannot be changed{when}"))
 }
 
-/// Every setting: name, server default, description (`pg_settings`).
-pub(super) fn all() -> Vec<super::pg_catalog::Setting> {
-    SETTINGS
-        .iter()
-        .map(|(n, v, d)| (n.to_string(), v.to_string(), d.to_string()))
-        .collect()
-}
+/// The settings a server shows: [`SETTINGS`] and those its flags give
+/// (`max_connections` is `--pg-max-connections`), by name.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Settings(Vec<super::pg_catalog::Setting>);
 
-/// The setting `name` names (case-insensitively), if Kiln knows it.
-fn setting(name: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {
-    SETTINGS.iter().find(|(n, ..)| n.eq_ignore_ascii_case(name))
+impl Settings {
+    /// The settings of a server of at most `max_connections` PostgreSQL
+    /// connections.
+    pub fn new(max_connections: u32) -> Self {
+        let mut all: Vec<_> = SETTINGS
+            .iter()
+            .map(|(n, v, d)| (n.to_string(), v.to_string(), d.to_string()))
+            .collect();
+        all.push((
+            "max_connections".into(),
+            max_connections.to_string(),
+            "Sets the maximum number of concurrent connections.".into(),
+        ));
+        all.sort_by_key(|(n, ..)| n.to_ascii_lowercase());
+        Self(all)
+    }
+
+    /// Every setting: name, server value, description (`pg_settings`).
+    pub(super) fn all(&self) -> Vec<super::pg_catalog::Setting> {
+        self.0.clone()
+    }
+
+    /// The setting `name` names (case-insensitively), if Kiln knows it.
+    fn get(&self, name: &str) -> Option<&super::pg_catalog::Setting> {
+        self.0.iter().find(|(n, ..)| n.eq_ignore_ascii_case(name))
+    }
 }
 
 fn unknown(name: &str) -> String {
     format!("unrecognized configuration parameter \"{name}\"")
 }
 
-/// `name`'s value in `client`'s session: what it `SET`, else the default.
+/// `name`'s value in `client`'s session: what it `SET`, else the default
+/// (always the server's for a fixed setting).
 fn session_value(client: &dyn ClientInfo, name: &str, default: &str) -> String {
+    if FIXED.iter().any(|(f, _)| f.eq_ignore_ascii_case(name)) {
+        return default.to_string();
+    }
     let metadata = client.metadata();
     match name {
         "statement_timeout" => metadata
@@ -212,12 +238,12 @@ fn session_value(client: &dyn ClientInfo, name: &str, default: &str) -> String {
     }
 }
 
-/// `version()`, `current_setting(name [, missing_ok])`,
+/// `version()`, `current_setting(name [, missing_ok])` (of `settings`),
 /// `pg_is_in_recovery()` and Kiln's `session_user`, registered over
 /// DataFusion's `version()` and pg_catalog's `session_user`.
-pub fn register_functions(ctx: &SessionContext) {
+pub fn register_functions(ctx: &SessionContext, settings: Arc<Settings>) {
     ctx.register_udf(ScalarUDF::from(Constant::version()));
-    ctx.register_udf(ScalarUDF::from(CurrentSetting::new()));
+    ctx.register_udf(ScalarUDF::from(CurrentSetting::new(settings)));
     ctx.register_udf(ScalarUDF::from(ToRegtype::new()));
     ctx.register_udf(ScalarUDF::from(Constant::no_serial_sequence()));
     ctx.register_udf(ScalarUDF::from(Constant::not_in_recovery()));
@@ -399,11 +425,13 @@ impl ScalarUDFImpl for Constant {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct CurrentSetting {
     signature: Signature,
+    settings: Arc<Settings>,
 }
 
 impl CurrentSetting {
-    fn new() -> Self {
+    fn new(settings: Arc<Settings>) -> Self {
         Self {
+            settings,
             signature: Signature::one_of(
                 vec![
                     TypeSignature::Exact(vec![DataType::Utf8]),
@@ -435,8 +463,8 @@ impl ScalarUDFImpl for CurrentSetting {
         );
         let lookup = |name: Option<&str>| -> datafusion::error::Result<Option<String>> {
             let Some(name) = name else { return Ok(None) };
-            match setting(name) {
-                Some((_, value, _)) => Ok(Some(value.to_string())),
+            match self.settings.get(name) {
+                Some((_, value, _)) => Ok(Some(value.clone())),
                 None if missing_ok => Ok(None),
                 None => exec_err!("{}", unknown(name)),
             }
@@ -528,8 +556,7 @@ impl Answer for SetHook {
         _params: &[ScalarValue],
         client: &mut dyn HookClient,
     ) -> Option<PgWireResult<Response>> {
-        if let Some(fixed) = sets_fixed(stmt) {
-            let message = format!("parameter \"{fixed}\" cannot be changed");
+        if let Some(message) = sets_fixed(stmt) {
             return Some(Err(crate::error::ApiError::cant_change(message).to_pg()));
         }
         let (name, value) = Self::target(stmt)?;
@@ -562,10 +589,11 @@ impl Answer for SetHook {
     }
 }
 
-/// `SHOW name` and `SHOW ALL`, answered from [`SETTINGS`] and the session;
+/// `SHOW name` and `SHOW ALL`, answered from [`Settings`] and the session;
 /// `SHOW datafusion.name` or `SHOW kiln.name` from the session's `SET` or the server's value.
 pub(crate) struct ShowHook {
     pub engine: Arc<kiln_query::Engine>,
+    pub settings: Arc<Settings>,
 }
 
 impl ShowHook {
@@ -580,7 +608,7 @@ impl ShowHook {
         };
         let words: Vec<String> = variable.iter().map(|v| v.value.to_lowercase()).collect();
         let name = match words.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["all"] => return Some(Ok(show_all(client))),
+            ["all"] => return Some(Ok(show_all(client, &self.settings))),
             ["time", "zone"] => "timezone".to_string(),
             ["transaction", "isolation", "level"] => "transaction_isolation".to_string(),
             ["datafusion" | "kiln", ..] => words.join("."),
@@ -597,11 +625,11 @@ impl ShowHook {
                 None => Err(unknown(&name)),
             });
         }
-        let Some((canonical, default, _)) = setting(&name) else {
+        let Some((canonical, default, _)) = self.settings.get(&name) else {
             return Some(Err(unknown(&name)));
         };
         let value = session_value(client, canonical, default);
-        Some(Ok(batch(&[(canonical, vec![value])])))
+        Some(Ok(batch(&[(canonical.as_str(), vec![value])])))
     }
 
     async fn answer(
@@ -629,13 +657,14 @@ impl ShowHook {
 }
 
 /// Every setting with its session value, as PostgreSQL's `SHOW ALL`.
-fn show_all(client: &dyn ClientInfo) -> RecordBatch {
-    let names = SETTINGS.iter().map(|(n, ..)| n.to_string()).collect();
-    let values = SETTINGS
+fn show_all(client: &dyn ClientInfo, settings: &Settings) -> RecordBatch {
+    let names = settings.0.iter().map(|(n, ..)| n.clone()).collect();
+    let values = settings
+        .0
         .iter()
         .map(|(n, d, _)| session_value(client, n, d))
         .collect();
-    let descriptions = SETTINGS.iter().map(|(.., d)| d.to_string()).collect();
+    let descriptions = settings.0.iter().map(|(.., d)| d.clone()).collect();
     batch(&[
         ("name", names),
         ("setting", values),

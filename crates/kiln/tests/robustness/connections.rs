@@ -81,6 +81,18 @@ fn connections_past_the_limit_are_refused_at_startup() {
         assert!(Instant::now() < until, "the slot was not given back");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The limit is PostgreSQL's `max_connections`, fixed while it runs.
+    assert_eq!(s.psql("SHOW max_connections").trim(), "2");
+    let shown = "SELECT current_setting('max_connections'), setting \
+                 FROM pg_settings WHERE name = 'max_connections'";
+    assert_eq!(s.psql(shown).trim(), "2|2");
+    let out = s.psql_output(&["-c", "SET max_connections = 5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("parameter \"max_connections\" cannot be changed without restarting"),
+        "{err}"
+    );
 }
 
 /// Sends `GET /health` on `s`, keeping the connection open.

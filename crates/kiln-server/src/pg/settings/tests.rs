@@ -15,7 +15,7 @@ async fn one(ctx: &SessionContext, sql: &str) -> String {
 #[tokio::test]
 async fn version_is_postgresql_s_format_naming_kiln() {
     let ctx = SessionContext::new();
-    register_functions(&ctx);
+    register_functions(&ctx, Arc::new(Settings::new(100)));
     let v = one(&ctx, "SELECT version()").await;
     assert!(v.starts_with("PostgreSQL 16.6 (Kiln "), "{v}");
 }
@@ -23,12 +23,17 @@ async fn version_is_postgresql_s_format_naming_kiln() {
 #[tokio::test]
 async fn current_setting_knows_what_clients_read() {
     let ctx = SessionContext::new();
-    register_functions(&ctx);
+    register_functions(&ctx, Arc::new(Settings::new(100)));
     assert_eq!(
         one(&ctx, "SELECT current_setting('server_version_num')").await,
         "160006"
     );
     assert_eq!(one(&ctx, "SELECT current_setting('TIMEZONE')").await, "UTC");
+    // Given by the server's flags.
+    assert_eq!(
+        one(&ctx, "SELECT current_setting('max_connections')").await,
+        "100"
+    );
     let e = ctx
         .sql("SELECT current_setting('no_such')")
         .await
@@ -54,7 +59,7 @@ async fn current_setting_knows_what_clients_read() {
 #[tokio::test]
 async fn to_regtype_finds_built_in_types_only() {
     let ctx = SessionContext::new();
-    register_functions(&ctx);
+    register_functions(&ctx, Arc::new(Settings::new(100)));
     let batches = ctx
         .sql("SELECT to_regtype('int8'), to_regtype('timestamp without time zone'), to_regtype('hstore')")
         .await
@@ -78,7 +83,7 @@ async fn to_regtype_finds_built_in_types_only() {
 #[tokio::test]
 async fn no_column_has_a_serial_sequence() {
     let ctx = SessionContext::new();
-    register_functions(&ctx);
+    register_functions(&ctx, Arc::new(Settings::new(100)));
     let batches = ctx
         .sql("SELECT pg_get_serial_sequence('t', 'id')")
         .await

@@ -26,7 +26,7 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_postgres::pgwire::api::ClientInfo;
-use kiln_query::QueryRegistry;
+use kiln_query::{QueryInfo, QueryRegistry};
 
 /// The open connections, by backend pid.
 #[derive(Debug, Default)]
@@ -152,14 +152,18 @@ impl Activity {
     /// query it ran last, as PostgreSQL does.
     fn rows(&self) -> Vec<Row> {
         let open = self.sessions.open.lock().clone();
-        let queries = self.queries.snapshot();
+        // Each session's latest query, in one pass over the registry.
+        let mut latest: BTreeMap<i32, Arc<QueryInfo>> = BTreeMap::new();
+        for q in self.queries.snapshot() {
+            let Some(pid) = q.session else { continue };
+            let newer = |held: &Arc<QueryInfo>| (q.started_ns, q.id) > (held.started_ns, held.id);
+            if latest.get(&pid).is_none_or(newer) {
+                latest.insert(pid, q);
+            }
+        }
         open.into_iter()
             .map(|(pid, on)| {
-                let latest = queries
-                    .iter()
-                    .filter(|q| q.session == Some(pid))
-                    .max_by_key(|q| (q.started_ns, q.id));
-                let Some(q) = latest else {
+                let Some(q) = latest.remove(&pid) else {
                     return Row {
                         pid,
                         state: "idle",

@@ -48,6 +48,9 @@ pub struct ServerConfig {
     /// PostgreSQL connections open at once; one more is refused at
     /// startup with FATAL 53300 (PostgreSQL's `max_connections`). Each
     /// holds a session and may hold a COPY's data (`--max-body-bytes`).
+    /// Sockets open at once, started or still in startup, are bounded at
+    /// twice this (as PostgreSQL's live children); one more is sent the
+    /// same FATAL 53300 as it is accepted.
     #[arg(long, env = "KILN_PG_MAX_CONNECTIONS", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub pg_max_connections: u32,

@@ -64,6 +64,7 @@ pub const AUTH_FAILURES: &str = "kiln_auth_failures_total";
 pub const PERMISSION_DENIED: &str = "kiln_permission_denied_total";
 pub const TLS_HANDSHAKES: &str = "kiln_tls_handshakes_total";
 pub const TLS_PLAINTEXT_REFUSED: &str = "kiln_tls_plaintext_refused_total";
+pub const PG_REFUSED: &str = "kiln_pg_connections_refused_total";
 pub const TLS_CERT_RELOADS: &str = "kiln_tls_cert_reloads_total";
 pub const STORE_REQUESTS: &str = "kiln_object_store_requests_total";
 pub const STORE_ERRORS: &str = "kiln_object_store_errors_total";
@@ -113,7 +114,14 @@ struct Resolved {
     tls_refused: [IntCounter; 2],
     /// Certificate reloads per outcome ([`TLS_OUTCOMES`]).
     tls_reloads: [IntCounter; 2],
+    /// PostgreSQL connections refused with 53300, per [`PG_REFUSED_AT`].
+    pg_refused: [IntCounter; 2],
 }
+
+/// Where a PostgreSQL connection past the limits is refused: at its startup
+/// message (`--pg-max-connections`), or as it is accepted (sockets open,
+/// started or starting, at twice that).
+pub const PG_REFUSED_AT: [&str; 2] = ["startup", "accept"];
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -238,7 +246,13 @@ impl Metrics {
             "TLS certificate reloads on SIGHUP, by outcome (ok, failed: old certificate kept).",
             &["outcome"],
         );
+        let pg_refused = counter_vec(
+            PG_REFUSED,
+            "PostgreSQL connections refused with 53300, by where (startup: past --pg-max-connections; accept: past twice that many sockets open).",
+            &["at"],
+        );
         let resolved = Resolved {
+            pg_refused: PG_REFUSED_AT.map(|a| pg_refused.with_label_values(&[a])),
             connections: [HTTP, PG].map(|p| connections.with_label_values(&[p])),
             tls_handshakes: [HTTP, PG]
                 .map(|p| TLS_OUTCOMES.map(|o| handshakes.with_label_values(&[p, o]))),
@@ -344,6 +358,12 @@ impl Metrics {
     /// Records a plaintext connection refused by `--tls-required`.
     pub fn tls_plaintext_refused(&self, protocol: &str) {
         self.resolved.tls_refused[usize::from(protocol == PG)].inc();
+    }
+
+    /// Records a PostgreSQL connection refused with 53300, at its startup
+    /// message or as it was accepted.
+    pub fn pg_refused(&self, at_accept: bool) {
+        self.resolved.pg_refused[usize::from(at_accept)].inc();
     }
 
     /// Records one certificate reload.

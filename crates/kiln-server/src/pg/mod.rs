@@ -24,7 +24,6 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use datafusion::common::{DFSchema, ParamValues};
@@ -67,16 +66,14 @@ use kiln_query::{Begin, Engine, Origin, Query, QueryRegistry, Streamed};
 use kiln_storage::budget::MemoryBudget;
 use parse::KilnParser;
 use sql_parser::SqlParser;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use crate::error::{ApiError, pg_error};
-use crate::metrics::{Metrics, PG};
+use crate::metrics::Metrics;
 use account::{run_own, session_user, user};
 use hook::Hook;
 use startup::Startup;
 
+mod accept;
 mod account;
 mod activity;
 mod catalog;
@@ -98,6 +95,7 @@ mod transaction;
 /// A prepared statement as `DfSessionService` keeps it (SQL text and plan).
 type PgStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
+pub use accept::accept_loop;
 pub use activity::Sessions;
 
 /// Makes the shared session look like PostgreSQL to clients (pg_catalog
@@ -710,6 +708,7 @@ impl Handlers {
                 slots: Arc::new(tokio::sync::Semaphore::new(max_connections)),
                 max_connections,
                 sessions,
+                metrics: metrics.clone(),
             }),
             cancel: Arc::new(KilnCancel {
                 connections,
@@ -752,45 +751,6 @@ impl PgWireServerHandlers for Handlers {
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
         self.copy.clone()
     }
-}
-
-/// Accepts connections until `shutdown` turns true; returns the connections
-/// still running so the caller can give them a grace period.
-pub async fn accept_loop(
-    listener: TcpListener,
-    handlers: Arc<Handlers>,
-    mut shutdown: watch::Receiver<bool>,
-) -> JoinSet<()> {
-    let mut conns = JoinSet::new();
-    while !*shutdown.borrow_and_update() {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((socket, addr)) => {
-                    let handlers = handlers.clone();
-                    let open = handlers.metrics.connection(PG);
-                    conns.spawn(async move {
-                        let _open = open;
-                        if let Err(e) =
-                            conn::serve(socket, handlers).await
-                        {
-                            tracing::debug!(%addr, "pg connection: {e}");
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!("pg accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    break;
-                }
-            }
-        }
-        while conns.try_join_next().is_some() {}
-    }
-    conns
 }
 
 #[cfg(test)]

@@ -49,11 +49,21 @@ pub struct Startup {
     pub(super) max_connections: usize,
     /// The open connections, for `pg_stat_activity`.
     pub(super) sessions: Arc<super::Sessions>,
+    pub(super) metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A connection's slot, held in its session until it closes.
 struct Slot {
     _permit: OwnedSemaphorePermit,
+}
+
+/// FATAL 53300, as PostgreSQL refuses a connection past `max_connections`.
+pub(super) fn too_many(max_connections: usize) -> ErrorInfo {
+    ErrorInfo::new(
+        "FATAL".into(),
+        "53300".into(),
+        format!("sorry, too many clients already (--pg-max-connections is {max_connections})"),
+    )
 }
 
 /// A connection's SCRAM exchange after the server's first message.
@@ -85,14 +95,8 @@ impl StartupHandler for Startup {
         match message {
             PgWireFrontendMessage::Startup(ref startup) => {
                 let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
-                    PgWireError::UserError(Box::new(ErrorInfo::new(
-                        "FATAL".into(),
-                        "53300".into(),
-                        format!(
-                            "sorry, too many clients already (--pg-max-connections is {})",
-                            self.max_connections
-                        ),
-                    )))
+                    self.metrics.pg_refused(false);
+                    PgWireError::UserError(Box::new(too_many(self.max_connections)))
                 })?;
                 client.session_extensions().insert(Slot { _permit: slot });
                 protocol_negotiation(client, startup).await?;

@@ -1,6 +1,8 @@
 //! Connections open at once are bounded on both doors. PostgreSQL
 //! (`--pg-max-connections`): one more is refused at startup with
-//! PostgreSQL's FATAL 53300, and a slot given back is taken again. HTTP
+//! PostgreSQL's FATAL 53300, and a slot given back is taken again; sockets
+//! that never start are bounded at twice the limit, one more refused with
+//! the same FATAL 53300 as it is accepted. HTTP
 //! (`--http-max-connections`): one more waits unaccepted until an open one
 //! closes, and an idle one is closed after `--http-idle-timeout`.
 
@@ -65,6 +67,10 @@ fn connections_past_the_limit_are_refused_at_startup() {
         )
     );
     assert!(String::from_utf8_lossy(body).contains("FATAL"));
+    assert_eq!(
+        s.metric("kiln_pg_connections_refused_total{at=\"startup\"}"),
+        1.0
+    );
     // HTTP is a door of its own.
     assert_eq!(s.rows("SELECT 1")[0][0], 1);
     // Once one leaves, its slot is taken again.
@@ -93,6 +99,67 @@ fn connections_past_the_limit_are_refused_at_startup() {
             && err.contains("parameter \"max_connections\" cannot be changed without restarting"),
         "{err}"
     );
+}
+
+/// The next message on `s`, read within 10 s: (type, body).
+fn next_message(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head)
+        .expect("no message from the server within 10 s");
+    let len = i32::from_be_bytes(head[1..].try_into().unwrap()) as usize;
+    let mut body = vec![0; len - 4];
+    s.read_exact(&mut body).unwrap();
+    (head[0], body)
+}
+
+#[test]
+fn sockets_that_never_start_are_bounded_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), &["--pg-max-connections", "2"]);
+    let open = "kiln_open_connections{protocol=\"pg\"}";
+    // Twice the limit may be open while they start: these send nothing.
+    let silent: Vec<_> = (0..4)
+        .map(|_| TcpStream::connect(("127.0.0.1", s.pg_port)).unwrap())
+        .collect();
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.metric(open) < 4.0 {
+        assert!(
+            Instant::now() < until,
+            "the silent sockets were not accepted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // One more is refused as it is accepted, before it sends a byte.
+    let mut extra = TcpStream::connect(("127.0.0.1", s.pg_port)).unwrap();
+    let (kind, body) = next_message(&mut extra);
+    assert_eq!(kind, b'E');
+    assert_eq!(
+        error_fields(&body),
+        (
+            "53300".to_string(),
+            "sorry, too many clients already (--pg-max-connections is 2)".to_string()
+        )
+    );
+    assert_eq!(
+        s.metric("kiln_pg_connections_refused_total{at=\"accept\"}"),
+        1.0
+    );
+    assert_eq!(s.metric(open), 4.0, "the refused socket was served");
+    // Their sockets given back, a client connects again.
+    drop(silent);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = s.psql_output(&["-c", "SELECT 41 + 1"]);
+        if out.status.success() {
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("too many clients"), "{err}");
+        assert!(Instant::now() < until, "the sockets were not given back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Sends `GET /health` on `s`, keeping the connection open.

@@ -198,24 +198,28 @@ fn pg_stat_activity_lists_each_connection_and_what_it_runs() {
     use std::process::Stdio;
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &[]);
-    // A session that ran one statement and waits for more.
+    // A session that named itself, opened a transaction block, ran one
+    // statement in it and waits for more.
     let mut watcher = s
         .psql_command()
-        .env("PGAPPNAME", "watcher")
+        .env("PGAPPNAME", "starting")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut input = watcher.stdin.take().unwrap();
-    input.write_all(b"SELECT 7 + 1;\n").unwrap();
+    input
+        .write_all(b"SET application_name = 'watcher';\nBEGIN;\nSELECT 7 + 1;\n")
+        .unwrap();
     input.flush().unwrap();
     let listed = "SELECT application_name, state, query, usename, datname, client_addr, \
-                  backend_type, backend_start <= now(), query_start <= now(), pid > 0 \
+                  backend_type, backend_start <= now(), query_start <= now(), pid > 0, \
+                  xact_start BETWEEN backend_start AND now() \
                   FROM pg_stat_activity ORDER BY application_name";
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let rows = loop {
         let rows = s.psql(listed);
-        if rows.contains("watcher|idle|SELECT 7 + 1") {
+        if rows.contains("watcher|idle in transaction|SELECT 7 + 1") {
             break rows;
         }
         assert!(std::time::Instant::now() < until, "{rows}");
@@ -225,10 +229,31 @@ fn pg_stat_activity_lists_each_connection_and_what_it_runs() {
     assert_eq!(
         rows,
         [
-            format!("psql|active|{listed}|postgres|kiln|127.0.0.1|client backend|t|t|t").as_str(),
-            "watcher|idle|SELECT 7 + 1;|postgres|kiln|127.0.0.1|client backend|t|t|t",
+            format!("psql|active|{listed}|postgres|kiln|127.0.0.1|client backend|t|t|t|t").as_str(),
+            "watcher|idle in transaction|SELECT 7 + 1;|postgres|kiln|127.0.0.1|client backend|t|t|t|t",
         ]
     );
+    // What pgAdmin's dashboard asks of each session: whom it waits for (no
+    // one: Kiln takes no locks a query waits on) and for how long it has run.
+    let admin = "SELECT array_to_string(pg_catalog.pg_blocking_pids(pid), ', '), \
+                 cardinality(pg_blocking_pids(pid)), \
+                 age(now(), backend_start) BETWEEN INTERVAL '0' AND INTERVAL '1 hour' \
+                 FROM pg_stat_activity WHERE application_name = 'watcher'";
+    assert_eq!(s.psql(admin).trim(), "|0|t");
+    // The block ended, the session is idle again, outside a transaction.
+    input.write_all(b"COMMIT;\n").unwrap();
+    input.flush().unwrap();
+    let ended = "SELECT state, xact_start IS NULL FROM pg_stat_activity \
+                 WHERE application_name = 'watcher'";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let row = s.psql(ended);
+        if row.trim() == "idle|t" {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{row}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     // Qualified, and over HTTP: the same table.
     let n = s.rows(
         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = 'watcher'",

@@ -30,7 +30,8 @@
 //!   `time_bucket`; `json_build_object`
 //!   (`pg_json.rs`); LIKE patterns with another escape than the backslash
 //!   (`pg_like.rs`); `quote_literal` (`pg_quote.rs`); `number * INTERVAL`
-//!   (`kiln_interval_mul`, `pg_interval.rs`); `format` (`pg_text_format.rs`);
+//!   (`kiln_interval_mul`, `pg_interval.rs`); `age` (`pg_age.rs`); `format`
+//!   (`pg_text_format.rs`);
 //!   `session_user`, which `current_user` becomes (`pg_session.rs`).
 //!
 //! Every aggregate keeps a mergeable state, so it works with DataFusion's
@@ -46,6 +47,7 @@ mod domain;
 mod funnel;
 mod guarded;
 mod operator;
+mod pg_age;
 mod pg_format;
 mod pg_interval;
 mod pg_json;
@@ -85,6 +87,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(udf(pg_like::LikeEscape::default()));
     ctx.register_udf(udf(pg_quote::QuoteLiteral::default()));
     ctx.register_udf(udf(pg_interval::IntervalMul::default()));
+    ctx.register_udf(udf(pg_age::Age::default()));
     ctx.register_udf(udf(pg_types::PgUdtName::default()));
     for udf in bitmap_scalar::udfs() {
         ctx.register_udf(udf);

@@ -8,12 +8,18 @@
 //! startup ends and removed when they close ([`Sessions`]); what a session
 //! runs comes from the query registry behind `system.queries`, so the
 //! answer is built when a query scans the table, never kept in a plan.
-//! Columns PostgreSQL has and Kiln has nothing for (transaction ids, wait
-//! events, the database's oid) are NULL.
+//! What changes between statements (the transaction block a session is in,
+//! its `application_name` after a `SET`) is published by the connection
+//! loop after each message ([`Registered::publish`]), so a session inside
+//! `BEGIN` shows `idle in transaction` with its `xact_start`. Columns
+//! PostgreSQL has and Kiln has nothing for (transaction ids, wait events,
+//! the database's oid) are NULL. `pg_blocking_pids(pid)` is always empty:
+//! no query waits on another's lock in Kiln.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::time::SystemTime;
 
 use arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray, TimestampMicrosecondArray};
@@ -26,6 +32,7 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_postgres::pgwire::api::ClientInfo;
+use datafusion_postgres::pgwire::messages::response::TransactionStatus;
 use kiln_query::{QueryInfo, QueryRegistry};
 
 /// The open connections, by backend pid.
@@ -42,13 +49,55 @@ struct Connected {
     addr: SocketAddr,
     /// Microseconds since the Unix epoch.
     start_us: i64,
+    live: Arc<Live>,
 }
+
+/// What a connection's statements change, as of its last message.
+#[derive(Debug, Default)]
+struct Live {
+    /// [`IDLE`], [`IN_TRANSACTION`] or [`FAILED_TRANSACTION`].
+    transaction: AtomicU8,
+    /// When its transaction block began, in microseconds since the Unix
+    /// epoch; 0 outside one.
+    xact_start_us: AtomicI64,
+    /// `application_name` as last `SET`, if it was.
+    application: parking_lot::Mutex<Option<String>>,
+}
+
+const IDLE: u8 = 0;
+const IN_TRANSACTION: u8 = 1;
+const FAILED_TRANSACTION: u8 = 2;
 
 /// A connection's place in [`Sessions`], given back when it closes (kept
 /// in the connection's session extensions).
 pub(super) struct Registered {
     sessions: Arc<Sessions>,
     pid: i32,
+    live: Arc<Live>,
+}
+
+impl Registered {
+    /// Publishes what `client`'s last message changed: its transaction
+    /// block (and when it began) and its `application_name`.
+    pub(super) fn publish<C: ClientInfo + ?Sized>(&self, client: &C) {
+        let now = match client.transaction_status() {
+            TransactionStatus::Idle => IDLE,
+            TransactionStatus::Transaction => IN_TRANSACTION,
+            TransactionStatus::Error => FAILED_TRANSACTION,
+        };
+        let before = self.live.transaction.swap(now, Ordering::Relaxed);
+        if now == IDLE {
+            self.live.xact_start_us.store(0, Ordering::Relaxed);
+        } else if before == IDLE {
+            let at = micros(SystemTime::now());
+            self.live.xact_start_us.store(at, Ordering::Relaxed);
+        }
+        let set = client.metadata().get("application_name");
+        let mut held = self.live.application.lock();
+        if held.as_ref() != set {
+            *held = set.cloned();
+        }
+    }
 }
 
 impl Drop for Registered {
@@ -71,17 +120,22 @@ impl Sessions {
         at: SystemTime,
     ) -> Registered {
         let said = |key: &str| client.metadata().get(key).cloned().unwrap_or_default();
+        let live = Arc::new(Live::default());
         let connected = Connected {
             user: said("user"),
             application: said("application_name"),
             addr: client.socket_addr(),
             start_us: micros(at),
+            live: live.clone(),
         };
-        self.open.lock().insert(pid, connected);
-        Registered {
+        let registered = Registered {
             sessions: self.clone(),
             pid,
-        }
+            live,
+        };
+        registered.publish(client);
+        self.open.lock().insert(pid, connected);
+        registered
     }
 }
 
@@ -139,17 +193,21 @@ impl Column {
 struct Row {
     pid: i32,
     on: Connected,
-    /// `active` or `idle`.
+    /// `active`, `idle`, `idle in transaction` or `idle in transaction
+    /// (aborted)`.
     state: &'static str,
     query: String,
     query_start: Option<i64>,
     state_change: i64,
+    xact_start: Option<i64>,
+    application: String,
 }
 
 impl Activity {
     /// A row per open connection, its state from the latest query it
-    /// started: running (or queued) is `active`, else `idle` showing the
-    /// query it ran last, as PostgreSQL does.
+    /// started: running (or queued) is `active`, else `idle` (or `idle in
+    /// transaction` inside a transaction block) showing the query it ran
+    /// last, as PostgreSQL does.
     fn rows(&self) -> Vec<Row> {
         let open = self.sessions.open.lock().clone();
         // Each session's latest query, in one pass over the registry.
@@ -163,21 +221,43 @@ impl Activity {
         }
         open.into_iter()
             .map(|(pid, on)| {
+                let idle = match on.live.transaction.load(Ordering::Relaxed) {
+                    IDLE => "idle",
+                    IN_TRANSACTION => "idle in transaction",
+                    _ => "idle in transaction (aborted)",
+                };
+                let xact_start = match on.live.xact_start_us.load(Ordering::Relaxed) {
+                    0 => None,
+                    at => Some(at),
+                };
+                let application = on
+                    .live
+                    .application
+                    .lock()
+                    .clone()
+                    .unwrap_or_else(|| on.application.clone());
                 let Some(q) = latest.remove(&pid) else {
                     return Row {
                         pid,
-                        state: "idle",
+                        state: idle,
                         query: String::new(),
                         query_start: None,
                         state_change: on.start_us,
+                        xact_start,
+                        application,
                         on,
                     };
                 };
                 let started = q.started_ns / 1000;
                 let (state, state_change) = if q.status().is_finished() {
-                    ("idle", started + q.elapsed().as_micros() as i64)
+                    (idle, started + q.elapsed().as_micros() as i64)
                 } else {
                     ("active", started)
+                };
+                // A statement outside a block is a transaction of its own.
+                let xact_start = match state {
+                    "active" => xact_start.or(Some(started)),
+                    _ => xact_start,
                 };
                 Row {
                     pid,
@@ -186,6 +266,8 @@ impl Activity {
                     query: q.text.clone(),
                     query_start: Some(started),
                     state_change,
+                    xact_start,
+                    application,
                 }
             })
             .collect()
@@ -215,11 +297,12 @@ impl Activity {
                 "datname" => text(&|_| Some(kiln_query::CATALOG.to_string())),
                 "pid" => int(&|r| Some(r.pid)),
                 "usename" => text(&|r| Some(r.on.user.clone())),
-                "application_name" => text(&|r| Some(r.on.application.clone())),
+                "application_name" => text(&|r| Some(r.application.clone())),
                 "client_addr" => text(&|r| Some(r.on.addr.ip().to_string())),
                 "client_port" => int(&|r| Some(i32::from(r.on.addr.port()))),
                 "backend_start" => time(&|r| Some(r.on.start_us)),
                 "query_start" => time(&|r| r.query_start),
+                "xact_start" => time(&|r| r.xact_start),
                 "state_change" => time(&|r| Some(r.state_change)),
                 "state" => text(&|r| Some(r.state.to_string())),
                 "query" => text(&|r| Some(r.query.clone())),
@@ -259,4 +342,37 @@ impl TableProvider for Activity {
             projection.cloned(),
         )?)
     }
+}
+
+/// `pg_blocking_pids(pid)`: the sessions `pid` waits for a lock of; always
+/// none, as no query in Kiln waits on another's lock (pgAdmin's dashboard
+/// and lock-monitoring queries call it for every session).
+pub(super) fn blocking_pids() -> datafusion::logical_expr::ScalarUDF {
+    use arrow::array::{Array, ListArray};
+    use arrow::buffer::OffsetBuffer;
+    use datafusion::logical_expr::{ColumnarValue, Signature, SimpleScalarUDF, Volatility};
+    let item = Arc::new(Field::new_list_field(DataType::Int32, true));
+    let list = DataType::List(item.clone());
+    let signature = Signature::uniform(
+        1,
+        vec![DataType::Int32, DataType::Int64],
+        Volatility::Volatile,
+    );
+    let fun = Arc::new(move |args: &[ColumnarValue]| {
+        let pids = ColumnarValue::values_to_arrays(args)?;
+        let pids = &pids[0];
+        let empty = ListArray::try_new(
+            item.clone(),
+            OffsetBuffer::new_zeroed(pids.len()),
+            Arc::new(Int32Array::from(Vec::<i32>::new())),
+            pids.logical_nulls(),
+        )?;
+        Ok(ColumnarValue::Array(Arc::new(empty) as ArrayRef))
+    });
+    datafusion::logical_expr::ScalarUDF::from(SimpleScalarUDF::new_with_signature(
+        "pg_blocking_pids",
+        signature,
+        list,
+        fun,
+    ))
 }

@@ -38,6 +38,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Duration, sleep};
 use tokio_util::codec::{Framed, FramedParts};
 
+use super::activity::Registered;
 use super::{Handlers, PgStatement};
 use crate::error::ApiError;
 use crate::metrics::PG;
@@ -171,6 +172,9 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
             if starting {
                 break;
             }
+        }
+        if let Some(listed) = socket.session_extensions().get::<Registered>() {
+            listed.publish(&socket);
         }
     }
     socket.close().await

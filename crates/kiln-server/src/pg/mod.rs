@@ -129,6 +129,7 @@ pub fn setup_catalog(
     engine.session().add_analyzer_rule(Arc::new(regproc));
     settings::register_functions(engine.session(), settings);
     sizes::register(engine.session(), engine.db().clone());
+    engine.session().register_udf(activity::blocking_pids());
     engine
         .session()
         .register_udf(datafusion::logical_expr::ScalarUDF::from(

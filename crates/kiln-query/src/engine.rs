@@ -738,6 +738,7 @@ mod access;
 mod bounds;
 mod names;
 mod own;
+mod parse;
 mod shapes;
 
 pub use names::Names;

@@ -247,6 +247,16 @@ impl ProtocolHooks {
 /// keeps the session's `statement_timeout`, in milliseconds.
 const STATEMENT_TIMEOUT_MS: &str = "statement_timeout_ms";
 
+/// `client`'s `statement_timeout`, if one is set.
+fn statement_timeout<C: ClientInfo + ?Sized>(client: &C) -> Option<std::time::Duration> {
+    client
+        .metadata()
+        .get(STATEMENT_TIMEOUT_MS)
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(std::time::Duration::from_millis)
+}
+
 /// Registers `text` as a query of `client`'s connection at the engine's
 /// door, under the session's `statement_timeout`, in the light lane when
 /// `light`, in the connection's open transaction if there is one.
@@ -256,12 +266,7 @@ async fn begin<C: ClientInfo + Send + Sync + ?Sized>(
     client: &C,
     light: bool,
 ) -> PgWireResult<Query> {
-    let timeout = client
-        .metadata()
-        .get(STATEMENT_TIMEOUT_MS)
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .filter(|&ms| ms > 0)
-        .map(std::time::Duration::from_millis);
+    let timeout = statement_timeout(client);
     let pid = client.pid_and_secret_key().0;
     engine
         .begin_with(

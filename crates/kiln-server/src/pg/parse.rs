@@ -1,7 +1,9 @@
 //! Parse of the extended protocol: datafusion-postgres's, after Kiln's
 //! size check, its own statements and its PostgreSQL rewrites, with
 //! errors typed as the engine types them. An `EXPLAIN` with options is
-//! planned here, as the simple protocol plans it.
+//! planned here, as the simple protocol plans it, and so is a long query:
+//! on the execution runtime, under the session's `statement_timeout`
+//! ([`Engine::plan_apart`]).
 
 use std::sync::Arc;
 
@@ -20,7 +22,7 @@ use kiln_query::shape::labels::labels;
 use kiln_query::{Engine, Origin};
 
 use super::sql_parser::SqlParser;
-use super::{PgStatement, execute, pg_error, to_pg};
+use super::{PgStatement, execute, pg_error, statement_timeout, to_pg};
 
 /// datafusion-postgres's Parse (PostgreSQL syntax rewritten, the statement
 /// planned once), its errors typed as the engine types them, so Parse
@@ -85,6 +87,16 @@ impl KilnParser {
                     format: Some(_), ..
                 },
             ] => stmts.pop(),
+            _ => None,
+        }
+    }
+
+    /// The one statement of `text` if it is a query (`SELECT`, `WITH`,
+    /// `VALUES`, set operations), which no hook of the protocol's takes.
+    fn query(&self, text: &str) -> Option<Statement> {
+        let mut stmts = self.sql.parse(text).ok()?;
+        match stmts.as_slice() {
+            [Statement::Query(_)] => stmts.pop(),
             _ => None,
         }
     }
@@ -171,6 +183,21 @@ impl QueryParser for KilnParser {
         let text = rewritten.as_deref().unwrap_or(sql);
         if let Some(stmt) = self.explain_with_options(text) {
             return kiln_query::executor::beside(apart, self.explain(sql, pid, stmt)).await;
+        }
+        // A long query is planned on the execution runtime, stopped by the
+        // session's timeout (no hook of the protocol's takes a query).
+        if apart && let Some(stmt) = self.query(text) {
+            return match self
+                .engine
+                .plan_apart(stmt.clone(), statement_timeout(client))
+                .await
+            {
+                Ok(plan) => Ok(Some((stmt.to_string(), Some((stmt, plan))))),
+                Err(e) => {
+                    self.engine.record_failed(Origin::pg(pid), sql, &e);
+                    Err(to_pg(e))
+                }
+            };
         }
         let planned = self.inner.parse_sql(client, text, types);
         kiln_query::executor::beside(apart, planned)

@@ -9,9 +9,13 @@ use crate::common::{self, Server, pg_message, raw_pg_waiting};
 use crate::post_sql;
 
 /// The server's answer to `sql` over the extended protocol (Parse, Bind,
-/// Execute, Sync, then Terminate).
-fn extended(port: u16, sql: &str) -> Vec<u8> {
-    let mut frame = pg_message(b'P', format!("\0{sql}\0\0\0").as_bytes());
+/// Execute, Sync, then Terminate), after `set` over the simple one if given.
+fn extended(port: u16, set: Option<&str>, sql: &str) -> Vec<u8> {
+    let mut frame = match set {
+        Some(set) => pg_message(b'Q', format!("{set}\0").as_bytes()),
+        None => Vec::new(),
+    };
+    frame.extend(pg_message(b'P', format!("\0{sql}\0\0\0").as_bytes()));
     frame.extend(pg_message(b'B', b"\0\0\0\0\0\0\0\0"));
     frame.extend(pg_message(b'E', b"\0\0\0\0\0"));
     frame.extend(pg_message(b'S', b""));
@@ -66,6 +70,15 @@ fn a_long_statement_is_planned_apart_and_stopped_by_its_timeout() {
             .unwrap();
         assert_eq!(common::sqlstate_of(&out), "57014");
         assert!(started.elapsed() < planning / 2, "{:?}", started.elapsed());
+        // At Parse too, where no query is registered yet.
+        let started = Instant::now();
+        let answer = extended(s.pg_port, Some("SET statement_timeout = 300"), &sort);
+        assert!(
+            contains(&answer, b"C57014\0"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert!(started.elapsed() < planning / 2, "{:?}", started.elapsed());
     }
 
     // Two of them planning at once hold no thread that serves
@@ -88,7 +101,7 @@ fn a_long_statement_is_planned_apart_and_stopped_by_its_timeout() {
         .collect();
     let parsed = {
         let (port, sql) = (s.pg_port, sort.clone());
-        std::thread::spawn(move || contains(&extended(port, &sql), b"SELECT 0\0"))
+        std::thread::spawn(move || contains(&extended(port, None, &sql), b"SELECT 0\0"))
     };
     std::thread::sleep(planning / 10);
     let started = Instant::now();
@@ -125,7 +138,7 @@ fn lists_past_1664_entries_are_refused_with_54011_on_every_door() {
     );
     assert_eq!(common::psql_sqlstate(&s, &wide(2_000)), "54011");
     // Refused at Parse.
-    let answer = extended(s.pg_port, &wide(1_665));
+    let answer = extended(s.pg_port, None, &wide(1_665));
     assert!(
         contains(&answer, b"C54011\0"),
         "{}",

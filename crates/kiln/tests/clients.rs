@@ -274,7 +274,7 @@ fn pg_stat_activity_lists_each_connection_and_what_it_runs() {
 }
 
 #[test]
-fn admin_tools_read_the_database_size_and_start_time() {
+fn admin_tools_read_database_and_table_sizes_and_the_start_time() {
     let tmp = tempfile::tempdir().unwrap();
     let s = Server::start(&tmp.path().join("data"), &["--flush-bytes", "1KiB"]);
     let before = std::time::SystemTime::now();
@@ -306,6 +306,26 @@ fn admin_tools_read_the_database_size_and_start_time() {
         format!("{} kB", (bytes / 512 + 1) / 2)
     };
     assert_eq!(got.trim(), format!("{bytes}|{pretty}|{bytes}|977 kB"));
+    // A table's own segments, by the oid pg_class gives it (pgAdmin's and
+    // DBeaver's table lists, psql's `\dt+`) and by its name; an oid no
+    // table has is NULL, a table with no segments 0.
+    s.sql("CREATE TABLE empty (ts TIMESTAMP NOT NULL)");
+    let own = "(SELECT segment_bytes FROM system.tables WHERE table_name = c.relname)";
+    let got = s.psql(&format!(
+        "SELECT c.relname, pg_relation_size(c.oid) = {own}, pg_total_relation_size(c.oid), \
+         pg_table_size(c.oid) = pg_relation_size(c.oid, 'main') \
+         FROM pg_class c WHERE c.relname IN ('ev', 'empty') ORDER BY 1"
+    ));
+    let ev_bytes = s.rows("SELECT segment_bytes FROM system.tables WHERE table_name = 'ev'")[0][0]
+        .as_i64()
+        .unwrap();
+    assert!(ev_bytes > 0);
+    assert_eq!(got.trim(), format!("empty|t|0|t\nev|t|{ev_bytes}|t"));
+    let got = s.psql(
+        "SELECT pg_total_relation_size('ev'::regclass) = pg_relation_size('public.ev'), \
+         pg_relation_size('ev') > 0, pg_relation_size(2147483000) IS NULL",
+    );
+    assert_eq!(got.trim(), "t|t|t");
     let out = s.psql_output(&["-c", "SELECT pg_database_size('other')"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

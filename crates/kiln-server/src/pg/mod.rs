@@ -117,18 +117,20 @@ pub fn setup_catalog(
         sessions: sessions.clone(),
         queries: engine.queries().clone(),
     });
+    let oids = Arc::new(sizes::Oids::default());
     pg_catalog::wrap(
         engine.session(),
         kiln_query::CATALOG,
         settings.all(),
         activity,
+        oids.clone(),
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     let regproc = regproc::RegprocComparisons::new()
         .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     engine.session().add_analyzer_rule(Arc::new(regproc));
     settings::register_functions(engine.session(), settings);
-    sizes::register(engine.session(), engine.db().clone());
+    sizes::register(engine.session(), engine.db().clone(), oids);
     engine.session().register_udf(activity::blocking_pids());
     engine
         .session()

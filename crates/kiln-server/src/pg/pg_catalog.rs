@@ -15,7 +15,8 @@
 //! names) marked for [`super::regproc`], missing columns added as NULL.
 //! `pg_settings` lists [`super::settings`]' settings with their defaults;
 //! `pg_stat_activity` ([`super::activity`]), which the catalog lacks, is
-//! added.
+//! added. Reading `pg_class` also learns its tables' oids
+//! ([`super::sizes::Oids`]).
 //! Written so it could move into datafusion-postgres's catalog as is.
 
 use std::collections::BTreeMap;
@@ -27,14 +28,19 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field};
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
+use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{MemTable, SchemaProvider, TableProvider};
 use datafusion::common::metadata::FieldMetadata;
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::datasource::{ViewTable, provider_as_source};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{
     ColumnarValue, Expr, LogicalPlanBuilder, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
     Signature, Volatility, col, lit,
 };
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+use futures::TryStreamExt;
 
 /// Columns kept as text that PostgreSQL types `int2vector` or `int2[]`.
 const INT2_ARRAYS: &[(&str, &[&str])] = &[
@@ -74,6 +80,8 @@ pub(super) struct PgCatalog {
     settings: Vec<Setting>,
     /// `pg_stat_activity`, which the catalog lacks.
     activity: Arc<dyn TableProvider>,
+    /// Tables' oids, learnt whenever a query names `pg_class`.
+    oids: Arc<super::sizes::Oids>,
 }
 
 /// The table [`PgCatalog`] adds to the catalog's.
@@ -84,12 +92,29 @@ impl PgCatalog {
         inner: Arc<dyn SchemaProvider>,
         settings: Vec<Setting>,
         activity: Arc<dyn TableProvider>,
+        oids: Arc<super::sizes::Oids>,
     ) -> Self {
         Self {
             inner,
             settings,
             activity,
+            oids,
         }
+    }
+
+    /// `class` (the catalog's `pg_class`), its rows read through
+    /// [`LearnOids`].
+    fn learning(&self, class: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
+        let learn = LearnOids {
+            schema: class.schema(),
+            class,
+            namespace: self.inner.clone(),
+            oids: self.oids.clone(),
+        };
+        Ok(Arc::new(StreamingTable::try_new(
+            learn.schema.clone(),
+            vec![Arc::new(learn)],
+        )?))
     }
 
     /// `pg_settings` with the catalog's columns, one row per setting.
@@ -115,6 +140,53 @@ impl PgCatalog {
             .collect();
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
         Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+    }
+}
+
+/// `pg_class`'s rows, the oids they give tables learnt on the way
+/// ([`super::sizes::Oids`]), for the relation size functions. Read when
+/// the query runs, not when it is planned: reading `pg_class` names every
+/// table of the catalog, `pg_class` too, while it holds the catalog's oid
+/// lock, so a read started from within one would wait for it forever.
+#[derive(Debug)]
+struct LearnOids {
+    schema: arrow::datatypes::SchemaRef,
+    class: Arc<dyn TableProvider>,
+    /// The catalog's own schema, for `pg_namespace`.
+    namespace: Arc<dyn SchemaProvider>,
+    oids: Arc<super::sizes::Oids>,
+}
+
+impl PartitionStream for LearnOids {
+    fn schema(&self) -> &arrow::datatypes::SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let (class, namespace, oids) = (
+            self.class.clone(),
+            self.namespace.clone(),
+            self.oids.clone(),
+        );
+        let rows = async move {
+            let state = datafusion::prelude::SessionContext::new().state();
+            let read = |table: Arc<dyn TableProvider>| {
+                let state = &state;
+                async move {
+                    let plan = table.scan(state, None, &[], None).await?;
+                    datafusion::physical_plan::collect(plan, state.task_ctx()).await
+                }
+            };
+            let class = read(class).await?;
+            if let Some(namespace) = namespace.table("pg_namespace").await? {
+                oids.learn(&class, &read(namespace).await?)?;
+            }
+            Ok::<_, DataFusionError>(futures::stream::iter(class.into_iter().map(Ok)))
+        };
+        Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::stream::once(rows).try_flatten(),
+        ))
     }
 }
 
@@ -174,6 +246,10 @@ impl SchemaProvider for PgCatalog {
             return Ok(None);
         };
         let lower = name.to_ascii_lowercase();
+        let table = match lower.as_str() {
+            "pg_class" => self.learning(table)?,
+            _ => table,
+        };
         if lower == "pg_settings" {
             return self.settings_table(table.as_ref()).map(Some);
         }
@@ -255,6 +331,7 @@ pub(super) fn wrap(
     catalog: &str,
     settings: Vec<Setting>,
     activity: Arc<dyn TableProvider>,
+    oids: Arc<super::sizes::Oids>,
 ) -> Result<()> {
     let catalog = ctx
         .catalog(catalog)
@@ -264,7 +341,7 @@ pub(super) fn wrap(
         .ok_or_else(|| DataFusionError::Plan("no pg_catalog schema".into()))?;
     catalog.register_schema(
         "pg_catalog",
-        Arc::new(PgCatalog::new(inner, settings, activity)),
+        Arc::new(PgCatalog::new(inner, settings, activity, oids)),
     )?;
     Ok(())
 }

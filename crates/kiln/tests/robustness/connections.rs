@@ -47,6 +47,23 @@ fn error_fields(body: &[u8]) -> (String, String) {
     (field(b'C'), field(b'M'))
 }
 
+/// Waits until psql connects and runs a statement again, refused only
+/// with "too many clients" meanwhile; `why` if it does not within 20 s.
+fn connects_again(s: &Server, why: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = s.psql_output(&["-c", "SELECT 41 + 1"]);
+        if out.status.success() {
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("too many clients"), "{err}");
+        assert!(Instant::now() < until, "{why}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn connections_past_the_limit_are_refused_at_startup() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,18 +92,7 @@ fn connections_past_the_limit_are_refused_at_startup() {
     assert_eq!(s.rows("SELECT 1")[0][0], 1);
     // Once one leaves, its slot is taken again.
     drop(first);
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = s.psql_output(&["-c", "SELECT 41 + 1"]);
-        if out.status.success() {
-            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("too many clients"), "{err}");
-        assert!(Instant::now() < until, "the slot was not given back");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    connects_again(&s, "the slot was not given back");
     // The limit is PostgreSQL's `max_connections`, fixed while it runs.
     assert_eq!(s.psql("SHOW max_connections").trim(), "2");
     let shown = "SELECT current_setting('max_connections'), setting \
@@ -148,18 +154,7 @@ fn sockets_that_never_start_are_bounded_too() {
     assert_eq!(s.metric(open), 4.0, "the refused socket was served");
     // Their sockets given back, a client connects again.
     drop(silent);
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = s.psql_output(&["-c", "SELECT 41 + 1"]);
-        if out.status.success() {
-            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
-            break;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("too many clients"), "{err}");
-        assert!(Instant::now() < until, "the sockets were not given back");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    connects_again(&s, "the sockets were not given back");
 }
 
 /// Sends `GET /health` on `s`, keeping the connection open.

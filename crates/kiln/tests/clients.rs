@@ -326,6 +326,12 @@ fn admin_tools_read_database_and_table_sizes_and_the_start_time() {
          pg_relation_size('ev') > 0, pg_relation_size(2147483000) IS NULL",
     );
     assert_eq!(got.trim(), "t|t|t");
+    let out = s.psql_output(&["-c", "SELECT pg_relation_size('nosuch')"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("relation \"nosuch\" does not exist"),
+        "{err}"
+    );
     let out = s.psql_output(&["-c", "SELECT pg_database_size('other')"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -98,8 +98,7 @@ fn int_column(batch: &RecordBatch, name: &str) -> Result<Vec<Option<i64>>> {
     let column = batch
         .column_by_name(name)
         .ok_or_else(|| DataFusionError::Internal(format!("pg_catalog has no column {name}")))?;
-    let column = arrow::compute::cast(column, &DataType::Int64)?;
-    Ok(column.as_primitive::<Int64Type>().iter().collect())
+    int_values(column)
 }
 
 /// A text column of `batch`.
@@ -114,7 +113,7 @@ fn text_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<Vec<Option<&'a 
 /// One of [`RELATION_SIZES`]: the segment bytes of the table named by its
 /// oid or its name (`'t'`, `'s.t'`); 0 for what Kiln keeps no segments
 /// of (catalog tables, views), NULL for an oid no table has, as
-/// PostgreSQL answers a dropped one. A second argument (a fork) is taken,
+/// PostgreSQL answers a dropped one, an error for a name no table has. A second argument (a fork) is taken,
 /// as PostgreSQL's `pg_relation_size(rel, 'main')`.
 fn relation_size(name: &'static str, db: Db, oids: Arc<Oids>) -> ScalarUDF {
     let mut forms = Vec::new();
@@ -130,32 +129,35 @@ fn relation_size(name: &'static str, db: Db, oids: Arc<Oids>) -> ScalarUDF {
     let signature = Signature::one_of(forms, Volatility::Volatile);
     let fun = Arc::new(move |args: &[ColumnarValue]| {
         let arrays = ColumnarValue::values_to_arrays(args)?;
-        let bytes = |schema: &str, table: &str| -> i64 {
+        // None: no such table of Kiln's.
+        let bytes = |schema: &str, table: &str| -> Option<i64> {
             if schema != kiln_query::SCHEMA {
-                return 0;
+                return Some(0);
             }
-            db.table(table).map_or(0, |t| {
-                let segments = t.mem.manifest().segments.clone();
-                segments.iter().map(|s| s.meta.bytes as i64).sum()
-            })
+            let manifest = db.table(table)?.mem.manifest();
+            Some(manifest.segments.iter().map(|s| s.meta.bytes as i64).sum())
         };
         let sizes: Int64Array = if let Some(names) = arrays[0].as_string_opt::<i32>() {
-            names
-                .iter()
-                .map(|n| {
-                    n.map(|n| match n.split_once('.') {
-                        Some((schema, table)) => bytes(schema, table),
-                        None => bytes(kiln_query::SCHEMA, n),
-                    })
-                })
-                .collect()
+            let mut sizes = Vec::new();
+            for n in names.iter() {
+                let Some(n) = n else {
+                    sizes.push(None);
+                    continue;
+                };
+                let (schema, table) = n.split_once('.').unwrap_or((kiln_query::SCHEMA, n));
+                match bytes(schema, table) {
+                    Some(b) => sizes.push(Some(b)),
+                    None => return exec_err!("relation \"{n}\" does not exist"),
+                }
+            }
+            sizes.into_iter().collect()
         } else {
             let known = oids.tables.read();
             int_values(&arrays[0])?
                 .into_iter()
                 .map(|oid| {
                     let (schema, table) = known.get(&oid?)?;
-                    Some(bytes(schema, table))
+                    bytes(schema, table)
                 })
                 .collect()
         };

@@ -180,7 +180,7 @@ async fn serve_db(
         segments = prewarm,
         "segment cache: decoding the newest segments"
     );
-    let sessions = pg::setup_catalog(&engine, &config)?;
+    let pg_shared = pg::setup_catalog(&engine, &config)?;
     let auth_on = config
         .auth
         .apply(&engine, &[config.http_addr, config.pg_addr])?;
@@ -230,7 +230,7 @@ async fn serve_db(
         }
     };
     let handlers = Arc::new(
-        pg::Handlers::new(engine.clone(), metrics.clone(), &config, bodies, sessions)
+        pg::Handlers::new(engine.clone(), metrics.clone(), &config, bodies, pg_shared)
             .with_tls(tls.clone()),
     );
     let pg_task = tokio::spawn(pg::accept_loop(pg_listener, handlers, stop.clone()));

@@ -259,6 +259,19 @@ fn pg_stat_activity_lists_each_connection_and_what_it_runs() {
         "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = 'watcher'",
     );
     assert_eq!(n[0][0], 1);
+    // Over the extended protocol a session's state is published at Sync.
+    let extended = extended_begin(s.pg_port);
+    let state = "SELECT state FROM pg_stat_activity WHERE application_name = 'extended'";
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let row = s.psql(state);
+        if row.trim() == "idle in transaction" {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{row}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(extended);
     // A connection that closes leaves it.
     drop(input);
     watcher.wait().unwrap();
@@ -271,6 +284,35 @@ fn pg_stat_activity_lists_each_connection_and_what_it_runs() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// A connection named `extended` that ran `BEGIN` over the extended
+/// protocol (Parse, Bind, Execute, Sync) and was told it is in a
+/// transaction block; open until dropped.
+fn extended_begin(port: u16) -> std::net::TcpStream {
+    use common::pg_message;
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let params = b"user\0kiln\0database\0kiln\0application_name\0extended\0\0";
+    let mut frame = ((8 + params.len()) as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&196_608_i32.to_be_bytes());
+    frame.extend_from_slice(params);
+    frame.extend(pg_message(b'P', b"\0BEGIN\0\0\0"));
+    frame.extend(pg_message(b'B', b"\0\0\0\0\0\0\0\0"));
+    frame.extend(pg_message(b'E', b"\0\0\0\0\0"));
+    frame.extend(pg_message(b'S', b""));
+    c.write_all(&frame).unwrap();
+    // ReadyForQuery in a transaction block: 'Z', length 5, 'T'.
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(6).any(|w| w == b"Z\0\0\0\x05T") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "{answer:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    c
 }
 
 #[test]

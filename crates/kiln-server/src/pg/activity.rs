@@ -10,7 +10,8 @@
 //! answer is built when a query scans the table, never kept in a plan.
 //! What changes between statements (the transaction block a session is in,
 //! its `application_name` after a `SET`) is published by the connection
-//! loop after each message ([`Registered::publish`]), so a session inside
+//! loop after each message a ReadyForQuery answers (Query, Sync, the end
+//! of a COPY: [`Registered::publish`]), so a session inside
 //! `BEGIN` shows `idle in transaction` with its `xact_start`. Columns
 //! PostgreSQL has and Kiln has nothing for (transaction ids, wait events,
 //! the database's oid) are NULL. `pg_blocking_pids(pid)` is always empty:

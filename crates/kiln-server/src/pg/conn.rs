@@ -133,6 +133,15 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
             _ => msg.is_extended_query(),
         };
         let pid = socket.pid_and_secret_key().0;
+        // The messages a ReadyForQuery answers: where a session's state
+        // settles, and so where `pg_stat_activity` learns it.
+        let settles = matches!(
+            msg,
+            PgWireFrontendMessage::Query(_)
+                | PgWireFrontendMessage::Sync(_)
+                | PgWireFrontendMessage::CopyDone(_)
+                | PgWireFrontendMessage::CopyFail(_)
+        );
         let outcome = {
             // A panic in a handler (an upstream function given a value it
             // does not expect) fails this message, as an error does,
@@ -173,7 +182,7 @@ pub async fn serve(tcp: TcpStream, handlers: Arc<Handlers>) -> io::Result<()> {
                 break;
             }
         }
-        if let Some(listed) = socket.session_extensions().get::<Registered>() {
+        if settles && let Some(listed) = socket.session_extensions().get::<Registered>() {
             listed.publish(&socket);
         }
     }

@@ -96,15 +96,18 @@ mod transaction;
 type PgStatement = <DfSessionService as ExtendedQueryHandler>::Statement;
 
 pub use accept::accept_loop;
-pub use activity::Sessions;
+
+/// What the catalog and the connections share: the open sessions
+/// (`pg_stat_activity`) and the server's settings (`pg_settings`, `SHOW`).
+pub struct Shared {
+    sessions: Arc<activity::Sessions>,
+    settings: Arc<settings::Settings>,
+}
 
 /// Makes the shared session look like PostgreSQL to clients (pg_catalog
 /// tables and functions such as `current_database()`). The connections
 /// [`Handlers`] register are listed in `pg_stat_activity`.
-pub fn setup_catalog(
-    engine: &Engine,
-    config: &crate::ServerConfig,
-) -> Result<Arc<Sessions>, ApiError> {
+pub fn setup_catalog(engine: &Engine, config: &crate::ServerConfig) -> Result<Shared, ApiError> {
     let settings = Arc::new(settings::Settings::new(config.pg_max_connections));
     datafusion_postgres::datafusion_pg_catalog::setup_pg_catalog(
         engine.session(),
@@ -112,7 +115,7 @@ pub fn setup_catalog(
         datafusion_postgres::datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
     )
     .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
-    let sessions = Arc::new(Sessions::default());
+    let sessions = Arc::new(activity::Sessions::default());
     let activity = Arc::new(activity::Activity {
         sessions: sessions.clone(),
         queries: engine.queries().clone(),
@@ -129,7 +132,7 @@ pub fn setup_catalog(
     let regproc = regproc::RegprocComparisons::new()
         .map_err(|e| ApiError::internal(format!("setting up pg_catalog: {e}")))?;
     engine.session().add_analyzer_rule(Arc::new(regproc));
-    settings::register_functions(engine.session(), settings);
+    settings::register_functions(engine.session(), settings.clone());
     sizes::register(engine.session(), engine.db().clone(), oids);
     engine.session().register_udf(activity::blocking_pids());
     engine
@@ -137,7 +140,7 @@ pub fn setup_catalog(
         .register_udf(datafusion::logical_expr::ScalarUDF::from(
             catalog::ExpandArray::new(),
         ));
-    Ok(sessions)
+    Ok(Shared { sessions, settings })
 }
 
 /// The plan Parse gives a statement answered at Execute by a hook or by
@@ -658,14 +661,15 @@ pub struct Handlers {
 impl Handlers {
     /// Handlers under `config`'s limits; a COPY's data is reserved from
     /// `bodies` (`--body-memory-limit`, shared with HTTP bodies), and each
-    /// connection is listed in `sessions` while open.
+    /// connection is listed in `shared`'s sessions while open.
     pub fn new(
         engine: Arc<Engine>,
         metrics: Arc<Metrics>,
         config: &crate::ServerConfig,
         bodies: Arc<MemoryBudget>,
-        sessions: Arc<Sessions>,
+        shared: Shared,
     ) -> Self {
+        let Shared { sessions, settings } = shared;
         let copy_limit = config.max_body_bytes.as_usize();
         let max_connections = config.pg_max_connections as usize;
         let hooks: Vec<Arc<dyn QueryHook>> = vec![
@@ -682,7 +686,7 @@ impl Handlers {
             })),
             Arc::new(Hook(settings::ShowHook {
                 engine: engine.clone(),
-                settings: Arc::new(settings::Settings::new(config.pg_max_connections)),
+                settings,
             })),
             Arc::new(Hook(settings::SetHook {
                 engine: engine.clone(),

@@ -48,7 +48,7 @@ pub struct Startup {
     pub(super) slots: Arc<Semaphore>,
     pub(super) max_connections: usize,
     /// The open connections, for `pg_stat_activity`.
-    pub(super) sessions: Arc<super::Sessions>,
+    pub(super) sessions: Arc<super::activity::Sessions>,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
 }
 

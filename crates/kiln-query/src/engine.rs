@@ -33,7 +33,7 @@ use crate::config::QueryConfig;
 use crate::cube::{Cubes, PartBuilder};
 use crate::ddl::{self, Ddl};
 use crate::error::{Error, Result};
-use crate::executor::{Executor, beside, deferred};
+use crate::executor::{Executor, deferred};
 use crate::files::FileAccess;
 use crate::plan_cache::{PlanCache, cast_param};
 use crate::session::{build_session, query_state};
@@ -116,7 +116,7 @@ pub struct Engine {
     ctx: SessionContext,
     queries: Arc<QueryRegistry>,
     caches: Arc<Caches>,
-    plans: PlanCache,
+    plans: Arc<PlanCache>,
     max_expression_depth: usize,
     max_statement_bytes: usize,
     /// Which server files SQL may use (`--sql-file-access`).
@@ -169,7 +169,7 @@ impl Engine {
             auth,
             cubes,
             files,
-            plans: PlanCache::new(db.clone(), config.plan_cache_mode),
+            plans: Arc::new(PlanCache::new(db.clone(), config.plan_cache_mode)),
             db,
             ctx,
             queries,
@@ -502,10 +502,9 @@ impl Engine {
         self.guarded(query, async {
             self.authorize_plan(query, logical)?;
             patterns::check_bound(logical, &patterns::positional(params))?;
-            let planned = self
-                .plans
-                .execute(&self.ctx, query, sql, logical, types, params);
-            let stream = beside(plans_apart(query), planned).await?;
+            let stream = self
+                .run_kept_plan(query, sql, logical, types, params)
+                .await?;
             Ok(Streamed::Rows {
                 schema: stream.schema(),
                 stream,

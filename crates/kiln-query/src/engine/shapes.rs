@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, Query, Streamed};
 use crate::error::Result;
-use crate::executor::beside;
 use crate::plan_cache::{Door, Kept, Shape, Template, TextHit, cast_param};
 use crate::session::{apply_settings, settings_key};
 use crate::shape::labels::Labels;
@@ -179,19 +181,45 @@ impl Engine {
         values: Vec<ScalarValue>,
     ) -> Result<Streamed> {
         self.authorize_plan(query, &shape.logical)?;
-        let planned = self.plans.execute(
-            &self.ctx,
-            query,
-            text,
-            &shape.logical,
-            &shape.types,
-            &values,
-        );
-        let stream = beside(super::plans_apart(query), planned).await?;
+        let stream = self
+            .run_kept_plan(query, text, &shape.logical, &shape.types, &values)
+            .await?;
         Ok(Streamed::Rows {
             schema: stream.schema(),
             stream,
         })
+    }
+
+    /// Starts `sql`'s kept plan ([`crate::plan_cache::PlanCache::execute`])
+    /// with `params`. A long statement's (re)planning runs on the
+    /// execution runtime ([`super::plans_apart`]), so the query's deadline
+    /// and cancel stop the wait for it as they stop its first planning.
+    pub(super) async fn run_kept_plan(
+        &self,
+        query: &Query,
+        sql: &str,
+        logical: &LogicalPlan,
+        types: &[DataType],
+        params: &[ScalarValue],
+    ) -> Result<SendableRecordBatchStream> {
+        if !super::plans_apart(query) {
+            let started = self
+                .plans
+                .execute(&self.ctx, query, sql, logical, types, params);
+            return Ok(started.await?);
+        }
+        let (plans, ctx, query) = (self.plans.clone(), self.ctx.clone(), query.clone());
+        let (sql, logical) = (sql.to_string(), logical.clone());
+        let (types, params) = (types.to_vec(), params.to_vec());
+        let started = self
+            .executor
+            .plan(true, async move {
+                plans
+                    .execute(&ctx, &query, &sql, &logical, &types, &params)
+                    .await
+            })
+            .await?;
+        Ok(started?)
     }
 }
 

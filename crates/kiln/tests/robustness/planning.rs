@@ -1,6 +1,7 @@
 //! Statements that take long to plan, against the real binary: a long one
 //! is planned apart from the threads that serve connections, so other
-//! sessions are answered meanwhile and its own timeout stops it; lists
+//! sessions are answered meanwhile and its own timeout stops it, when it
+//! is first planned and when a kept statement is planned again; lists
 //! past PostgreSQL's limit are refused before planning (54011).
 
 use std::time::{Duration, Instant};
@@ -119,6 +120,80 @@ fn a_long_statement_is_planned_apart_and_stopped_by_its_timeout() {
         assert_eq!(p.join().unwrap(), 200);
     }
     assert!(parsed.join().unwrap());
+}
+
+/// Reads `c`'s messages up to and including the next ReadyForQuery.
+fn until_ready(c: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        c.read_exact(&mut head).unwrap();
+        let len = i32::from_be_bytes(head[1..].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len - 4];
+        c.read_exact(&mut body).unwrap();
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&body);
+        if head[0] == b'Z' {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn a_long_prepared_statement_planned_again_at_execute_is_stopped_by_its_timeout() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    // Every Execute plans the statement with its values.
+    let s = Server::start(dir.path(), &["--plan-cache-mode", "force-custom"]);
+    s.sql("CREATE TABLE lv (ts TIMESTAMP NOT NULL, a VARCHAR)");
+    let sort = long_sort(1_600);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.pg_port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let params = b"user\0kiln\0database\0kiln\0\0";
+    let mut startup = ((8 + params.len()) as i32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608_i32.to_be_bytes());
+    startup.extend_from_slice(params);
+    c.write_all(&startup).unwrap();
+    until_ready(&mut c);
+    let mut parse = pg_message(b'P', format!("kept\0{sort}\0\0\0").as_bytes());
+    parse.extend(pg_message(b'S', b""));
+    c.write_all(&parse).unwrap();
+    until_ready(&mut c);
+    let mut run = pg_message(b'B', b"\0kept\0\0\0\0\0\0\0");
+    run.extend(pg_message(b'E', b"\0\0\0\0\0"));
+    run.extend(pg_message(b'S', b""));
+
+    // How long an Execute plans it here, to size the check below.
+    let started = Instant::now();
+    c.write_all(&run).unwrap();
+    let answer = until_ready(&mut c);
+    let planning = started.elapsed();
+    assert!(
+        contains(&answer, b"SELECT 0\0"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Under a timeout the Execute stops at it, not when planning ends.
+    c.write_all(&pg_message(b'Q', b"SET statement_timeout = 300\0"))
+        .unwrap();
+    until_ready(&mut c);
+    if planning > Duration::from_millis(1_200) {
+        let started = Instant::now();
+        c.write_all(&run).unwrap();
+        let answer = until_ready(&mut c);
+        assert!(
+            contains(&answer, b"C57014\0"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert!(
+            started.elapsed() < planning / 2,
+            "{:?} against {planning:?}",
+            started.elapsed()
+        );
+    }
 }
 
 #[test]

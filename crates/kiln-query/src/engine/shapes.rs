@@ -202,23 +202,23 @@ impl Engine {
         types: &[DataType],
         params: &[ScalarValue],
     ) -> Result<SendableRecordBatchStream> {
+        // Boxed, both ways: planning futures are large, and inline they
+        // would grow every caller's.
         if !super::plans_apart(query) {
             let started = self
                 .plans
                 .execute(&self.ctx, query, sql, logical, types, params);
-            return Ok(started.await?);
+            return Ok(Box::pin(started).await?);
         }
         let (plans, ctx, query) = (self.plans.clone(), self.ctx.clone(), query.clone());
         let (sql, logical) = (sql.to_string(), logical.clone());
         let (types, params) = (types.to_vec(), params.to_vec());
-        let started = self
-            .executor
-            .plan(true, async move {
-                plans
-                    .execute(&ctx, &query, &sql, &logical, &types, &params)
-                    .await
-            })
-            .await?;
+        let work = Box::pin(async move {
+            plans
+                .execute(&ctx, &query, &sql, &logical, &types, &params)
+                .await
+        });
+        let started = Box::pin(self.executor.plan(true, work)).await?;
         Ok(started?)
     }
 }

@@ -11,7 +11,8 @@
 //! ([`scan`]), so an answer always includes every acknowledged row.
 //!
 //! Submodules, in layer order: [`rewrite`] (the optimizer rule) over
-//! [`scan`] (the plan node and its execution) over [`rollup`] (a part
+//! [`scan`] (the plan node and its execution) over `mem` (states over
+//! rows in the memstore) over [`rollup`] (a part or states
 //! merged to a query's dimensions) over [`plan`] (a definition
 //! planned and checked) over [`merge`] (merging states), [`distinct`]
 //! (sorted-values states of integer distinct counts) over [`ordinals`]
@@ -21,6 +22,7 @@
 
 pub mod distinct;
 pub mod grain;
+mod mem;
 pub mod merge;
 pub mod ordinals;
 pub mod plan;
@@ -40,25 +42,23 @@ use std::sync::{Arc, OnceLock, Weak};
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use dashmap::DashMap;
-use datafusion::arrow::array::{AsArray, RecordBatch};
-use datafusion::arrow::compute::{concat_batches, max, min};
-use datafusion::arrow::datatypes::TimestampNanosecondType;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
 use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, DataFusionError, Result as DfResult};
+use datafusion::common::{DFSchema, Result as DfResult};
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 use futures::future::BoxFuture;
-use kiln_storage::memstore::MemBatch;
 use kiln_storage::schema::view_schema;
 use kiln_storage::{CubeBuilder, CubeDef, Db, Part, Table};
 use object_store::path::Path;
-use tokio::sync::OnceCell;
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
+pub use mem::MEM_ROLLUPS;
 use plan::CubePlan;
 use scan::{CubeScan, CubeScanExec, PhysicalRange};
 
@@ -250,67 +250,6 @@ impl Cubes {
             .await
     }
 
-    /// An in-memory batch's states for `cube`, merged to the dimensions in
-    /// `used`: like [`Self::rolled_up`] for a part, but made on first read
-    /// (from the batch's rows, or merged from the states it inherited,
-    /// [`batch_states`]) and kept with the batch ([`MemBatch::derived`])
-    /// until its rows are flushed or merged into a larger batch, which
-    /// inherits them; counted in the memstore's bytes meanwhile
-    /// ([`MemBatch::charge_derived`]). Queries asking at once wait for one
-    /// of them to make it.
-    async fn mem_states(
-        &self,
-        batch: &MemBatch,
-        cube: &CubePlan,
-        used: &[bool],
-        time_column: usize,
-        ctx: &Arc<TaskContext>,
-    ) -> DfResult<Arc<MemStates>> {
-        let id = cube.def.id;
-        let whole = (id, u64::MAX);
-        let all = batch.derived(whole, OnceCell::<Arc<MemStates>>::new);
-        let all = all
-            .get_or_try_init(|| async {
-                let rows = batch_states(batch, cube).await?;
-                let ts = batch.batch.column(time_column);
-                let ts = ts.as_primitive::<TimestampNanosecondType>();
-                let time = (
-                    min(ts).map_or(i128::MAX, i128::from),
-                    max(ts).map_or(i128::MIN, i128::from),
-                );
-                batch.charge_derived(whole, rows.get_array_memory_size());
-                batch.drop_inherited(whole);
-                Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
-            })
-            .await?;
-        let Some(key) = rollup::key(used) else {
-            return Ok(all.clone());
-        };
-        // A batch keeps a few rollups per cube, so its memory stays a
-        // small multiple of its states whatever sets queries read; other
-        // sets read the states themselves (a rollup only saves work).
-        let rollup = |(c, k): &(u64, u64)| *c == id && *k != u64::MAX;
-        let Some(rolled) = batch.derived_within(
-            (id, key),
-            OnceCell::<Arc<MemStates>>::new,
-            rollup,
-            MEM_ROLLUPS,
-        ) else {
-            return Ok(all.clone());
-        };
-        let rolled = rolled
-            .get_or_try_init(|| async {
-                let rows = rollup::rollup(cube, all.rows.clone(), used, ctx.clone()).await?;
-                batch.charge_derived((id, key), rows.get_array_memory_size());
-                Ok::<_, DataFusionError>(Arc::new(MemStates {
-                    rows,
-                    time: all.time,
-                }))
-            })
-            .await?;
-        Ok(rolled.clone())
-    }
-
     /// A part's rows in the cube's scan schema, decoded once and kept,
     /// sorted by the cube's dimensions in their order (a query's
     /// equalities on the leading dimensions then read a slice, [`scan`]),
@@ -358,57 +297,6 @@ impl Cubes {
         self.making.remove(&key);
         made
     }
-}
-
-/// Rollups an in-memory batch keeps per cube ([`Cubes::mem_states`]).
-pub const MEM_ROLLUPS: usize = 4;
-
-/// A cube's states over an in-memory batch ([`Cubes::mem_states`]): rows
-/// as a part's (scan schema, sorted by the dimensions) and the first and
-/// last time of the batch's rows.
-struct MemStates {
-    rows: RecordBatch,
-    time: (i128, i128),
-}
-
-/// A cube's states over `batch`'s rows, as [`MemStates::rows`]. A batch
-/// the memstore merged from others inherits their states
-/// ([`MemBatch::inherited`]): they are merged with the states of the rows
-/// they leave out, and only those rows are read. Otherwise every row is,
-/// and so it is where the inherited states hold more than half as many
-/// rows as they cover: merging them would cost about what reading their
-/// rows does, on top of the read of the others (small batches of a live
-/// stream, whose groups are mostly one row).
-async fn batch_states(batch: &MemBatch, cube: &CubePlan) -> DfResult<RecordBatch> {
-    let of_rows =
-        |rows: RecordBatch| async move { cube.for_scan(cube.states_of(cube.read(&rows)?).await?) };
-    let dims = cube.def.dimensions.len();
-    let inherited: Vec<_> = batch
-        .inherited((cube.def.id, u64::MAX))
-        .into_iter()
-        .filter_map(|(rows, v)| {
-            let states = v.downcast::<OnceCell<Arc<MemStates>>>().ok()?;
-            Some((rows, states.get()?.rows.clone()))
-        })
-        .collect();
-    let covered: usize = inherited.iter().map(|(rows, _)| rows.len()).sum();
-    let states: usize = inherited.iter().map(|(_, s)| s.num_rows()).sum();
-    if inherited.is_empty() || states * 2 > covered {
-        return rollup::sorted(of_rows(batch.viewed().clone()).await?, dims);
-    }
-    let (mut parts, mut gaps, mut at) = (vec![], vec![], 0);
-    for (rows, states) in inherited {
-        gaps.push(at..rows.start);
-        parts.push(states);
-        at = rows.end;
-    }
-    gaps.push(at..batch.rows());
-    for gap in gaps.into_iter().filter(|g| !g.is_empty()) {
-        let rows = batch.viewed().slice(gap.start, gap.len());
-        parts.push(of_rows(rows).await?);
-    }
-    let parts = concat_batches(&cube.scan_schema, &parts)?;
-    rollup::merged(cube, parts).await
 }
 
 /// Plans [`CubeScan`] nodes.

@@ -7,12 +7,14 @@
 //!   range and to the rows passing its filters over dimensions (evaluated
 //!   here, on slices of the kept parts: a filter above the scan would copy
 //!   every row's states);
-//! - the same for the memstore's large batches, whose states are made
-//!   on first read (a merged batch's from its inputs' states and its
-//!   other rows) and kept with the batch until its rows are flushed;
-//! - the same states computed from raw rows for everything else: the
-//!   memstore's small batches, segments without a part, and the edges of a
-//!   range that cuts a bucket, read with the query's own filters (when
+//! - the same for the memstore's batches, whose states are made on first
+//!   read and kept until their rows are flushed: a large batch's with it
+//!   (a merged batch's from its inputs' states and its other rows), a
+//!   day's small batches' together, with the newest of them
+//!   ([`super::mem`]);
+//! - the same states computed from raw rows for everything else: segments
+//!   without a part and the edges of a range that cuts a bucket, read
+//!   with the query's own filters (when
 //!   the same filter values repeat, held segments' states are kept in the
 //!   partial-aggregate cache under them, and the next query finds them by
 //!   one lookup per segment, before planning any read).
@@ -53,10 +55,11 @@ use super::plan::CubePlan;
 use super::unit::Unit;
 use crate::scan::{KilnTable, narrowed};
 
-/// In-memory batches of fewer rows are read raw; larger ones get states
-/// of their own, made once and kept with the batch ([`super::Cubes`]). The
-/// memstore's batches halve in size from the first (a binary counter), so
-/// a day's rows read raw are fewer than twice this.
+/// In-memory batches of at least this many rows get states of their own,
+/// made once and kept with the batch; a day's smaller ones (fewer than
+/// twice this in all: the memstore's batches halve in size from the first,
+/// a binary counter) share states kept with the newest of them
+/// ([`super::mem`]).
 pub const MEM_STATES_MIN_ROWS: usize = 1024;
 
 /// A query's time range over a cube's time dimension: rows of whole
@@ -384,10 +387,11 @@ impl CubeScanExec {
                 .await?;
             batches.push(selected(batch, min, max)?);
         }
-        // In-memory batches: a large one is read like a part, from states
-        // made once and kept with it; small ones are read raw.
+        // In-memory batches are read like parts: a large one from states
+        // made once and kept with it, a day's run of small ones from states
+        // kept with the newest of them ([`super::mem`]).
         let time_column = table.table().def.time_column;
-        let (mut mem_raw, mut mem_edges) = (vec![], vec![]);
+        let (mut runs, mut made) = (Vec::<(Days, Vec<Arc<MemBatch>>)>::new(), vec![]);
         for (days, batch) in snapshot.mem_by_days() {
             // Days the range cannot reach: no states made, nothing sliced.
             let (first, last) = days.time_range();
@@ -396,15 +400,27 @@ impl CubeScanExec {
                 continue;
             }
             if batch.rows() < MEM_STATES_MIN_ROWS {
-                mem_raw.push((days, batch));
+                match runs.last_mut() {
+                    Some((d, run)) if *d == days => run.push(batch),
+                    _ => runs.push((days, vec![batch])),
+                }
                 continue;
             }
             let states = cubes
                 .mem_states(&batch, &cube, &used, time_column, &ctx)
                 .await?;
+            made.push((states, days, vec![batch]));
+        }
+        for (days, run) in runs {
+            // Boxed: the states' making is a large future.
+            let states = Box::pin(cubes.tail_states(&run, &cube, time_column)).await?;
+            made.push((states, days, run));
+        }
+        let mut mem_edges = vec![];
+        for (states, days, read) in made {
             let (min, max) = states.time;
             if on_edge(min, max) {
-                mem_edges.push((days, batch));
+                mem_edges.extend(read.into_iter().map(|b| (days, b)));
             }
             if in_whole(min, max) {
                 batches.push(selected(states.rows.clone(), min, max)?);
@@ -414,10 +430,9 @@ impl CubeScanExec {
         cube.answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut streams = vec![];
-        // Small in-memory batches and the segments without a part, with the
-        // query's filter.
-        if !mem_raw.is_empty() || !raw.is_empty() {
-            let unbuilt = pinned(&snapshot, raw, mem_raw);
+        // The segments without a part, with the query's filter.
+        if !raw.is_empty() {
+            let unbuilt = pinned(&snapshot, raw, vec![]);
             streams.push(Self::raw(&cube, &table, unbuilt, filter.clone(), &ctx)?);
         }
         if let Some(r) = &range

@@ -509,3 +509,76 @@ async fn a_merged_batch_makes_its_states_from_those_it_inherits() {
     assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
     same("flushed").await;
 }
+
+/// A day's small in-memory batches share states kept with the newest of
+/// them, counted in the memstore's bytes until the rows are flushed, and
+/// answer as the rows read raw do as the run grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_days_small_batches_keep_their_states_with_the_newest() {
+    use arrow::util::pretty::pretty_format_batches;
+    use kiln_storage::{Db, StorageConfig};
+
+    use super::mem::TAIL;
+    use super::scan::MEM_STATES_MIN_ROWS;
+    use crate::{Engine, Output};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut storage = StorageConfig::for_dir(tmp.path());
+    storage.background_interval = std::time::Duration::from_secs(3600);
+    let engine = Engine::new(Db::open(storage).await.unwrap()).unwrap();
+    for sql in [
+        "CREATE TABLE t (ts TIMESTAMP NOT NULL, k VARCHAR, v BIGINT, u BIGINT)",
+        "CREATE CUBE c ON t DIMENSIONS (date_trunc('hour', ts) AS h, k) \
+         MEASURES (count(*) AS n, sum(v) AS s, count(DISTINCT u) AS users)",
+    ] {
+        engine.execute(sql).await.unwrap();
+    }
+    let mut next = 0i64;
+    let mut write = |rows: i64| {
+        let values: Vec<String> = (next..next + rows)
+            .map(|i| {
+                let k = ["a", "b", "c"][(i % 3) as usize];
+                format!(
+                    "(TIMESTAMP '2026-11-02 00:00:00' + INTERVAL '{} seconds', '{k}', {}, {})",
+                    i * 37 % 86_400,
+                    i % 101 - 50,
+                    i * 7 % 1_009
+                )
+            })
+            .collect();
+        next += rows;
+        format!("INSERT INTO t VALUES {}", values.join(", "))
+    };
+    async fn rows_of(engine: &Engine, sql: &str) -> String {
+        match engine.execute(sql).await.unwrap().pop().unwrap() {
+            Output::Rows { batches, .. } => pretty_format_batches(&batches).unwrap().to_string(),
+            other => panic!("not rows: {other:?}"),
+        }
+    }
+    // A range cutting the hours too: its edges are read raw.
+    let queries = [
+        "SELECT date_trunc('hour', ts) AS h, k, count(*), sum(v), count(DISTINCT u) \
+         FROM t GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT k, count(*), sum(v) FROM t WHERE ts >= TIMESTAMP '2026-11-02 03:30:00' \
+         AND ts < TIMESTAMP '2026-11-02 20:00:00' GROUP BY k ORDER BY k",
+    ];
+    let t = engine.db().table("t").unwrap();
+    let tail = (t.cubes()[0].id, TAIL);
+    for (round, rows) in [300, 200, 100, 50].into_iter().enumerate() {
+        engine.execute(&write(rows)).await.unwrap();
+        for query in queries {
+            let plan = rows_of(&engine, &format!("EXPLAIN {query}")).await;
+            assert!(plan.contains("CubeScan"), "{plan}");
+            let raw = query.replace("FROM t", "FROM (SELECT * FROM t LIMIT 1000000000) AS t");
+            let got = rows_of(&engine, query).await;
+            assert_eq!(got, rows_of(&engine, &raw).await, "round {round}: {query}");
+        }
+        let batches = t.snapshot().mem_by_days();
+        assert!(batches.iter().all(|(_, b)| b.rows() < MEM_STATES_MIN_ROWS));
+        let newest = &batches.last().unwrap().1;
+        assert_eq!(newest.derived_keys(), [tail], "round {round}");
+        assert!(newest.charged() > 0, "round {round}");
+    }
+    engine.db().flush_all().await.unwrap();
+    assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
+}

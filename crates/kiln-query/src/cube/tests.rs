@@ -424,19 +424,8 @@ async fn a_merged_batch_makes_its_states_from_those_it_inherits() {
     }
     let mut next = 0i64;
     let mut write = |rows: i64| {
-        let values: Vec<String> = (next..next + rows)
-            .map(|i| {
-                let k = ["a", "b", "c"][(i % 3) as usize];
-                format!(
-                    "(TIMESTAMP '2026-11-02 00:00:00' + INTERVAL '{} seconds', '{k}', {}, {})",
-                    i * 37 % 86_400,
-                    i % 101 - 50,
-                    i * 7 % 1_009
-                )
-            })
-            .collect();
         next += rows;
-        format!("INSERT INTO t VALUES {}", values.join(", "))
+        insert_day(next - rows..next)
     };
     let query = "SELECT date_trunc('hour', ts) AS h, k, count(*), sum(v), min(v), \
                  count(DISTINCT u) FROM t GROUP BY 1, 2 ORDER BY 1, 2";
@@ -535,19 +524,8 @@ async fn a_days_small_batches_keep_their_states_with_the_newest() {
     }
     let mut next = 0i64;
     let mut write = |rows: i64| {
-        let values: Vec<String> = (next..next + rows)
-            .map(|i| {
-                let k = ["a", "b", "c"][(i % 3) as usize];
-                format!(
-                    "(TIMESTAMP '2026-11-02 00:00:00' + INTERVAL '{} seconds', '{k}', {}, {})",
-                    i * 37 % 86_400,
-                    i % 101 - 50,
-                    i * 7 % 1_009
-                )
-            })
-            .collect();
         next += rows;
-        format!("INSERT INTO t VALUES {}", values.join(", "))
+        insert_day(next - rows..next)
     };
     async fn rows_of(engine: &Engine, sql: &str) -> String {
         match engine.execute(sql).await.unwrap().pop().unwrap() {
@@ -581,4 +559,20 @@ async fn a_days_small_batches_keep_their_states_with_the_newest() {
     }
     engine.db().flush_all().await.unwrap();
     assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
+}
+
+/// An INSERT into `t (ts, k, v, u)` of rows `ids`, spread over one day.
+fn insert_day(ids: std::ops::Range<i64>) -> String {
+    let values: Vec<String> = ids
+        .map(|i| {
+            let k = ["a", "b", "c"][(i % 3) as usize];
+            format!(
+                "(TIMESTAMP '2026-11-02 00:00:00' + INTERVAL '{} seconds', '{k}', {}, {})",
+                i * 37 % 86_400,
+                i % 101 - 50,
+                i * 7 % 1_009
+            )
+        })
+        .collect();
+    format!("INSERT INTO t VALUES {}", values.join(", "))
 }

@@ -104,6 +104,8 @@ impl Cubes {
             Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
         };
         let key = (cube.def.id, TAIL);
+        // Kept apart from what merged batches inherit (they make their own
+        // states); counting only this key, the bound always lets it in.
         let Some(kept) = newest.derived_within(key, OnceCell::<Tail>::new, |k| *k == key, 1) else {
             return make().await;
         };

@@ -27,11 +27,12 @@ use datafusion::physical_plan::{ExecutionPlan, collect};
 
 use super::plan::{CubePlan, states_context};
 
-/// Which dimensions a query reads, as a key: bit `i` set for dimension `i`
-/// (a cube has at most 64 dimensions). `None` when it reads them all: the
-/// part itself answers.
+/// Which dimensions a query reads, as a key: bit `i` set for dimension `i`.
+/// `None` when it reads them all (the part itself answers), or when the
+/// cube has 64 dimensions or more (no rollups: keys stay below the two
+/// an in-memory batch keeps a cube's own states under, `cube/mem.rs`).
 pub fn key(used: &[bool]) -> Option<u64> {
-    if used.iter().all(|u| *u) || used.len() > 64 {
+    if used.iter().all(|u| *u) || used.len() >= 64 {
         return None;
     }
     Some(

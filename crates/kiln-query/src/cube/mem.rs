@@ -86,7 +86,8 @@ impl Cubes {
     /// merges a buffer's newest batches into a new one), so its newest
     /// batch names it; a run whose other batches are not those kept is
     /// aggregated without being kept. The states count in the memstore's
-    /// bytes while the newest batch is there ([`MemBatch::charge_derived`]).
+    /// bytes while the newest batch is there ([`MemBatch::charge_derived`]);
+    /// those the run's older batches kept, when each was its newest, go.
     pub(super) async fn tail_states(
         &self,
         run: &[Arc<MemBatch>],
@@ -113,6 +114,11 @@ impl Cubes {
             .get_or_try_init(|| async {
                 let states = make().await?;
                 newest.charge_derived(key, states.rows.get_array_memory_size());
+                // What the run's older batches kept when each was its
+                // newest covers fewer rows: no new snapshot reads it again.
+                for b in others {
+                    b.forget(key);
+                }
                 let others = others.iter().map(Arc::downgrade).collect();
                 Ok::<_, DataFusionError>(Tail { others, states })
             })

@@ -553,9 +553,14 @@ async fn a_days_small_batches_keep_their_states_with_the_newest() {
         }
         let batches = t.snapshot().mem_by_days();
         assert!(batches.iter().all(|(_, b)| b.rows() < MEM_STATES_MIN_ROWS));
-        let newest = &batches.last().unwrap().1;
-        assert_eq!(newest.derived_keys(), [tail], "round {round}");
-        assert!(newest.charged() > 0, "round {round}");
+        let (newest, older) = batches.split_last().unwrap();
+        assert_eq!(newest.1.derived_keys(), [tail], "round {round}");
+        assert!(newest.1.charged() > 0, "round {round}");
+        // Each older batch was the newest once; its states went since.
+        assert_eq!(older.len(), round, "no batch merged");
+        for (_, b) in older {
+            assert!(!b.derived_keys().contains(&tail), "round {round}");
+        }
     }
     engine.db().flush_all().await.unwrap();
     assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");

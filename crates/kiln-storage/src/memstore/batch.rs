@@ -284,6 +284,25 @@ impl MemBatch {
         out
     }
 
+    /// Lets go of the value kept under `key` ([`Self::derived`]), once the
+    /// deriving layer knows it will not be read again: its bytes are no
+    /// longer counted. A query holding it keeps it until it ends.
+    pub fn forget(&self, key: DerivedKey) {
+        let mut derived = self.derived.lock();
+        let mut freed = 0;
+        derived.values.retain(|v| match v.key == key {
+            true => {
+                freed += v.bytes;
+                false
+            }
+            false => true,
+        });
+        if !derived.released {
+            derived.charged -= freed;
+            self.held.fetch_sub(freed, Ordering::Relaxed);
+        }
+    }
+
     /// Lets go of the values inherited under `key`, once the deriving layer
     /// has made its own: their bytes are no longer counted.
     pub fn drop_inherited(&self, key: DerivedKey) {

@@ -214,6 +214,16 @@ fn a_merged_batch_inherits_what_was_derived_from_its_inputs_with_its_charge() {
     assert!(again[0].inherited((7, 1)).is_empty());
     assert_eq!(again[0].charged(), 400);
     assert_eq!(mem.bytes(), rows + 400);
+    // A value forgotten takes its charge with it; the others stay.
+    again[0]
+        .derived_within((7, 9), || "stale", |_| false, 1)
+        .unwrap();
+    again[0].charge_derived((7, 9), 50);
+    assert_eq!(mem.bytes(), rows + 450);
+    again[0].forget((7, 9));
+    assert_eq!(again[0].derived_keys(), [(7, 1)]);
+    assert_eq!(again[0].charged(), 400);
+    assert_eq!(mem.bytes(), rows + 400);
     // A freeze copies nothing: the batch is frozen as it is.
     let set = mem.begin_flush();
     assert_eq!(set.chunks[0].batches.len(), 1);

@@ -312,6 +312,21 @@ fn recycle(bits: Vec<u64>) {
     })
 }
 
+/// Sets each ordinal's bit in `bits`, grown first to a bit per ordinal
+/// given (`given`: every ordinal is below it, [`ordinals::split`]). One
+/// pass with the bitset's bounds held in registers: this loop is most of
+/// what merging a dashboard's distinct counts costs.
+fn set_all(bits: &mut Vec<u64>, given: usize, ordinals: impl Iterator<Item = u32>) {
+    let words = given.div_ceil(64);
+    if bits.len() < words {
+        bits.resize(words, 0);
+    }
+    let bits = bits.as_mut_slice();
+    for o in ordinals {
+        bits[(o >> 6) as usize] |= 1 << (o & 63);
+    }
+}
+
 /// One group's ordinals: a list until [`bits_from`], then a bitset.
 #[derive(Debug, Default)]
 struct OrdinalSet {
@@ -324,38 +339,25 @@ impl OrdinalSet {
         self.list.is_empty() && self.bits.is_empty()
     }
 
-    fn insert(&mut self, o: u32, bits_from: usize) {
-        if !self.bits.is_empty() {
-            return self.set(o);
-        }
-        self.list.push(o);
-        if self.list.len() >= bits_from {
-            // Sized for every ordinal given so far (`bits_from` is a share of them).
-            self.bits = zeroed((bits_from * 8 * BYTES_PER_VALUE).div_ceil(64));
-            for o in std::mem::take(&mut self.list) {
-                self.set(o);
+    /// Adds a state's ordinals ([`ordinals::split`]: each below `given`).
+    /// They are copied onto the list while it stays below `bits_from`,
+    /// and always when they are the group's first: a group merged from
+    /// one state (a day's users, read from one part) is counted from its
+    /// list, in one pass when sorted as rollups' states are
+    /// ([`Self::count`]), and only a group merged from several pays for a
+    /// bitset, from the second state on.
+    fn extend(&mut self, ords: &[u8], bits_from: usize, given: usize) {
+        if self.bits.is_empty() {
+            if self.list.is_empty() || self.list.len() + ords.len() / 4 < bits_from {
+                self.list.extend(ordinals::values(ords));
+                return;
             }
+            // One bit per ordinal given so far.
+            self.bits = zeroed(given.div_ceil(64));
+            let list = std::mem::take(&mut self.list);
+            set_all(&mut self.bits, given, list.into_iter());
         }
-    }
-
-    /// Adds a state's ordinals ([`ordinals::split`]): copied onto the list
-    /// at once while it stays below `bits_from`.
-    fn extend(&mut self, ords: &[u8], bits_from: usize) {
-        if self.bits.is_empty() && self.list.len() + ords.len() / 4 < bits_from {
-            self.list.extend(ordinals::values(ords));
-            return;
-        }
-        for o in ordinals::values(ords) {
-            self.insert(o, bits_from);
-        }
-    }
-
-    fn set(&mut self, o: u32) {
-        let word = (o >> 6) as usize;
-        if word >= self.bits.len() {
-            self.bits.resize(word + 1, 0);
-        }
-        self.bits[word] |= 1 << (o & 63);
+        set_all(&mut self.bits, given, ordinals::values(ords));
     }
 
     /// The distinct ordinals (the list sorted and deduplicated); a bitset
@@ -560,7 +562,7 @@ impl Values {
     fn merge(&mut self, state: &[u8], form: Form) -> Result<()> {
         if let Form::Ordinals { bits_from, given } = form {
             let (ords, ids) = ordinals::split(state, given)?;
-            self.ordinals.extend(ords, bits_from);
+            self.ordinals.extend(ords, bits_from, given);
             for c in ids.chunks_exact(8) {
                 self.push(u64::from_le_bytes(c.try_into().expect("8 bytes")));
             }

@@ -226,6 +226,69 @@ fn distinct_counts_and_states_agree_above_and_below_the_hashed_size() {
 }
 
 #[test]
+fn a_group_merged_from_one_large_state_or_several_counts_each_ordinal_once() {
+    use super::distinct::{DistinctValues, decode, encode};
+    use super::ordinals::{self, Ordinals};
+    use datafusion::arrow::array::{ArrayRef, AsArray, BinaryArray, LargeBinaryArray};
+    use datafusion::arrow::datatypes::{Int64Type, Schema};
+    use datafusion::logical_expr::{AggregateUDFImpl, EmitTo};
+    use std::sync::Arc;
+    // Ids 0..5000 get ordinals 0..5000: a group goes to a bitset from 512
+    // ordinals on, so each state below is past that on its own.
+    let dictionary = Arc::new(Ordinals::default());
+    let all: Vec<u64> = (0..5000).collect();
+    let ids: ArrayRef = Arc::new(BinaryArray::from_iter_values([encode(&all)]));
+    dictionary.encode(&ids).unwrap();
+    assert_eq!(dictionary.given(), 5000);
+    let state = |ords: Vec<u32>| {
+        let mut out = vec![];
+        ordinals::state(&ords, &[], &mut out);
+        out
+    };
+    // Group 0: one sorted state (as a rollup's); group 1: one unsorted
+    // (as a part's); group 2: two overlapping ones; group 3: three.
+    let states = LargeBinaryArray::from_iter_values([
+        state((0..3000).collect()),
+        state((0..3000).rev().collect()),
+        state((0..3000).collect()),
+        state((2500..4000).collect()),
+        state((0..600).collect()),
+        state((100..200).collect()),
+        state((4990..5000).collect()),
+    ]);
+    let states: Vec<ArrayRef> = vec![Arc::new(states)];
+    let groups = [0, 1, 2, 2, 3, 3, 3];
+    let schema = Schema::empty();
+    let udaf = DistinctValues::new(dictionary.clone());
+    let mut acc = udaf
+        .create_groups_accumulator(distinct_args(&schema))
+        .unwrap();
+    acc.merge_batch(&states, &groups, 4).unwrap();
+    let counts = acc.evaluate(EmitTo::All).unwrap();
+    assert_eq!(
+        counts.as_primitive::<Int64Type>().values().to_vec(),
+        [3000, 3000, 4000, 610]
+    );
+    // Their states hold the same values, sorted, as ids.
+    let mut acc = udaf
+        .create_groups_accumulator(distinct_args(&schema))
+        .unwrap();
+    acc.merge_batch(&states, &groups, 4).unwrap();
+    let out = acc.state(EmitTo::All).unwrap();
+    let expect: [Vec<u64>; 4] = [
+        (0..3000).collect(),
+        (0..3000).collect(),
+        (0..4000).collect(),
+        (0..600).chain(4990..5000).collect(),
+    ];
+    for (g, e) in expect.iter().enumerate() {
+        let mut back = vec![];
+        decode(out[0].as_binary::<i32>().value(g), &mut back).unwrap();
+        assert_eq!(&back, e, "group {g}");
+    }
+}
+
+#[test]
 fn a_scan_state_names_its_corruption() {
     use super::ordinals::{split, values};
     let decode = |state: &[u8], given| {

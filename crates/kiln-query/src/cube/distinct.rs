@@ -13,8 +13,8 @@
 //!
 //! A scan returns a part's states as ordinals ([`super::ordinals`]), which a
 //! group keeps in a list and, from a share of the dictionary on
-//! ([`bits_from`]), in a bitset: setting a bit is cheaper than a hash-set
-//! insert. Ids merged as ids (another partition's states, ids past a full
+//! ([`bits_from`]) and its second state, in a bitset: setting a bit is
+//! cheaper than a hash-set insert. Ids merged as ids (another partition's states, ids past a full
 //! dictionary) are looked up among the group's ordinals when it is counted,
 //! so a value is counted once whichever way it came.
 //!
@@ -327,7 +327,8 @@ fn set_all(bits: &mut Vec<u64>, given: usize, ordinals: impl Iterator<Item = u32
     }
 }
 
-/// One group's ordinals: a list until [`bits_from`], then a bitset.
+/// One group's ordinals: a list until [`bits_from`] (or while it holds
+/// one state), then a bitset.
 #[derive(Debug, Default)]
 struct OrdinalSet {
     list: Vec<u32>,

@@ -289,35 +289,24 @@ impl MemBatch {
     /// longer counted. A query holding it keeps it until it ends.
     pub fn forget(&self, key: DerivedKey) {
         let mut derived = self.derived.lock();
-        let mut freed = 0;
-        derived.values.retain(|v| match v.key == key {
-            true => {
-                freed += v.bytes;
-                false
-            }
-            false => true,
-        });
-        if !derived.released {
-            derived.charged -= freed;
-            self.held.fetch_sub(freed, Ordering::Relaxed);
-        }
+        let freed = remove_key(&mut derived.values, key);
+        self.uncharge(&mut derived, freed);
     }
 
     /// Lets go of the values inherited under `key`, once the deriving layer
     /// has made its own: their bytes are no longer counted.
     pub fn drop_inherited(&self, key: DerivedKey) {
         let mut derived = self.derived.lock();
-        let mut freed = 0;
-        for i in &mut derived.inherited {
-            i.values.retain(|v| match v.key == key {
-                true => {
-                    freed += v.bytes;
-                    false
-                }
-                false => true,
-            });
-        }
+        let freed = (derived.inherited.iter_mut())
+            .map(|i| remove_key(&mut i.values, key))
+            .sum();
         derived.inherited.retain(|i| !i.values.is_empty());
+        self.uncharge(&mut derived, freed);
+    }
+
+    /// Takes `freed` bytes of values let go off the batch's charge and
+    /// the memstore's count, unless the batch was released already.
+    fn uncharge(&self, derived: &mut Derived, freed: usize) {
         if !derived.released {
             derived.charged -= freed;
             self.held.fetch_sub(freed, Ordering::Relaxed);
@@ -333,6 +322,19 @@ impl MemBatch {
             viewed
         })
     }
+}
+
+/// Removes the values kept under `key`; the bytes charged for them.
+fn remove_key(values: &mut Vec<Value>, key: DerivedKey) -> usize {
+    let mut freed = 0;
+    values.retain(|v| match v.key == key {
+        true => {
+            freed += v.bytes;
+            false
+        }
+        false => true,
+    });
+    freed
 }
 
 impl Drop for MemBatch {

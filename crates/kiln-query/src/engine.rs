@@ -501,7 +501,9 @@ impl Engine {
     ) -> Result<Streamed> {
         self.guarded(query, async {
             self.authorize_plan(query, logical)?;
-            patterns::check_bound(logical, &patterns::positional(params))?;
+            if self.plans.binds_patterns(query, sql, logical) {
+                patterns::check_bound(logical, &patterns::positional(params))?;
+            }
             let stream = self
                 .run_kept_plan(query, sql, logical, types, params)
                 .await?;

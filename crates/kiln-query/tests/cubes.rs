@@ -531,6 +531,15 @@ async fn the_smallest_cube_answers_and_bad_definitions_are_refused() {
     assert!(explain.contains("cube=by_day"), "{explain}");
     // Parts are read merged to the dimensions the query reads.
     assert!(explain.contains("rollup=[region]"), "{explain}");
+    // The columns the aggregate reads are taken into the scan: no
+    // projection runs between them.
+    let lines: Vec<&str> = explain.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("CubeScanExec"))
+        .unwrap();
+    assert!(lines[at].contains("projection=[region, "), "{explain}");
+    assert!(!lines[at - 1].contains("ProjectionExec"), "{explain}");
     let explain = rows_of(
         &engine,
         "EXPLAIN SELECT action, count(*) FROM ev GROUP BY action",

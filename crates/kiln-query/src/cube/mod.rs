@@ -358,7 +358,8 @@ impl ExtensionPlanner for CubePlanner {
         Ok(Some(Arc::new(CubeScanExec {
             cubes: self.cubes.clone(),
             keys,
-            properties: CubeScanExec::properties_of(&scan.cube),
+            properties: CubeScanExec::properties_of(scan.cube.scan_schema.clone()),
+            projection: None,
             cube: scan.cube.clone(),
             table: scan.table.clone(),
             filter,

@@ -34,14 +34,15 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, make_comparator};
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
 use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
-use datafusion::arrow::datatypes::{Schema, TimestampNanosecondType};
+use datafusion::arrow::datatypes::{Schema, SchemaRef, TimestampNanosecondType};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, DFSchemaRef, Result, ScalarValue, internal_err};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, Operator, UserDefinedLogicalNodeCore};
-use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::projection::{ProjectionExec, all_alias_free_columns};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ColumnarValue, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -291,13 +292,20 @@ pub struct CubeScanExec {
     pub(super) keys: Vec<(usize, Arc<dyn PhysicalExpr>)>,
     /// [`CubeScan::used`].
     pub(super) used: Arc<[bool]>,
+    /// The columns of the scan schema returned, in order (all: `None`):
+    /// a projection of plain columns above the scan is taken into it
+    /// ([`ExecutionPlan::try_swapping_with_projection`]), so a
+    /// cube-answered plan does not pay for a projection node (its
+    /// metrics and a stream) at every execution, as dashboards' queries
+    /// are all answered from few rows.
+    pub(super) projection: Option<Arc<[usize]>>,
     pub(super) properties: Arc<PlanProperties>,
 }
 
 impl CubeScanExec {
-    pub(super) fn properties_of(cube: &CubePlan) -> Arc<PlanProperties> {
+    pub(super) fn properties_of(schema: SchemaRef) -> Arc<PlanProperties> {
         Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(cube.scan_schema.clone()),
+            EquivalenceProperties::new(schema),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -315,8 +323,10 @@ impl CubeScanExec {
             range,
             keys,
             used,
-            ..
+            projection,
+            properties,
         } = self;
+        let out_schema = properties.eq_properties.schema().clone();
         let keys = key_values(&keys, &cube.scan_schema)?;
         let snapshot = table.table().snapshot();
         // The range [a, b) and its whole buckets [lo, hi), open ends beyond
@@ -427,6 +437,12 @@ impl CubeScanExec {
             }
         }
         batches.retain(|b| b.num_rows() > 0);
+        if let Some(p) = &projection {
+            batches = batches
+                .iter()
+                .map(|b| b.project(p))
+                .collect::<std::result::Result<_, _>>()?;
+        }
         cube.answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut streams = vec![];
@@ -448,10 +464,17 @@ impl CubeScanExec {
             let edge = pinned(&snapshot, on_edges, mem_edges);
             streams.push(Self::raw(&cube, &table, edge, filter, &ctx)?);
         }
-        let schema = cube.scan_schema.clone();
         let parts = futures::stream::iter(batches.into_iter().map(Ok));
-        let all = parts.chain(futures::stream::iter(streams).flatten());
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, all)))
+        let raw = futures::stream::iter(streams)
+            .flatten()
+            .map(move |b| match &projection {
+                Some(p) => Ok(b?.project(p)?),
+                None => b,
+            });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            out_schema,
+            parts.chain(raw),
+        )))
     }
 
     /// The cube's states over a pinned snapshot's rows that pass `filter`
@@ -698,6 +721,15 @@ impl DisplayAs for CubeScanExec {
         if let Some(p) = &self.filter {
             write!(f, ", raw_filter={p}")?;
         }
+        if self.projection.is_some() {
+            let names: Vec<_> = self
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            write!(f, ", projection=[{}]", names.join(", "))?;
+        }
         Ok(())
     }
 }
@@ -745,8 +777,35 @@ impl ExecutionPlan for CubeScanExec {
         let rows = self.clone().rows(context);
         let stream = futures::stream::once(rows).try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.cube.scan_schema.clone(),
+            self.schema(),
             stream,
         )))
+    }
+
+    fn try_swapping_with_projection(
+        &self,
+        projection: &ProjectionExec,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let exprs = projection.expr();
+        if !all_alias_free_columns(exprs) {
+            return Ok(None);
+        }
+        // Indexes into this scan's output, then into the scan schema.
+        let mut columns = Vec::with_capacity(exprs.len());
+        for e in exprs {
+            let Some(c) = e.expr.downcast_ref::<Column>() else {
+                return Ok(None);
+            };
+            columns.push(match &self.projection {
+                Some(p) => p[c.index()],
+                None => c.index(),
+            });
+        }
+        let schema = Arc::new(self.cube.scan_schema.project(&columns)?);
+        Ok(Some(Arc::new(Self {
+            projection: Some(columns.into()),
+            properties: Self::properties_of(schema),
+            ..self.clone()
+        })))
     }
 }

@@ -236,6 +236,8 @@ fn bind_params(shape: &Shape, params: &[ScalarValue]) -> Result<Option<Vec<Scala
         .enumerate()
         .map(|(i, (v, t))| cast_param(i, v, t))
         .collect::<datafusion::common::Result<Vec<_>>>()?;
-    patterns::check_bound(&shape.logical, &patterns::positional(params))?;
+    if shape.patterns {
+        patterns::check_bound(&shape.logical, &patterns::positional(params))?;
+    }
     Ok(Some(values))
 }

@@ -64,6 +64,8 @@ use datafusion::sql::sqlparser::ast::{
 };
 use kiln_storage::{Db, Table};
 
+use crate::shape::patterns;
+
 /// A literal lifted out of a query, as it was written.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Literal {
@@ -372,6 +374,10 @@ pub struct Shape {
     pub types: Vec<DataType>,
     /// The tables it reads, as they were when it was planned.
     tables: Vec<Arc<Table>>,
+    /// Whether a placeholder is a regular expression's pattern or flags
+    /// ([`patterns::binds_patterns`]): values bound to it are compiled
+    /// first.
+    pub patterns: bool,
 }
 
 impl Shape {
@@ -402,6 +408,7 @@ impl Shape {
             .collect::<Option<Vec<_>>>()?;
         let tables = super::tables(&logical);
         Some(Self {
+            patterns: patterns::binds_patterns(&logical),
             logical,
             types,
             tables,

@@ -81,6 +81,7 @@ use crate::config::PlanCacheMode;
 use crate::executor::deferred;
 use crate::scan::{KeptPlan, KilnTable};
 use crate::session::{apply_settings, partitions_for, settings_key};
+use crate::shape::patterns;
 
 /// Executions of each kind of plan before the faster is chosen.
 pub const TRIALS: u64 = 5;
@@ -181,6 +182,9 @@ struct Statement {
     /// Generic runs left to start on the execution runtime ([`MOVED_RUNS`]).
     moved_runs: AtomicU32,
     idle: Mutex<Vec<Instance>>,
+    /// Whether a placeholder is a regular expression's pattern or flags
+    /// ([`patterns::binds_patterns`]).
+    patterns: bool,
 }
 
 impl Statement {
@@ -400,6 +404,18 @@ impl PlanCache {
         Ok(timed(stream, trial.then_some(false), started))
     }
 
+    /// Whether `logical`, the plan of `sql` run by `query`, binds a
+    /// regular expression's pattern or flags to a placeholder, whose values
+    /// are then compiled before they run ([`patterns::check_bound`]):
+    /// worked out once per statement kept, not at every execution.
+    pub fn binds_patterns(&self, query: &QueryHandle, sql: &str, logical: &LogicalPlan) -> bool {
+        let settings = query.settings();
+        match self.statement(&settings_key(sql, &settings), logical) {
+            Some(statement) => statement.patterns,
+            None => patterns::binds_patterns(logical),
+        }
+    }
+
     /// The statement's record, made on first use; None if the cache is
     /// full of statements that run generic plans.
     fn statement(&self, sql: &str, logical: &LogicalPlan) -> Option<Arc<Statement>> {
@@ -421,6 +437,7 @@ impl PlanCache {
         let statement = self.statements.entry(sql.to_string()).or_insert_with(|| {
             Arc::new(Statement {
                 choice: AtomicU8::new(choice),
+                patterns: patterns::binds_patterns(logical),
                 ..Default::default()
             })
         });

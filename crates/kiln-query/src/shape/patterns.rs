@@ -168,6 +168,37 @@ pub fn check_bound<'v>(
     refused
 }
 
+/// Whether a placeholder of `plan` is a regular expression's pattern or
+/// flags (through casts): only then has [`check_bound`] anything to
+/// check. Kept plans work this out once, not at every execution.
+pub fn binds_patterns(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                found |= regex_args(e).is_some_and(|a| {
+                    placeholder(a.pattern) || matches!(a.flags, Flags::Arg(f) if placeholder(f))
+                });
+                Ok(match found {
+                    true => TreeNodeRecursion::Stop,
+                    false => TreeNodeRecursion::Continue,
+                })
+            })
+        })
+    });
+    found
+}
+
+/// Whether `e` is a placeholder, cast or not ([`bound`] reads its value).
+fn placeholder(e: &PlanExpr) -> bool {
+    match e {
+        PlanExpr::Placeholder(_) => true,
+        PlanExpr::Cast(c) => placeholder(&c.expr),
+        PlanExpr::TryCast(c) => placeholder(&c.expr),
+        _ => false,
+    }
+}
+
 /// The value of the parameter `$n` in `params` (positional, from `$1`).
 pub fn positional<'v>(params: &'v [ScalarValue]) -> impl Fn(&str) -> Option<&'v ScalarValue> {
     |id| {

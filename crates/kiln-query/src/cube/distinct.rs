@@ -14,9 +14,10 @@
 //! A scan returns a part's states as ordinals ([`super::ordinals`]), which a
 //! group keeps in a list and, from a share of the dictionary on
 //! ([`bits_from`]) and its second state, in a bitset: setting a bit is
-//! cheaper than a hash-set insert. Ids merged as ids (another partition's states, ids past a full
-//! dictionary) are looked up among the group's ordinals when it is counted,
-//! so a value is counted once whichever way it came.
+//! cheaper than a hash-set insert. Ids merged as ids (another partition's
+//! states, ids past a full dictionary) are looked up among the group's
+//! ordinals when it is counted, so a value is counted once whichever way
+//! it came.
 //!
 //! Signed values are mapped to `u64` with the sign bit flipped, which keeps
 //! them distinct and in order.

@@ -31,8 +31,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, DFSchemaRef, Result, internal_err};
@@ -52,9 +51,7 @@ use kiln_storage::{Segment, TableSnapshot};
 
 mod select;
 
-use select::{
-    Bound, bound, boundary, in_buckets, key_values, outside_buckets, sorted_buckets, with_keys,
-};
+use select::{Bound, Cut, bound, boundary, key_values, outside_buckets};
 
 use super::Cubes;
 use super::plan::CubePlan;
@@ -365,22 +362,19 @@ impl CubeScanExec {
         // edges, or in its whole buckets.
         let on_edge = |min: i128, max: i128| edges.iter().any(|(x, y)| max >= *x && min < *y);
         let in_whole = |min: i128, max: i128| lo < hi && max >= lo && min < hi;
-        let selected = |batch: RecordBatch, min: i128, max: i128| -> Result<RecordBatch> {
-            let (batch, next) = with_keys(&batch, &keys)?;
-            let batch = match &range {
-                Some(r) if min < lo || max >= hi => match r.dimension == next {
-                    true => sorted_buckets(&batch, next, lo, hi)?,
-                    false => in_buckets(&batch, r.dimension, lo, hi)?,
-                },
-                _ => batch,
-            };
-            Ok(match &part_filter {
-                Some(p) if batch.num_rows() > 0 => {
-                    let mask = p.evaluate(&batch)?.into_array(batch.num_rows())?;
-                    filter_record_batch(&batch, mask.as_boolean())?
-                }
-                _ => batch,
-            })
+        let cut = Cut::new(
+            &cube.scan_schema,
+            keys,
+            part_filter.as_ref(),
+            range.as_ref().map(|r| r.dimension),
+            projection.as_deref(),
+            out_schema.clone(),
+        )?;
+        // Rows timed within [min, max] that may fall outside the whole
+        // buckets are cut to them.
+        let selected = |batch: &RecordBatch, min: i128, max: i128| {
+            let cuts = range.is_some() && (min < lo || max >= hi);
+            cut.apply(batch, cuts.then_some((lo, hi)))
         };
         let mut on_edges = vec![];
         let mut raw = vec![];
@@ -400,7 +394,7 @@ impl CubeScanExec {
             let batch = cubes
                 .rolled_up(table.db(), &part, &cube, &used, &ctx)
                 .await?;
-            batches.push(selected(batch, min, max)?);
+            batches.push(selected(&batch, min, max)?);
         }
         // In-memory batches are read like parts: a large one from states
         // made once and kept with it, a day's run of small ones from states
@@ -438,16 +432,10 @@ impl CubeScanExec {
                 mem_edges.extend(read.into_iter().map(|b| (days, b)));
             }
             if in_whole(min, max) {
-                batches.push(selected(states.rows.clone(), min, max)?);
+                batches.push(selected(&states.rows, min, max)?);
             }
         }
         batches.retain(|b| b.num_rows() > 0);
-        if let Some(p) = &projection {
-            batches = batches
-                .iter()
-                .map(|b| b.project(p))
-                .collect::<std::result::Result<_, _>>()?;
-        }
         cube.answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut streams = vec![];

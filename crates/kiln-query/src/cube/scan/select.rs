@@ -3,16 +3,21 @@
 //! and the filter of the rows outside those buckets, read raw.
 
 use std::cmp::Ordering;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, make_comparator};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, RecordBatchOptions, make_comparator,
+};
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
 use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
-use datafusion::arrow::datatypes::{Schema, TimestampNanosecondType};
+use datafusion::arrow::datatypes::{Schema, SchemaRef, TimestampNanosecondType};
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, internal_err};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::{BinaryExpr, Literal};
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_plan::ColumnarValue;
 
 use kiln_storage::NANOS_PER_DAY;
@@ -102,61 +107,183 @@ pub(super) fn key_values(
     Ok(out)
 }
 
-/// The slice of `batch` (sorted by its dimensions, [`super::Cubes`]) whose
-/// leading dimensions equal the keys, as far as keys cover them, and the
-/// first dimension not narrowed (the slice is sorted by it).
-pub(super) fn with_keys(
-    batch: &RecordBatch,
-    keys: &[(usize, ArrayRef)],
-) -> Result<(RecordBatch, usize)> {
-    let (mut lo, mut hi) = (0, batch.num_rows());
-    let mut next = 0;
-    for (d, (i, v)) in keys.iter().enumerate() {
-        if *i != d {
-            break;
-        }
-        let col = batch.column(d);
-        let Ok(cmp) = make_comparator(col.as_ref(), v.as_ref(), SortOptions::default()) else {
-            break;
-        };
-        let first = |after: &dyn Fn(Ordering) -> bool| {
-            let (mut a, mut b) = (lo, hi);
-            while a < b {
-                let m = a + (b - a) / 2;
-                match after(cmp(m, 0)) {
-                    true => b = m,
-                    false => a = m + 1,
-                }
-            }
-            a
-        };
-        (lo, hi) = (
-            first(&|o| o != Ordering::Less),
-            first(&|o| o == Ordering::Greater),
-        );
-        next = d + 1;
-    }
-    Ok((batch.slice(lo, hi - lo), next))
+/// How one execution cuts each batch of states it reads (a part's, an
+/// in-memory batch's), worked out once per execution: a batch then costs
+/// a binary search per key, one for the range, a slice of the columns
+/// kept and its filter. Only the columns the output, the filter and the
+/// range read are sliced: a cube's states take many more columns than a
+/// query reads (a state per measure, several for a variance), and slicing
+/// every one of them for each batch was most of what selecting it cost.
+pub(super) struct Cut {
+    /// [`key_values`]: the leading dimensions' values.
+    keys: Vec<(usize, ArrayRef)>,
+    /// The scan schema's columns kept, ascending.
+    kept: Vec<usize>,
+    kept_schema: SchemaRef,
+    /// The filter over dimensions, over `kept_schema`.
+    filter: Option<Arc<dyn PhysicalExpr>>,
+    /// The time dimension: its index in the scan schema and in `kept`.
+    time: Option<(usize, usize)>,
+    /// The output's columns, as indexes into `kept` (None: all, in order).
+    output: Option<Vec<usize>>,
+    out_schema: SchemaRef,
 }
 
-/// [`in_buckets`] of a batch sorted by its time dimension: a slice.
-pub(super) fn sorted_buckets(
+impl Cut {
+    /// The cut of batches in `scan_schema` to the rows matching `keys`
+    /// and `filter` (over the scan schema), returning the columns of
+    /// `projection` (all: `None`) as `out_schema`; `time` is the time
+    /// dimension, when the query has a range over it.
+    pub(super) fn new(
+        scan_schema: &SchemaRef,
+        keys: Vec<(usize, ArrayRef)>,
+        filter: Option<&Arc<dyn PhysicalExpr>>,
+        time: Option<usize>,
+        projection: Option<&[usize]>,
+        out_schema: SchemaRef,
+    ) -> Result<Self> {
+        let all: Vec<usize> = (0..scan_schema.fields().len()).collect();
+        let out = projection.unwrap_or(&all);
+        let mut kept: BTreeSet<usize> = out.iter().copied().collect();
+        if let Some(f) = filter {
+            kept.extend(collect_columns(f).iter().map(Column::index));
+        }
+        kept.extend(time);
+        let kept: Vec<usize> = kept.into_iter().collect();
+        let at = |i: usize| kept.binary_search(&i).ok();
+        let filter = match filter {
+            Some(f) => Some(
+                f.clone()
+                    .transform(|e| match e.downcast_ref::<Column>() {
+                        Some(c) => match at(c.index()) {
+                            Some(i) => Ok(Transformed::yes(
+                                Arc::new(Column::new(c.name(), i)) as Arc<dyn PhysicalExpr>
+                            )),
+                            None => internal_err!("cube filter column {} not kept", c.name()),
+                        },
+                        None => Ok(Transformed::no(e)),
+                    })?
+                    .data,
+            ),
+            None => None,
+        };
+        let time = time.and_then(|t| Some((t, at(t)?)));
+        let output = out.iter().map(|&i| at(i)).collect::<Option<Vec<_>>>();
+        let Some(output) = output else {
+            return internal_err!("cube scan output column not kept");
+        };
+        let identity = output.iter().copied().eq(0..kept.len());
+        Ok(Self {
+            keys,
+            kept_schema: Arc::new(scan_schema.project(&kept)?),
+            kept,
+            filter,
+            time,
+            output: (!identity).then_some(output),
+            out_schema,
+        })
+    }
+
+    /// The rows of `batch` (sorted by its dimensions, [`super::Cubes`])
+    /// whose keys match, whose time dimension is in `[lo, hi)` when
+    /// `buckets` is given (open ends are beyond any timestamp), and that
+    /// pass the filter, in the output's columns.
+    pub(super) fn apply(
+        &self,
+        batch: &RecordBatch,
+        buckets: Option<(i128, i128)>,
+    ) -> Result<RecordBatch> {
+        let (mut start, mut end, next) = self.key_range(batch);
+        // Rows sorted by the time dimension within the keys' slice are cut
+        // by two more searches; otherwise they are filtered.
+        let mut unsorted = None;
+        if let Some((lo, hi)) = buckets {
+            let Some((t, kept_t)) = self.time else {
+                return internal_err!("a cube range without its time dimension");
+            };
+            let ts = timestamps(batch, t)?;
+            match t == next && ts.null_count() == 0 {
+                true => {
+                    let values = &ts.values()[start..end];
+                    let a = values.partition_point(|v| i128::from(*v) < lo);
+                    let b = values.partition_point(|v| i128::from(*v) < hi);
+                    (start, end) = (start + a, start + b.max(a));
+                }
+                false => unsorted = Some((kept_t, lo, hi)),
+            }
+        }
+        let rows = end - start;
+        let columns = (self.kept.iter())
+            .map(|&i| batch.column(i).slice(start, rows))
+            .collect();
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        let mut cut =
+            RecordBatch::try_new_with_options(self.kept_schema.clone(), columns, &options)?;
+        if let Some((t, lo, hi)) = unsorted {
+            cut = in_buckets(&cut, t, lo, hi)?;
+        }
+        if let Some(f) = &self.filter
+            && cut.num_rows() > 0
+        {
+            let mask = f.evaluate(&cut)?.into_array(cut.num_rows())?;
+            cut = filter_record_batch(&cut, mask.as_boolean())?;
+        }
+        let Some(output) = &self.output else {
+            return Ok(cut.with_schema(self.out_schema.clone())?);
+        };
+        let columns = output.iter().map(|&i| cut.column(i).clone()).collect();
+        let options = RecordBatchOptions::new().with_row_count(Some(cut.num_rows()));
+        Ok(RecordBatch::try_new_with_options(
+            self.out_schema.clone(),
+            columns,
+            &options,
+        )?)
+    }
+
+    /// The rows of `batch` whose leading dimensions equal the keys, as far
+    /// as keys cover them, and the first dimension not narrowed (those
+    /// rows are sorted by it).
+    fn key_range(&self, batch: &RecordBatch) -> (usize, usize, usize) {
+        let (mut lo, mut hi) = (0, batch.num_rows());
+        let mut next = 0;
+        for (d, (i, v)) in self.keys.iter().enumerate() {
+            if *i != d {
+                break;
+            }
+            let col = batch.column(d);
+            let Ok(cmp) = make_comparator(col.as_ref(), v.as_ref(), SortOptions::default()) else {
+                break;
+            };
+            let first = |after: &dyn Fn(Ordering) -> bool| {
+                let (mut a, mut b) = (lo, hi);
+                while a < b {
+                    let m = a + (b - a) / 2;
+                    match after(cmp(m, 0)) {
+                        true => b = m,
+                        false => a = m + 1,
+                    }
+                }
+                a
+            };
+            (lo, hi) = (
+                first(&|o| o != Ordering::Less),
+                first(&|o| o == Ordering::Greater),
+            );
+            next = d + 1;
+        }
+        (lo, hi, next)
+    }
+}
+
+/// `batch`'s time dimension, `dimension`: its timestamps.
+fn timestamps(
     batch: &RecordBatch,
     dimension: usize,
-    lo: i128,
-    hi: i128,
-) -> Result<RecordBatch> {
-    let col = batch.column(dimension);
-    let Some(ts) = col.as_primitive_opt::<TimestampNanosecondType>() else {
-        return internal_err!("cube time dimension is not a nanosecond timestamp");
-    };
-    if ts.null_count() > 0 {
-        return in_buckets(batch, dimension, lo, hi);
+) -> Result<&PrimitiveArray<TimestampNanosecondType>> {
+    match batch.column(dimension).as_primitive_opt() {
+        Some(ts) => Ok(ts),
+        None => internal_err!("cube time dimension is not a nanosecond timestamp"),
     }
-    let values = ts.values();
-    let start = values.partition_point(|v| i128::from(*v) < lo);
-    let end = values.partition_point(|v| i128::from(*v) < hi);
-    Ok(batch.slice(start, end.max(start) - start))
 }
 
 /// Rows of `batch` whose time dimension is in `[lo, hi)` (open ends are
@@ -168,9 +295,7 @@ pub(super) fn in_buckets(
     hi: i128,
 ) -> Result<RecordBatch> {
     let col = batch.column(dimension);
-    let Some(ts) = col.as_primitive_opt::<TimestampNanosecondType>() else {
-        return internal_err!("cube time dimension is not a nanosecond timestamp");
-    };
+    let ts = timestamps(batch, dimension)?;
     let tz: Option<Arc<str>> = ts.timezone().map(Arc::from);
     let at = |v: i128| ScalarValue::TimestampNanosecond(Some(v as i64), tz.clone()).to_scalar();
     let mut keep = None;

@@ -629,6 +629,79 @@ async fn a_days_small_batches_keep_their_states_with_the_newest() {
     assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
 }
 
+/// A day's large in-memory batches keep their states merged to the
+/// dimensions a query reads with the first of them, made again when the
+/// day's large batches change, and answer as the rows read raw do, with
+/// and without a range cutting the hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_days_large_batches_keep_merged_states_with_the_first() {
+    use arrow::util::pretty::pretty_format_batches;
+    use kiln_storage::{Db, StorageConfig};
+
+    use super::mem::DAY;
+    use super::scan::MEM_STATES_MIN_ROWS;
+    use crate::{Engine, Output};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut storage = StorageConfig::for_dir(tmp.path());
+    storage.background_interval = std::time::Duration::from_secs(3600);
+    let engine = Engine::new(Db::open(storage).await.unwrap()).unwrap();
+    for sql in [
+        "CREATE TABLE t (ts TIMESTAMP NOT NULL, k VARCHAR, v BIGINT, u BIGINT)",
+        "CREATE CUBE c ON t DIMENSIONS (date_trunc('hour', ts) AS h, k, v > 0 AS pos) \
+         MEASURES (count(*) AS n, sum(v) AS s, count(DISTINCT u) AS users)",
+    ] {
+        engine.execute(sql).await.unwrap();
+    }
+    let mut next = 0i64;
+    let mut write = |rows: i64| {
+        next += rows;
+        insert_day(next - rows..next)
+    };
+    async fn rows_of(engine: &Engine, sql: &str) -> String {
+        match engine.execute(sql).await.unwrap().pop().unwrap() {
+            Output::Rows { batches, .. } => pretty_format_batches(&batches).unwrap().to_string(),
+            other => panic!("not rows: {other:?}"),
+        }
+    }
+    // Each reads some of the dimensions: one set of merged states each.
+    let queries = [
+        "SELECT k, count(*), sum(v), count(DISTINCT u) FROM t GROUP BY k ORDER BY k",
+        "SELECT k, count(*), count(DISTINCT u) FROM t WHERE ts >= TIMESTAMP '2026-11-02 03:30:00' \
+         AND ts < TIMESTAMP '2026-11-02 20:00:00' GROUP BY k ORDER BY k",
+        "SELECT v > 0, count(*), sum(v) FROM t WHERE k = 'b' GROUP BY 1 ORDER BY 1",
+    ];
+    let t = engine.db().table("t").unwrap();
+    let day = (t.cubes()[0].id, DAY);
+    // The day's large batches: 4,000 alone, then 4,000 and 1,100, then
+    // 4,000 and 2,200 (the binary counter merged the 1,100 with the next).
+    let mut seen = vec![];
+    for (round, rows) in [4_000, 1_100, 1_100].into_iter().enumerate() {
+        engine.execute(&write(rows)).await.unwrap();
+        for query in queries {
+            let plan = rows_of(&engine, &format!("EXPLAIN {query}")).await;
+            assert!(plan.contains("CubeScan"), "{plan}");
+            let raw = query.replace("FROM t", "FROM (SELECT * FROM t LIMIT 1000000000) AS t");
+            let got = rows_of(&engine, query).await;
+            assert_eq!(got, rows_of(&engine, &raw).await, "round {round}: {query}");
+        }
+        let batches = t.snapshot().mem_by_days();
+        let sizes: Vec<usize> = batches.iter().map(|(_, b)| b.rows()).collect();
+        assert!(sizes.iter().all(|s| *s >= MEM_STATES_MIN_ROWS), "{sizes:?}");
+        seen.push(sizes);
+        let first = &batches[0].1;
+        // A single batch reads its own states; several keep merged ones.
+        assert_eq!(
+            first.derived_keys().contains(&day),
+            batches.len() > 1,
+            "round {round}"
+        );
+    }
+    assert_eq!(seen, [vec![4_000], vec![4_000, 1_100], vec![4_000, 2_200]]);
+    engine.db().flush_all().await.unwrap();
+    assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
+}
+
 /// An INSERT into `t (ts, k, v, u)` of rows `ids`, spread over one day.
 fn insert_day(ids: std::ops::Range<i64>) -> String {
     let values: Vec<String> = ids

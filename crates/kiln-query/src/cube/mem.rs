@@ -4,11 +4,7 @@
 //! A batch of at least [`super::scan::MEM_STATES_MIN_ROWS`] rows keeps its
 //! own states ([`Cubes::mem_states`]); the smaller batches of one day, which
 //! a stream of writes replaces a few times a second, keep theirs together
-//! with the newest of them ([`Cubes::tail_states`]). A day's large batches
-//! (a few: the memstore's batches halve in size from the first) also keep
-//! their states merged to the dimensions a query reads, with the first of
-//! them ([`Cubes::day_states`]), so a query over many days reads one set
-//! of states a day rather than one a batch.
+//! with the newest of them ([`Cubes::tail_states`]).
 
 use std::sync::{Arc, Weak};
 
@@ -18,7 +14,6 @@ use datafusion::arrow::datatypes::TimestampNanosecondType;
 use datafusion::common::{DataFusionError, Result as DfResult, internal_err};
 use datafusion::execution::TaskContext;
 use kiln_storage::memstore::MemBatch;
-use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
 use super::Cubes;
@@ -60,7 +55,7 @@ impl Cubes {
         // A batch keeps a few rollups per cube, so its memory stays a
         // small multiple of its states whatever sets queries read; other
         // sets read the states themselves (a rollup only saves work).
-        let rollup = |(c, k): &(u64, u64)| *c == id && *k < DAY;
+        let rollup = |(c, k): &(u64, u64)| *c == id && *k < TAIL;
         let Some(rolled) = batch.derived_within(
             (id, key),
             OnceCell::<Arc<MemStates>>::new,
@@ -80,72 +75,6 @@ impl Cubes {
             })
             .await?;
         Ok(rolled.clone())
-    }
-
-    /// The cube's states over `day`: one day's in-memory batches of at
-    /// least [`super::scan::MEM_STATES_MIN_ROWS`] rows, oldest first,
-    /// merged to the dimensions in `used` into one set of states, made from
-    /// each batch's ([`Self::mem_states`]) and kept with the first batch
-    /// while the day's large batches stay those. A query over many days
-    /// then reads one set a day instead of one per batch, and merges each
-    /// group's states once per day instead of once per batch. The day's
-    /// large batches change when its small ones grow into another (about
-    /// once a second for a day a stream writes to), or merge into a larger
-    /// one; its states are then made again, from the batches' kept states.
-    /// `None` (read each batch's states instead) for a single batch, a
-    /// query reading every dimension (the merge would cost about what
-    /// reading the batches' states does), beyond [`MEM_ROLLUPS`] sets, or
-    /// for a snapshot older than the one the kept states cover. Counted
-    /// in the memstore's bytes while the first batch is there.
-    pub(super) async fn day_states(
-        &self,
-        day: &[Arc<MemBatch>],
-        cube: &CubePlan,
-        used: &[bool],
-        time_column: usize,
-        ctx: &Arc<TaskContext>,
-    ) -> DfResult<Option<Arc<MemStates>>> {
-        let (Some(set), [first, others @ ..]) = (rollup::key(used), day) else {
-            return Ok(None);
-        };
-        if others.is_empty() {
-            return Ok(None);
-        }
-        let key = (cube.def.id, DAY);
-        let rows = day.iter().map(|b| b.rows()).sum();
-        let kept = || first.derived_within(key, || Day::of(others, rows), |k| *k == key, 1);
-        let kept = match kept() {
-            Some(d) if d.covers(others) => d,
-            // Made for other batches: replaced if they cover fewer rows
-            // (a new snapshot's rows only grow); an older snapshot reads
-            // its batches' states.
-            Some(d) if d.rows < rows => {
-                first.forget(key);
-                match kept() {
-                    Some(d) if d.covers(others) => d,
-                    _ => return Ok(None),
-                }
-            }
-            _ => return Ok(None),
-        };
-        let Some(cell) = kept.set(set) else {
-            return Ok(None);
-        };
-        let states = cell
-            .get_or_try_init(|| async {
-                let (mut parts, mut time) = (vec![], (i128::MAX, i128::MIN));
-                for b in day {
-                    let s = self.mem_states(b, cube, used, time_column, ctx).await?;
-                    parts.push(s.rows.clone());
-                    time = (time.0.min(s.time.0), time.1.max(s.time.1));
-                }
-                let parts = concat_batches(&cube.scan_schema, &parts)?;
-                let rows = rollup::rollup(cube, parts, used, ctx.clone()).await?;
-                first.charge_derived(key, rows.get_array_memory_size());
-                Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
-            })
-            .await?;
-        Ok(Some(states.clone()))
     }
 
     /// The cube's states over `run`: one day's small in-memory batches
@@ -207,61 +136,13 @@ impl Cubes {
     }
 }
 
-/// Rollups an in-memory batch keeps per cube ([`Cubes::mem_states`]), and
-/// sets of dimensions a day's large batches keep merged states for
-/// ([`Cubes::day_states`]).
+/// Rollups an in-memory batch keeps per cube ([`Cubes::mem_states`]).
 pub const MEM_ROLLUPS: usize = 4;
 
 /// The key a run of small batches keeps its states under, with its newest
-/// batch ([`Cubes::tail_states`]); rollups' keys are below it and
-/// [`DAY`] ([`rollup::key`]), the whole states' above.
+/// batch ([`Cubes::tail_states`]); rollups' keys are below it
+/// ([`rollup::key`]), the whole states' above.
 pub(super) const TAIL: u64 = u64::MAX - 1;
-
-/// The key a day's large batches keep their merged states under, with the
-/// first of them ([`Cubes::day_states`]); rollups' keys are below it.
-pub(super) const DAY: u64 = u64::MAX - 2;
-
-/// A day's large batches' merged states ([`Cubes::day_states`]), kept with
-/// the first of them: the other batches they cover (weak, as [`Tail`]'s),
-/// how many rows all cover, and the states per set of dimensions read
-/// ([`rollup::key`]), at most [`MEM_ROLLUPS`].
-struct Day {
-    others: Vec<Weak<MemBatch>>,
-    rows: usize,
-    sets: Mutex<Vec<(u64, Arc<OnceCell<Arc<MemStates>>>)>>,
-}
-
-impl Day {
-    fn of(others: &[Arc<MemBatch>], rows: usize) -> Self {
-        Self {
-            others: others.iter().map(Arc::downgrade).collect(),
-            rows,
-            sets: Mutex::default(),
-        }
-    }
-
-    /// Whether it covers exactly the batches `others` after its first.
-    fn covers(&self, others: &[Arc<MemBatch>]) -> bool {
-        self.others.len() == others.len()
-            && (self.others.iter().zip(others))
-                .all(|(kept, b)| std::ptr::eq(kept.as_ptr(), Arc::as_ptr(b)))
-    }
-
-    /// The cell of the states merged to `set`, if one is kept or another
-    /// may be.
-    fn set(&self, set: u64) -> Option<Arc<OnceCell<Arc<MemStates>>>> {
-        let mut sets = self.sets.lock();
-        if let Some((_, cell)) = sets.iter().find(|(k, _)| *k == set) {
-            return Some(cell.clone());
-        }
-        if sets.len() >= MEM_ROLLUPS {
-            return None;
-        }
-        let cell = Arc::new(OnceCell::new());
-        sets.push((set, cell.clone()));
-        Some(cell)
-    }
-}
 
 /// A run's states, kept with its newest batch, and the run's other
 /// batches: weak, so the newest batch does not keep them (or itself)

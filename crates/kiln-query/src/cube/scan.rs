@@ -396,13 +396,11 @@ impl CubeScanExec {
                 .await?;
             batches.push(selected(&batch, min, max)?);
         }
-        // In-memory batches are read like parts: a day's large ones from
-        // states made once and kept with them (merged per day where that
-        // can be kept), a day's run of small ones from states kept with
-        // the newest of them ([`super::mem`]).
+        // In-memory batches are read like parts: a large one from states
+        // made once and kept with it, a day's run of small ones from states
+        // kept with the newest of them ([`super::mem`]).
         let time_column = table.table().def.time_column;
-        let mut runs = Vec::<(Days, Vec<Arc<MemBatch>>)>::new();
-        let mut large = Vec::<(Days, Vec<Arc<MemBatch>>)>::new();
+        let (mut runs, mut made) = (Vec::<(Days, Vec<Arc<MemBatch>>)>::new(), vec![]);
         for (days, batch) in snapshot.mem_by_days() {
             // Days the range cannot reach: no states made, nothing sliced.
             let (first, last) = days.time_range();
@@ -410,29 +408,17 @@ impl CubeScanExec {
             if !on_edge(first, last) && !in_whole(first, last) {
                 continue;
             }
-            let runs = match batch.rows() < MEM_STATES_MIN_ROWS {
-                true => &mut runs,
-                false => &mut large,
-            };
-            match runs.last_mut() {
-                Some((d, run)) if *d == days => run.push(batch),
-                _ => runs.push((days, vec![batch])),
-            }
-        }
-        let mut made = vec![];
-        for (days, day) in large {
-            // Boxed: the states' making is a large future.
-            let merged = cubes.day_states(&day, &cube, &used, time_column, &ctx);
-            if let Some(states) = Box::pin(merged).await? {
-                made.push((states, days, day));
+            if batch.rows() < MEM_STATES_MIN_ROWS {
+                match runs.last_mut() {
+                    Some((d, run)) if *d == days => run.push(batch),
+                    _ => runs.push((days, vec![batch])),
+                }
                 continue;
             }
-            for batch in day {
-                let states = cubes
-                    .mem_states(&batch, &cube, &used, time_column, &ctx)
-                    .await?;
-                made.push((states, days, vec![batch]));
-            }
+            let states = cubes
+                .mem_states(&batch, &cube, &used, time_column, &ctx)
+                .await?;
+            made.push((states, days, vec![batch]));
         }
         for (days, run) in runs {
             // Boxed: the states' making is a large future.

@@ -338,6 +338,3 @@ pub(super) fn outside_buckets(
         (l, h) => l.or(h),
     }
 }
-
-#[cfg(test)]
-mod tests;

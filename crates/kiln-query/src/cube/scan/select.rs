@@ -338,3 +338,6 @@ pub(super) fn outside_buckets(
         (l, h) => l.or(h),
     }
 }
+
+#[cfg(test)]
+mod tests;

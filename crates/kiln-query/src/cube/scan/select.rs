@@ -1,6 +1,7 @@
 //! Selecting a scan's rows: the range's bounds computed at execution,
-//! the slice of a sorted part or batch its keys and whole buckets select,
-//! and the filter of the rows outside those buckets, read raw.
+//! the cut of a sorted part or batch to the rows its keys, whole buckets
+//! and filter select and to the columns the plan reads ([`Cut`]), and the
+//! filter of the rows outside those buckets, read raw.
 
 use std::cmp::Ordering;
 use std::collections::BTreeSet;

@@ -259,7 +259,8 @@ impl PartialCache {
             .iter()
             .map(RecordBatch::get_array_memory_size)
             .sum::<usize>()
-            + key_bytes(&key);
+            + key_bytes(&key)
+            + ENTRY_BYTES;
         let entry = Arc::new(Entry {
             batches,
             segment: Arc::downgrade(segment),
@@ -269,6 +270,15 @@ impl PartialCache {
             .insert(key, entry, bytes, |e| e.segment.strong_count() == 0);
     }
 }
+
+/// Bytes every entry is counted besides its rows and its key's filter: the
+/// key and the entry as the cache's map holds them, with their
+/// allocations' headers and the map's own slot. Without them an entry of
+/// no rows (a read whose filter kept none) under an unfiltered key counted
+/// only its key's runs, a fraction of what it holds, so many such entries
+/// held more memory than the cache's bytes say.
+const ENTRY_BYTES: usize =
+    std::mem::size_of::<(usize, PartialKey)>() + std::mem::size_of::<Entry>() + 64;
 
 /// Bytes counted for one node of a key's filter, besides a literal's value.
 const EXPR_NODE_BYTES: usize = 64;

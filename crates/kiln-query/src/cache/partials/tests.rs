@@ -87,3 +87,38 @@ fn keys_hashed_once_compare_by_what_they_hold() {
     fingerprint.write_u64(key.fingerprint());
     assert_eq!(alone.finish(), fingerprint.finish());
 }
+
+#[test]
+fn entries_of_no_rows_are_counted_so_the_cache_stays_bounded() {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use bytes::Bytes;
+    use parquet::arrow::ArrowWriter;
+
+    let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+    let rows = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from_iter_values(0..10))],
+    )
+    .unwrap();
+    let mut file = vec![];
+    let mut w = ArrowWriter::try_new(&mut file, schema.clone(), None).unwrap();
+    w.write(&rows).unwrap();
+    w.close().unwrap();
+    let segment = Arc::new(DecodedSegment::decode(Bytes::from(file), &schema).unwrap());
+    let capacity = 64 << 10;
+    let cache = PartialCache::new(capacity);
+    // Reads of distinct aggregates under no filter, each keeping no rows.
+    for i in 0..10_000 {
+        let aggregate = Arc::new(AggregateKey::new(vec![], vec![], vec![], Some(vec![i])));
+        let key = PartialKey::whole(aggregate, None);
+        cache.insert(&segment, key, Arc::from(Vec::<RecordBatch>::new()));
+    }
+    assert!(cache.usage() <= capacity, "{} bytes", cache.usage());
+    assert!(
+        cache.entries() * ENTRY_BYTES <= capacity,
+        "{} entries",
+        cache.entries()
+    );
+    assert!(cache.entries() > 0);
+}

@@ -173,10 +173,16 @@ impl Cut {
         let Some(output) = output else {
             return internal_err!("cube scan output column not kept");
         };
+        // Output of every column kept, in order: the cut is the output,
+        // under the output's schema (the same fields).
         let identity = output.iter().copied().eq(0..kept.len());
+        let kept_schema = match identity {
+            true => out_schema.clone(),
+            false => Arc::new(scan_schema.project(&kept)?),
+        };
         Ok(Self {
             keys,
-            kept_schema: Arc::new(scan_schema.project(&kept)?),
+            kept_schema,
             kept,
             filter,
             time,
@@ -230,7 +236,7 @@ impl Cut {
             cut = filter_record_batch(&cut, mask.as_boolean())?;
         }
         let Some(output) = &self.output else {
-            return Ok(cut.with_schema(self.out_schema.clone())?);
+            return Ok(cut);
         };
         let columns = output.iter().map(|&i| cut.column(i).clone()).collect();
         let options = RecordBatchOptions::new().with_row_count(Some(cut.num_rows()));

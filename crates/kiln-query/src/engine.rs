@@ -203,12 +203,6 @@ impl Engine {
         &self.db
     }
 
-    /// The cubes' plans and cache.
-    #[cfg(test)]
-    pub(crate) fn cubes(&self) -> &Arc<Cubes> {
-        &self.cubes
-    }
-
     /// Users, tokens and privileges; authentication is off until
     /// [`Auth::enable`].
     pub fn auth(&self) -> &Arc<Auth> {

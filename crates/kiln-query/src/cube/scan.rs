@@ -12,9 +12,6 @@
 //!   (a merged batch's from its inputs' states and its other rows), a
 //!   day's small batches' together, with the newest of them
 //!   ([`super::mem`]);
-//! - a day's parts and the states of its largest in-memory batches, which
-//!   change seldom, read merged into one set of states, kept in the cube
-//!   cache under their names (`stable`);
 //! - the same states computed from raw rows for everything else: segments
 //!   without a part and the edges of a range that cuts a bucket, read
 //!   with the query's own filters (when
@@ -53,10 +50,8 @@ use kiln_storage::memstore::{Days, MemBatch};
 use kiln_storage::{Segment, TableSnapshot};
 
 mod select;
-mod stable;
 
 use select::{Bound, Cut, bound, boundary, key_values, outside_buckets};
-use stable::{STABLE_ROWS, StableDays};
 
 use super::Cubes;
 use super::plan::CubePlan;
@@ -384,8 +379,6 @@ impl CubeScanExec {
         let mut on_edges = vec![];
         let mut raw = vec![];
         let mut batches = vec![];
-        // Parts and large in-memory batches' states, read merged by day.
-        let mut stable = StableDays::default();
         for s in &snapshot.version.manifest.segments {
             let Some(part) = s.part(cube.def.id) else {
                 raw.push(s.clone());
@@ -395,9 +388,13 @@ impl CubeScanExec {
             if on_edge(min, max) {
                 on_edges.push(s.clone());
             }
-            if in_whole(min, max) {
-                stable.part(s, part);
+            if !in_whole(min, max) {
+                continue;
             }
+            let batch = cubes
+                .rolled_up(table.db(), &part, &cube, &used, &ctx)
+                .await?;
+            batches.push(selected(&batch, min, max)?);
         }
         // In-memory batches are read like parts: a large one from states
         // made once and kept with it, a day's run of small ones from states
@@ -432,22 +429,11 @@ impl CubeScanExec {
         for (states, days, read) in made {
             let (min, max) = states.time;
             if on_edge(min, max) {
-                mem_edges.extend(read.iter().map(|b| (days, b.clone())));
+                mem_edges.extend(read.into_iter().map(|b| (days, b)));
             }
-            if !in_whole(min, max) {
-                continue;
+            if in_whole(min, max) {
+                batches.push(selected(&states.rows, min, max)?);
             }
-            match read.as_slice() {
-                [one] if one.rows() >= STABLE_ROWS => {
-                    stable.mem(days, one, states.rows.clone(), states.time)
-                }
-                _ => batches.push(selected(&states.rows, min, max)?),
-            }
-        }
-        // Boxed: merging is a large future.
-        let merged = Box::pin(stable.read(&cubes, table.db(), &cube, &used, &ctx)).await?;
-        for (rows, (min, max)) in merged {
-            batches.push(selected(&rows, min, max)?);
         }
         batches.retain(|b| b.num_rows() > 0);
         cube.answered

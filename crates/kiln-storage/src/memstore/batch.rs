@@ -16,7 +16,7 @@
 
 use std::any::Any;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
@@ -35,8 +35,6 @@ use crate::schema::view_schema;
 /// the memstore's bytes count them while the batch is in it.
 pub struct MemBatch {
     pub batch: RecordBatch,
-    /// Unique in the process, never reused ([`Self::id`]).
-    id: u64,
     viewed: OnceLock<RecordBatch>,
     derived: Mutex<Derived>,
     /// The memstore's count of bytes held, which takes what is charged to
@@ -77,12 +75,6 @@ struct Inherited {
     values: Vec<Value>,
 }
 
-/// The next [`MemBatch::id`].
-fn next_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
 /// A key of [`MemBatch::derived`]: the deriving layer's own (a cube's id
 /// and the dimensions read).
 pub type DerivedKey = (u64, u64);
@@ -103,7 +95,6 @@ impl MemBatch {
     pub(crate) fn new(batch: RecordBatch, held: Arc<AtomicUsize>) -> Self {
         Self {
             batch,
-            id: next_id(),
             viewed: OnceLock::new(),
             derived: Mutex::default(),
             held,
@@ -151,7 +142,6 @@ impl MemBatch {
         held.fetch_add(bytes, Ordering::Relaxed);
         Self {
             batch,
-            id: next_id(),
             viewed: OnceLock::new(),
             derived: Mutex::new(Derived {
                 inherited,
@@ -164,13 +154,6 @@ impl MemBatch {
 
     pub fn rows(&self) -> usize {
         self.batch.num_rows()
-    }
-
-    /// The batch's number, unique in the process and never reused (unlike
-    /// its address): a key for what upper layers derive from several
-    /// batches together and keep apart from them.
-    pub fn id(&self) -> u64 {
-        self.id
     }
 
     /// The keys of the values kept with this batch.

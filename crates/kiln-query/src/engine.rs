@@ -157,8 +157,14 @@ impl Engine {
         )?;
         cubes.attach(ctx.state_weak_ref());
         own::prepare_cubes(&db, &cubes);
+        let executor = Executor::dedicated(config.execution_threads, config.execution_nice)
+            .map_err(|source| Error::Io {
+                context: "starting the execution runtime".into(),
+                source,
+            })?;
         db.set_cube_builder(Arc::new(PartBuilder {
             cubes: cubes.clone(),
+            executor: executor.clone(),
         }));
         let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
         let auth = Arc::new(Auth::open(
@@ -176,11 +182,7 @@ impl Engine {
             caches,
             max_expression_depth: config.max_expression_depth,
             max_statement_bytes: config.max_statement_bytes.as_usize(),
-            executor: Executor::dedicated(config.execution_threads, config.execution_nice)
-                .map_err(|source| Error::Io {
-                    context: "starting the execution runtime".into(),
-                    source,
-                })?,
+            executor,
         })
     }
 

@@ -187,7 +187,8 @@ impl Executor {
         Box::pin(RecordBatchStreamAdapter::new(schema, rows))
     }
 
-    /// Awaits `work` (planning a statement), on this executor if `apart`:
+    /// Awaits `work` (planning a statement, computing a cube's part), on
+    /// this executor if `apart`:
     /// the caller's thread is then free while it runs, and dropping the
     /// returned future (at a deadline or cancel) abandons it at its next
     /// await. Inline when not `apart` or without a dedicated runtime. A

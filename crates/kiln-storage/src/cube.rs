@@ -115,6 +115,10 @@ pub trait CubeBuilder: Send + Sync + 'static {
     /// cube cannot be built yet (its definition is still being planned):
     /// the segment is built later. An error, or a panic, leaves the segment
     /// without this part until a retry; queries then read that segment raw.
+    /// The parts of one segment are awaited together, as many at once as
+    /// there are cores: a future that computes where it is polled keeps
+    /// them on one thread, one that hands its work to threads of its own
+    /// computes them side by side.
     fn build(
         &self,
         table: &Table,

@@ -455,3 +455,71 @@ async fn a_cube_part_whose_build_panics_leaves_its_segment_raw_and_flushes_going
     assert_eq!(db.build_cube_parts().await.unwrap(), 0);
     db.close().await.unwrap();
 }
+
+/// A builder whose parts take a while and count how many are being built
+/// at once; each part holds its input's row count.
+#[derive(Default)]
+struct Slow {
+    building: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl kiln_storage::CubeBuilder for Slow {
+    fn build(
+        &self,
+        _: &kiln_storage::Table,
+        _: &kiln_storage::CubeDef,
+        rows: arrow::array::RecordBatch,
+    ) -> Option<futures::future::BoxFuture<'static, kiln_storage::Result<arrow::array::RecordBatch>>>
+    {
+        let (building, most) = (self.building.clone(), self.most.clone());
+        Some(Box::pin(async move {
+            let now = building.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            building.fetch_sub(1, Ordering::SeqCst);
+            let n = arrow::array::Int64Array::from(vec![rows.num_rows() as i64]);
+            Ok(
+                arrow::array::RecordBatch::try_from_iter([("n", std::sync::Arc::new(n) as _)])
+                    .unwrap(),
+            )
+        }))
+    }
+}
+
+/// A segment's parts are built at once, as many as there are cores, and
+/// each is committed with the segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segments_parts_are_built_at_once_up_to_the_cores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    let builder = std::sync::Arc::new(Slow::default());
+    db.set_cube_builder(builder.clone());
+    create(&db).await;
+    for name in ["c1", "c2", "c3"] {
+        db.create_cube(kiln_storage::CreateCube {
+            name: name.into(),
+            table: TABLE.into(),
+            dimensions: vec![],
+            measures: vec![kiln_storage::CubeColumn {
+                sql: "count(*)".into(),
+                name: "n".into(),
+            }],
+            if_not_exists: false,
+        })
+        .await
+        .unwrap();
+    }
+    write(&db, 0, 0..100).await;
+    db.flush_all().await.unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(builder.most.load(Ordering::SeqCst), cores.min(3));
+    let t = db.table(TABLE).unwrap();
+    let segments = t.segments();
+    assert_eq!(segments.len(), 1);
+    for cube in t.cubes().iter() {
+        let part = segments[0].part(cube.id);
+        assert_eq!(part.map(|p| p.meta.rows), Some(1), "cube {}", cube.name);
+    }
+    db.close().await.unwrap();
+}

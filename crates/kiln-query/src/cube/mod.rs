@@ -58,6 +58,7 @@ use object_store::path::Path;
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
+use crate::executor::Executor;
 pub use mem::MEM_ROLLUPS;
 use plan::CubePlan;
 use scan::{CubeScan, CubeScanExec, PhysicalRange};
@@ -370,9 +371,13 @@ impl ExtensionPlanner for CubePlanner {
     }
 }
 
-/// Computes parts at flush and in the background build.
+/// Computes parts at flush and in the background build, on the execution
+/// runtime: the parts of a segment are computed side by side, at that
+/// runtime's lower priority, and leave the protocol runtime's threads to
+/// connections.
 pub struct PartBuilder {
     pub cubes: Arc<Cubes>,
+    pub executor: Executor,
 }
 
 impl CubeBuilder for PartBuilder {
@@ -388,12 +393,17 @@ impl CubeBuilder for PartBuilder {
             cube: name.clone(),
             reason: e,
         };
+        let executor = self.executor.clone();
         Some(Box::pin(async move {
             let rows = plan.read(&rows).map_err(|e| failed(e.to_string()))?;
-            let rows = kiln_storage::memstore::view_strings(&rows);
-            plan.states_of(rows)
-                .await
-                .map_err(|e| failed(e.to_string()))
+            let states = executor.plan(true, async move {
+                let rows = kiln_storage::memstore::view_strings(&rows);
+                plan.states_of(rows).await
+            });
+            match states.await {
+                Ok(states) => states.map_err(|e| failed(e.to_string())),
+                Err(e) => Err(failed(e.to_string())),
+            }
         }))
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 
 use super::{Db, Inner};
@@ -189,9 +189,22 @@ impl Inner {
         let Some(builder) = self.cube_builder.get() else {
             return vec![];
         };
+        // As many parts at once as there are cores: a flush's parts take
+        // longer to compute than its segment to encode, and one after the
+        // other they left a core idle. Where each is computed is the
+        // builder's choice ([`CubeBuilder::build`]).
+        let at_once = std::thread::available_parallelism().map_or(1, usize::from);
+        let writes: Vec<_> = cubes
+            .iter()
+            .map(|cube| self.write_part(builder, table, cube, segment, rows))
+            .collect();
+        let built: Vec<_> = futures::stream::iter(writes)
+            .buffered(at_once)
+            .collect()
+            .await;
         let mut parts = vec![];
-        for cube in cubes {
-            match self.write_part(builder, table, cube, segment, rows).await {
+        for (cube, part) in cubes.iter().zip(built) {
+            match part {
                 Ok(Some(p)) => parts.push(p),
                 Ok(None) => {}
                 Err(e) => {

@@ -497,18 +497,7 @@ async fn a_segments_parts_are_built_at_once_up_to_the_cores() {
     db.set_cube_builder(builder.clone());
     create(&db).await;
     for name in ["c1", "c2", "c3"] {
-        db.create_cube(kiln_storage::CreateCube {
-            name: name.into(),
-            table: TABLE.into(),
-            dimensions: vec![],
-            measures: vec![kiln_storage::CubeColumn {
-                sql: "count(*)".into(),
-                name: "n".into(),
-            }],
-            if_not_exists: false,
-        })
-        .await
-        .unwrap();
+        create_count_cube_named(&db, name).await;
     }
     write(&db, 0, 0..100).await;
     db.flush_all().await.unwrap();

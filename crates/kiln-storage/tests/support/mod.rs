@@ -70,8 +70,13 @@ pub async fn create(db: &Db) {
 /// Creates cube `c` on [`TABLE`], of no dimension and `count(*)` (if
 /// missing): its parts are whatever the installed builder makes.
 pub async fn create_count_cube(db: &Db) {
+    create_count_cube_named(db, "c").await
+}
+
+/// [`create_count_cube`] under `name`.
+pub async fn create_count_cube_named(db: &Db, name: &str) {
     db.create_cube(kiln_storage::CreateCube {
-        name: "c".into(),
+        name: name.into(),
         table: TABLE.into(),
         dimensions: vec![],
         measures: vec![kiln_storage::CubeColumn {

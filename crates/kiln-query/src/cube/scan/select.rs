@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, RecordBatchOptions, make_comparator,
+    Array, ArrayRef, AsArray, BooleanArray, PrimitiveArray, RecordBatch, RecordBatchOptions,
+    make_comparator,
 };
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
 use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
@@ -226,14 +227,22 @@ impl Cut {
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
         let mut cut =
             RecordBatch::try_new_with_options(self.kept_schema.clone(), columns, &options)?;
-        if let Some((t, lo, hi)) = unsorted {
-            cut = in_buckets(&cut, t, lo, hi)?;
-        }
+        // The range's rows (unsorted) and the filter's, kept by one mask.
+        let mut keep = match unsorted {
+            Some((t, lo, hi)) => in_buckets(&cut, t, lo, hi)?,
+            None => None,
+        };
         if let Some(f) = &self.filter
             && cut.num_rows() > 0
         {
             let mask = f.evaluate(&cut)?.into_array(cut.num_rows())?;
-            cut = filter_record_batch(&cut, mask.as_boolean())?;
+            keep = Some(match keep {
+                Some(k) => and(&k, mask.as_boolean())?,
+                None => mask.as_boolean().clone(),
+            });
+        }
+        if let Some(k) = keep {
+            cut = filter_record_batch(&cut, &k)?;
         }
         let Some(output) = &self.output else {
             return Ok(cut);
@@ -293,14 +302,14 @@ fn timestamps(
     }
 }
 
-/// Rows of `batch` whose time dimension is in `[lo, hi)` (open ends are
-/// beyond any timestamp).
-pub(super) fn in_buckets(
+/// Which rows of `batch` have their time dimension in `[lo, hi)` (open
+/// ends are beyond any timestamp; `None`: every row).
+fn in_buckets(
     batch: &RecordBatch,
     dimension: usize,
     lo: i128,
     hi: i128,
-) -> Result<RecordBatch> {
+) -> Result<Option<BooleanArray>> {
     let col = batch.column(dimension);
     let ts = timestamps(batch, dimension)?;
     let tz: Option<Arc<str>> = ts.timezone().map(Arc::from);
@@ -316,10 +325,7 @@ pub(super) fn in_buckets(
             None => below,
         });
     }
-    Ok(match keep {
-        Some(k) => filter_record_batch(batch, &k)?,
-        None => batch.clone(),
-    })
+    Ok(keep)
 }
 
 /// `column < lo OR column >= hi`: the rows outside the whole buckets

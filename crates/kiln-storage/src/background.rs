@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use futures::StreamExt;
 use object_store::path::Path;
 
 use crate::db::Inner;
@@ -164,9 +165,16 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
                 }
             }
         }
+        // A flush of many days' rows writes their segments side by side,
+        // one per core, as an import does: one after the other, a core
+        // waited while each segment was encoded and made durable.
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let pack = inner.config.segment_pack_rows;
-        for (day, batches) in segment::pack_days(by_day, pack) {
-            written.push(inner.write_segment(table, day, batches).await?);
+        let mut writes = futures::stream::iter(segment::pack_days(by_day, pack))
+            .map(|(day, batches)| inner.write_segment(table, day, batches))
+            .buffered(cores);
+        while let Some(s) = writes.next().await {
+            written.push(s?);
         }
         failpoint!(FLUSH_AFTER_SEGMENTS, error);
         Ok(())

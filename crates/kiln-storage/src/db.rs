@@ -135,7 +135,10 @@ pub(crate) struct Inner {
 impl Inner {
     /// Sorts, encodes (with the configured compression) and durably writes
     /// one segment of `table`'s partition `day`, with its cube parts; not
-    /// visible until a manifest refers to it.
+    /// visible until a manifest refers to it. The parts are computed from
+    /// the sorted rows while the segment is encoded and written, so a flush
+    /// with cubes waits for the longer of the two, not for both. If the
+    /// segment fails, its parts' files go when nothing holds them.
     pub(crate) async fn write_segment(
         &self,
         table: &Table,
@@ -143,10 +146,20 @@ impl Inner {
         batches: Vec<RecordBatch>,
     ) -> Result<Arc<Segment>> {
         let c = self.config.segment_compression;
-        let (meta, rows) =
-            segment::write(&self.store, &table.def, &table.schema, day, batches, c).await?;
-        let parts = self.build_parts(table, &meta, &rows, &table.cubes()).await;
-        Ok(Segment::with_parts(meta, parts, &self.reaper))
+        let rows = segment::sort(&table.def, &table.schema, batches).await?;
+        let path = segment::new_path(&table.def, day);
+        let cubes = table.cubes();
+        let (meta, parts) = tokio::join!(
+            segment::put(&self.store, &table.def, path.clone(), day, &rows, c),
+            self.build_parts(table, &path, &rows, &cubes),
+        );
+        match meta {
+            Ok(meta) => Ok(Segment::with_parts(meta, parts, &self.reaper)),
+            Err(e) => {
+                parts.iter().for_each(|p| p.retire());
+                Err(e)
+            }
+        }
     }
 }
 

@@ -113,35 +113,46 @@ pub fn encode(batch: &RecordBatch, compression: SegmentCompression) -> Result<By
     Ok(Bytes::from(buf))
 }
 
-/// Sorts, encodes and durably writes one segment whose first day is `day`.
-/// Returns its manifest entry and its sorted rows; the segment is not
-/// visible until a manifest refers to it.
-pub async fn write(
-    store: &Store,
+/// Sorts one segment's rows (on a blocking thread), as [`put`] writes them.
+pub async fn sort(
     def: &TableDef,
     schema: &SchemaRef,
-    day: i32,
     batches: Vec<RecordBatch>,
-    compression: SegmentCompression,
-) -> Result<(SegmentMeta, RecordBatch)> {
-    let (def2, schema2) = (def.clone(), schema.clone());
-    let (batch, bytes) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let batch = sort_rows(&def2, &schema2, &batches)?;
-        let bytes = encode(&batch, compression)?;
-        Ok((batch, bytes))
-    })
-    .await
-    .expect("segment encoder panicked")?;
-    let path = format!(
+) -> Result<RecordBatch> {
+    let (def, schema) = (def.clone(), schema.clone());
+    tokio::task::spawn_blocking(move || sort_rows(&def, &schema, &batches))
+        .await
+        .expect("segment sorter panicked")
+}
+
+/// A new segment's path: unique, under its table and its first day.
+pub fn new_path(def: &TableDef, day: i32) -> String {
+    format!(
         "tables/{}/{}/{}.parquet",
         def.id,
         day_string(day),
         uuid::Uuid::new_v4()
-    );
+    )
+}
+
+/// Encodes and durably writes `rows`, sorted by [`sort`], as the segment
+/// at `path` whose first day is `day`. Returns its manifest entry; the
+/// segment is not visible until a manifest refers to it.
+pub async fn put(
+    store: &Store,
+    def: &TableDef,
+    path: String,
+    day: i32,
+    rows: &RecordBatch,
+    compression: SegmentCompression,
+) -> Result<SegmentMeta> {
+    let batch = rows.clone();
+    let bytes = tokio::task::spawn_blocking(move || encode(&batch, compression))
+        .await
+        .expect("segment encoder panicked")?;
     let len = bytes.len() as u64;
     store.put_durable(&Path::from(path.as_str()), bytes).await?;
-    let meta = meta(def, path, day, &batch, len);
-    Ok((meta, batch))
+    Ok(meta(def, path, day, rows, len))
 }
 
 /// Reads a whole segment back (compaction, building a cube part): from the

@@ -456,6 +456,36 @@ async fn a_cube_part_whose_build_panics_leaves_its_segment_raw_and_flushes_going
     db.close().await.unwrap();
 }
 
+/// A flush of several days writes their segments side by side, as many
+/// as there are cores, each with its part: one cube, so parts built at
+/// once are different segments'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushs_segments_are_written_at_once_up_to_the_cores() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    // Each day its own segment, however few its rows.
+    c.segment_pack_rows = 1;
+    let db = open_with(c).await;
+    let builder = std::sync::Arc::new(Slow::default());
+    db.set_cube_builder(builder.clone());
+    create(&db).await;
+    create_count_cube(&db).await;
+    for day in 0..3 {
+        write(&db, day, day * 10..day * 10 + 10).await;
+    }
+    db.flush_all().await.unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(builder.most.load(Ordering::SeqCst), cores.min(3));
+    let t = db.table(TABLE).unwrap();
+    let segments = t.segments();
+    assert_eq!(segments.len(), 3);
+    for s in segments.iter() {
+        assert_eq!(s.meta.rows, 10);
+        assert_eq!(s.part(1).map(|p| p.meta.rows), Some(1), "{}", s.meta.path);
+    }
+    db.close().await.unwrap();
+}
+
 /// A builder whose parts take a while and count how many are being built
 /// at once; each part holds its input's row count.
 #[derive(Default)]

@@ -14,7 +14,7 @@ use object_store::path::Path;
 use super::{Db, Inner};
 use crate::cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
 use crate::error::{Error, Result};
-use crate::manifest::{Manifest, Segment, SegmentMeta};
+use crate::manifest::{Manifest, Segment};
 use crate::segment;
 use crate::table::{Commit, Table};
 
@@ -175,14 +175,15 @@ pub(super) fn forget_dropped_parts(manifest: &Manifest, cubes: &[Arc<CubeDef>]) 
 }
 
 impl Inner {
-    /// The parts of `cubes` over one new segment's `rows`. A part that fails
+    /// The parts of `cubes` over the rows of the segment at `segment` (its
+    /// path), sorted as it keeps them. A part that fails
     /// to build is left out (logged, and tried again after
     /// [`PART_RETRY_AFTER`]): its segment is then read raw, which is slower
     /// but exact.
     pub(crate) async fn build_parts(
         &self,
         table: &Table,
-        segment: &SegmentMeta,
+        segment: &str,
         rows: &RecordBatch,
         cubes: &[Arc<CubeDef>],
     ) -> Vec<Arc<Part>> {
@@ -208,11 +209,11 @@ impl Inner {
                 Ok(Some(p)) => parts.push(p),
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(cube = cube.name, segment = segment.path, error = %e,
+                    tracing::warn!(cube = cube.name, segment, error = %e,
                         "cube part not built; queries read this segment raw");
                     self.failed_parts
                         .lock()
-                        .insert((segment.path.clone(), cube.id), Instant::now());
+                        .insert((segment.to_string(), cube.id), Instant::now());
                 }
             }
         }
@@ -224,7 +225,7 @@ impl Inner {
         builder: &Arc<dyn CubeBuilder>,
         table: &Table,
         cube: &CubeDef,
-        segment: &SegmentMeta,
+        segment: &str,
         rows: &RecordBatch,
     ) -> Result<Option<Arc<Part>>> {
         let Some(build) = builder.build(table, cube, rows.clone()) else {
@@ -252,7 +253,7 @@ impl Inner {
         let bytes = tokio::task::spawn_blocking(move || segment::encode(&states, compression))
             .await
             .expect("cube part encoder panicked")?;
-        let stem = segment.path.trim_end_matches(".parquet");
+        let stem = segment.trim_end_matches(".parquet");
         let path = format!("{stem}.cube{}.parquet", cube.id);
         let len = bytes.len() as u64;
         self.store
@@ -311,7 +312,7 @@ impl Inner {
                 }
             };
             let parts = self
-                .build_parts(table, &segment.meta, &rows, &missing)
+                .build_parts(table, &segment.meta.path, &rows, &missing)
                 .await;
             if parts.is_empty() {
                 continue;

@@ -10,9 +10,10 @@
 # `kiln gen abtest` and it is imported here). Each run gets a fresh copy of
 # DATA; the "on" copy gets the cubes, and their build time is printed with
 # their size against the table's segments. Each protocol warms up 10 s,
-# then runs SECS s at C clients. With STREAM=W:B[:R] (writers, rows per
-# request, at most R rows/s), `kiln bench write` streams rows into the
-# table through the warm-up and the run: dashboards over live data.
+# then runs SECS s at C clients. With STREAM=W:B[:R[:D]] (writers, rows
+# per request, at most R rows/s, times in the data's last D days, 14 by
+# default: all of them), `kiln bench write` streams rows into the table
+# through the warm-up and the run: dashboards over live data.
 # PROTOCOLS (default "pg-simple pg http"; also pg-typed: the simple
 # protocol with the range's bounds as TIMESTAMP '...').
 # LOAD_BIN: the binary whose `kiln bench` loads the server (default
@@ -66,8 +67,8 @@ for r in $(seq "$R"); do for mode in ${MODES:-on off}; do
     case $proto in http) URL=http://$HTTP ;; *) URL=postgres://127.0.0.1:$PG ;; esac
     W="--workload ${WORKLOAD:-dashboard}"
     if [ -n "${STREAM:-}" ]; then # a write stream through warm-up and run
-      IFS=: read -r sw sb sr <<<"$STREAM"
-      "$LOAD" bench write --url "http://$HTTP" --clients "$sw" --batch "$sb" --rate "${sr:-0}" \
+      IFS=: read -r sw sb sr sd <<<"$STREAM"
+      "$LOAD" bench write --url "http://$HTTP" --clients "$sw" --batch "$sb" --rate "${sr:-0}" --days "${sd:-14}" \
         --duration "$((SECS + 11))s" --seed "$r" --json >/tmp/cubes-stream.json 2>/dev/null &
       SP=$!
     fi
@@ -85,7 +86,8 @@ done; done
 
 # Writes (WRITES=0 skips them): an empty abtest table with no cube, then
 # with the first two cubes of bench/cubes.sql; rows/s of `kiln bench write`
-# and the mean flush time.
+# and the mean flush time, and the flushes' time per million rows (flushes
+# with and without cubes may differ in size).
 [ "${WRITES:-1}" = 0 ] && exit 0
 for r in $(seq "$R"); do for mode in off on; do
   rm -rf /tmp/cubes-write
@@ -99,9 +101,9 @@ for r in $(seq "$R"); do for mode in off on; do
   line=$("$LOAD" bench write --url "http://$HTTP" --clients 16 --batch 1000 --duration "${SECS}s" --json 2>/dev/null)
   flush=$(curl -sf "http://$HTTP/metrics" | python3 -c '
 import sys
-m = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if l.startswith("kiln_flush_duration_seconds_")}
-n = m.get("kiln_flush_duration_seconds_count", 0)
-print(round(m.get("kiln_flush_duration_seconds_sum", 0) / n * 1000, 1) if n else "-", "ms mean flush of", int(n))')
+m = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if l.startswith(("kiln_flush_duration_seconds_", "kiln_rows_flushed_total"))}
+n, s, rows = m.get("kiln_flush_duration_seconds_count", 0), m.get("kiln_flush_duration_seconds_sum", 0), m.get("kiln_rows_flushed_total", 0)
+print(round(s / n * 1000, 1) if n else "-", "ms mean flush of", int(n), "|", round(s / rows * 1e9, 1) if rows else "-", "ms per 1M rows flushed")')
   echo "$r write cubes=$mode $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["rows_per_sec"]), "rows/s")' <<<"$line") $flush"
   kill $P; wait $P 2>/dev/null || true
 done; done

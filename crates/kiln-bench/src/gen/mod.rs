@@ -189,8 +189,10 @@ pub struct AbTestGen {
     pub seed: u64,
     /// Number of distinct user ids to draw from (Zipf-distributed).
     pub users: u64,
-    /// Start of the 14-day window, ns since epoch (UTC, stored without tz).
+    /// Start of the window, ns since epoch (UTC, stored without tz).
     pub start_ns: i64,
+    /// Length of the window, ns ([`SPAN_NS`], 14 days, by default).
+    pub span_ns: i64,
     /// Rows per batch. Each batch has its own random stream, so this is part
     /// of the dataset's identity (changing it changes the rows), but the
     /// thread count used to produce the batches never does.
@@ -206,6 +208,7 @@ impl AbTestGen {
             seed,
             users: (rows / 10).max(1000),
             start_ns: DEFAULT_START_NS,
+            span_ns: SPAN_NS,
             batch_rows: DEFAULT_BATCH_ROWS,
         }
     }
@@ -307,12 +310,13 @@ impl<'a> BatchBuilder<'a> {
         let mut dwell_ms = Vec::with_capacity(n);
 
         let start = cfg.start_ns;
-        let last = start + SPAN_NS - 1;
+        let span = cfg.span_ns.max(1);
+        let last = start + span - 1;
         let rows = cfg.rows as u128;
         for r in 0..n as u64 {
             // Time: in-order position of the global row plus bounded jitter.
             let g = (first_row + r) as u128;
-            let base = start + (g * SPAN_NS as u128 / rows) as i64;
+            let base = start + (g * span as u128 / rows) as i64;
             let jitter = self.rng.below(2 * JITTER_NS as u64 + 1) as i64 - JITTER_NS;
             event_time.push((base + jitter).clamp(start, last));
 

@@ -185,6 +185,27 @@ fn out_format_from_path() {
     assert_eq!(f("parquet"), None);
 }
 
+/// A shorter window holds every row's time, and its rows still span it.
+#[test]
+fn a_window_of_one_day_holds_every_rows_time() {
+    let day = 86_400 * 1_000_000_000;
+    let g = AbTestGen {
+        start_ns: DEFAULT_START_NS + 13 * day,
+        span_ns: day,
+        ..small(20_000, 5, 4096)
+    };
+    let b = all(&g);
+    let ts = b.column(0).as_primitive::<TimestampNanosecondType>();
+    let (lo, hi) = (g.start_ns, g.start_ns + day);
+    assert!(ts.values().iter().all(|t| (lo..hi).contains(t)));
+    let first = *ts.values().iter().min().unwrap();
+    let last = *ts.values().iter().max().unwrap();
+    assert!(
+        first < lo + day / 10 && last > hi - day / 10,
+        "{first} {last}"
+    );
+}
+
 #[test]
 fn invariants_on_200k_rows() {
     let rows = 200_000u64;

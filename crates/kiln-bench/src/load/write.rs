@@ -15,7 +15,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use super::stats::{LevelReport, histogram, record};
-use crate::r#gen::{ABTEST_DDL, AbTestGen};
+use crate::r#gen::{ABTEST_DDL, AbTestGen, SPAN_NS};
 use crate::{Error, Result};
 
 /// Body encoding of the writes.
@@ -70,6 +70,10 @@ pub struct WriteLoad {
     pub seed: u64,
     /// Rows per second at most, over all writers (0: no limit).
     pub rate: u64,
+    /// The rows' times fall in the last `days` days of the generated
+    /// window (14 days): 14 spreads them over it all, 1 is a stream of
+    /// recent events.
+    pub days: u32,
 }
 
 /// What a write run measured: one row per second, and the whole run.
@@ -231,12 +235,19 @@ fn load_stride(len: usize) -> usize {
     if len.is_multiple_of(7) { 1 } else { 7 }
 }
 
+/// Days in the generated window ([`SPAN_NS`]).
+pub const WINDOW_DAYS: u32 = (SPAN_NS / DAY_NS) as u32;
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+
 /// At least 8 bodies, and at least 64k rows in all.
 fn body_pool(load: &WriteLoad) -> Result<Vec<Bytes>> {
     let batch = load.batch.max(1);
     let n = (65_536 / batch).clamp(8, 4096);
     let mut generator = AbTestGen::new((n * batch) as u64, load.seed);
     generator.batch_rows = batch;
+    let span = DAY_NS * i64::from(load.days.clamp(1, WINDOW_DAYS));
+    generator.start_ns += SPAN_NS - span;
+    generator.span_ns = span;
     (0..n)
         .map(|i| load.format.encode(&generator.batch(i)))
         .collect()

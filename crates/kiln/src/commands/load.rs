@@ -111,6 +111,7 @@ pub async fn write(args: BenchWriteArgs) -> Result<(), BoxError> {
         },
         seed: args.seed,
         rate: args.rate,
+        days: args.days,
     };
     let json = args.json;
     if !json {

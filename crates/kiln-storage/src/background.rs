@@ -167,14 +167,25 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
         }
         // A flush of many days' rows writes their segments side by side,
         // one per core, as an import does: one after the other, a core
-        // waited while each segment was encoded and made durable.
+        // waited while each segment was encoded and made durable. Every
+        // write is awaited, so a failure leaves none running, and the
+        // segments written are retired below.
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let pack = inner.config.segment_pack_rows;
-        let mut writes = futures::stream::iter(segment::pack_days(by_day, pack))
+        let writes: Vec<Result<_>> = futures::stream::iter(segment::pack_days(by_day, pack))
             .map(|(day, batches)| inner.write_segment(table, day, batches))
-            .buffered(cores);
-        while let Some(s) = writes.next().await {
-            written.push(s?);
+            .buffered(cores)
+            .collect()
+            .await;
+        let mut failed = None;
+        for w in writes {
+            match w {
+                Ok(s) => written.push(s),
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         failpoint!(FLUSH_AFTER_SEGMENTS, error);
         Ok(())

@@ -26,12 +26,14 @@ use object_store::{
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use support::*;
 
-/// A store that fails every request while `down` is set, and loses the
-/// reply to a manifest write (which lands) while `lose_commit_replies` is.
+/// A store that fails every request while `down` is set, every write to
+/// a path holding `refuse` while that is set, and loses the reply to a
+/// manifest write (which lands) while `lose_commit_replies` is.
 #[derive(Debug, Default)]
 struct Faulty {
     inner: Arc<InMemory>,
     down: Arc<AtomicBool>,
+    refuse: std::sync::Mutex<Option<String>>,
     lose_commit_replies: Arc<AtomicBool>,
 }
 
@@ -57,6 +59,14 @@ impl Faulty {
 impl ObjectStore for Faulty {
     async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> Result<PutResult> {
         self.check(l)?;
+        if let Some(refused) = self.refuse.lock().unwrap().as_deref()
+            && l.as_ref().contains(refused)
+        {
+            return Err(object_store::Error::Generic {
+                store: "faulty",
+                source: format!("403 Forbidden ({l})").into(),
+            });
+        }
         let put = self.inner.put_opts(l, p, o).await?;
         if l.as_ref().contains("/manifest/") && self.lose_commit_replies.load(Ordering::SeqCst) {
             return Err(object_store::Error::Generic {
@@ -200,6 +210,48 @@ async fn an_outage_delays_flushes_but_loses_nothing_and_heals_by_itself() {
     let db = open_on(tmp.path(), backend).await;
     assert_consistent(&db, expected).await;
     assert_eq!(stored(&db).await, expected);
+}
+
+/// A flush whose segment of one day fails commits nothing and leaves no
+/// file behind: the other days' segments, written beside it, go too. The
+/// next flush writes every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_with_one_failed_segment_leaves_no_file_and_the_next_writes_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Faulty::default());
+    let mut c = config(tmp.path());
+    c.segment_pack_rows = 1;
+    let db = on_store(c, backend.clone()).await;
+    create(&db).await;
+    let mut expected = Totals::default();
+    for day in 0..4 {
+        expected = expected + write(&db, day, day * 10..day * 10 + 10).await;
+    }
+    let failing = kiln_storage::schema::day_string(day_of(1));
+    *backend.refuse.lock().unwrap() = Some(format!("/{failing}/"));
+    let err = db.flush_all().await.unwrap_err();
+    assert!(err.to_string().contains(&failing), "{err}");
+    assert_eq!(version(&db), 0, "nothing was committed");
+    assert_eq!(in_memory(&db), expected);
+    let files = || async {
+        let all: Vec<_> = backend.inner.list(None).collect().await;
+        all.into_iter()
+            .map(|m| m.unwrap().location.to_string())
+            .filter(|p| p.ends_with(".parquet"))
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..100 {
+        if files().await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(files().await, Vec::<String>::new());
+    *backend.refuse.lock().unwrap() = None;
+    db.flush_all().await.unwrap();
+    assert_eq!(in_segments(&db).await, expected);
+    assert_eq!(files().await.len(), 4);
+    db.close().await.unwrap();
 }
 
 /// A commit whose reply is lost may have landed: the next flush settles it

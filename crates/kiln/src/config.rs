@@ -225,8 +225,8 @@ pub struct BenchWriteArgs {
     pub rate: u64,
     /// Days the rows' times fall in: the last N of the generated 14-day
     /// window (14: all of it; 1: a stream of recent events).
-    #[arg(long, env = "KILN_BENCH_DAYS", default_value_t = 14,
-          value_parser = clap::value_parser!(u32).range(1..=14))]
+    #[arg(long, env = "KILN_BENCH_DAYS", default_value_t = kiln_bench::load::WINDOW_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(kiln_bench::load::WINDOW_DAYS)))]
     pub days: u32,
     /// Print one JSON object on stdout instead of the tables.
     #[arg(long, env = "KILN_BENCH_JSON", default_value_t = false)]

@@ -11,4 +11,4 @@ pub mod write;
 pub use query::{Progress, Protocol, QueryLoad};
 pub use stats::{LevelReport, level_table};
 pub use workload::{Call, CallGen, DASHBOARD, Query, workload};
-pub use write::{BodyFormat, WriteLoad, WriteReport};
+pub use write::{BodyFormat, WINDOW_DAYS, WriteLoad, WriteReport};

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::executor::{Executor, deferred};
 use crate::files::FileAccess;
 use crate::plan_cache::{PlanCache, cast_param};
+use crate::rules::checked_patterns;
 use crate::session::{build_session, query_state};
 use crate::shape::{self, patterns};
 use crate::transaction::Transaction;
@@ -482,7 +483,8 @@ impl Engine {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
                 params => {
                     patterns::check_bound(plan, &patterns::bound_values(params))?;
-                    plan.clone().replace_params_with_values(params)?
+                    checked_patterns::before_binding(plan.clone())?
+                        .replace_params_with_values(params)?
                 }
             };
             self.start_plan(plan, query).await

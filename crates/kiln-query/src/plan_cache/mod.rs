@@ -79,6 +79,7 @@ pub use texts::{Door, Learned, Template, TextHit, TextShapes};
 use crate::admission::{QueryHandle, QueryRegistry};
 use crate::config::PlanCacheMode;
 use crate::executor::deferred;
+use crate::rules::checked_patterns;
 use crate::scan::{KeptPlan, KilnTable};
 use crate::session::{apply_settings, partitions_for, settings_key};
 use crate::shape::patterns;
@@ -513,7 +514,8 @@ async fn custom(
 ) -> Result<SendableRecordBatchStream> {
     let queries = query.registry();
     let values = ParamValues::List(params.iter().map(|v| v.clone().into()).collect());
-    let bound = logical.clone().replace_params_with_values(&values)?;
+    let bound =
+        checked_patterns::before_binding(logical.clone())?.replace_params_with_values(&values)?;
     let mut state = crate::session::query_state(ctx, queries);
     crate::session::apply_query(&mut state, query)
         .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;

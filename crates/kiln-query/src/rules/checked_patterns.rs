@@ -64,6 +64,15 @@ impl AnalyzerRule for CheckedPatterns {
     }
 }
 
+/// `plan`'s patterns not written out put through [`CheckedPattern`] while
+/// its parameters are still placeholders: a plan made for one set of
+/// values (a custom plan, HTTP `params`) binds them before it is
+/// analyzed, and a value that does not compile is then named by its
+/// parameter as in a kept plan. The analyzer passes over them afterwards.
+pub(crate) fn before_binding(plan: LogicalPlan) -> Result<LogicalPlan> {
+    CheckedPatterns.analyze(plan, &ConfigOptions::default())
+}
+
 /// Whether an expression of `node` matches a pattern not written out.
 fn has_unchecked(node: &LogicalPlan) -> bool {
     let mut found = false;
@@ -107,7 +116,10 @@ fn checked(e: Expr) -> Transformed<Expr> {
         return Transformed::no(e);
     };
     let wrap = |pattern: Expr| {
-        let udf = Arc::new(ScalarUDF::new_from_impl(CheckedPattern::new(&function)));
+        let from = parameters(&[&pattern, &flags]);
+        let udf = Arc::new(ScalarUDF::new_from_impl(CheckedPattern::new(
+            &function, from,
+        )));
         Expr::ScalarFunction(ScalarFunction::new_udf(udf, vec![pattern, flags]))
     };
     Transformed::yes(match e {
@@ -128,6 +140,29 @@ fn checked(e: Expr) -> Transformed<Expr> {
     })
 }
 
+/// The parameters `exprs` read, as an error names them after the pattern
+/// (` (parameter $1)`, ` (parameters $1, $2)`), or nothing: a value bound
+/// to a parameter of a computed pattern is named as one bound to the
+/// pattern itself is ([`crate::shape::patterns`]).
+fn parameters(exprs: &[&Expr]) -> String {
+    let mut ids: Vec<String> = vec![];
+    for e in exprs {
+        let _ = e.apply(|e| {
+            if let Expr::Placeholder(p) = e
+                && !ids.contains(&p.id)
+            {
+                ids.push(p.id.clone());
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+    }
+    match ids.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (parameter {one})"),
+        many => format!(" (parameters {})", many.join(", ")),
+    }
+}
+
 /// Whether `e` is already a call of [`CheckedPattern`].
 fn is_checked(e: &Expr) -> bool {
     matches!(e, Expr::ScalarFunction(f) if f.func.inner().downcast_ref::<CheckedPattern>().is_some())
@@ -141,13 +176,17 @@ pub struct CheckedPattern {
     /// The function whose pattern it is (`""` for the operators), which
     /// decides how its flags read.
     function: String,
+    /// The parameters the pattern and flags read, named after the pattern
+    /// in an error ([`parameters`]).
+    from: String,
 }
 
 impl CheckedPattern {
-    pub fn new(function: &str) -> Self {
+    pub fn new(function: &str, from: String) -> Self {
         Self {
             signature: Signature::any(2, Volatility::Immutable),
             function: function.to_string(),
+            from,
         }
     }
 }
@@ -186,7 +225,7 @@ impl ScalarUDFImpl for CheckedPattern {
                 continue;
             }
             if let Some(f) = usable_flags(&self.function, f) {
-                compile(p, &f, "").map_err(|e| DataFusionError::External(Box::new(e)))?;
+                compile(p, &f, &self.from).map_err(|e| DataFusionError::External(Box::new(e)))?;
             }
         }
         Ok(pattern.clone())

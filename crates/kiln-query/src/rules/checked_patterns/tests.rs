@@ -118,7 +118,7 @@ async fn a_pattern_that_does_not_compile_is_bad_input_and_good_ones_answer() {
 
 #[test]
 fn the_pattern_comes_back_unchanged_once_each_one_compiles() {
-    let udf = CheckedPattern::new("regexp_replace");
+    let udf = CheckedPattern::new("regexp_replace", String::new());
     let call = |pattern: ArrayRef, flags: ColumnarValue| {
         let rows = pattern.len();
         udf.invoke_with_args(ScalarFunctionArgs {
@@ -157,4 +157,56 @@ fn the_pattern_comes_back_unchanged_once_each_one_compiles() {
     let flags = ColumnarValue::Array(Arc::new(StringArray::from(vec![Some("i"), Some("z")])));
     let e = Error::from(call(Arc::new(StringArray::from(vec!["a", "a"])), flags).unwrap_err());
     assert!(e.to_string().contains("with flags 'z'"), "{e}");
+}
+
+/// A computed pattern of a plan kept with its parameters (a generic plan)
+/// names them when the value bound does not compile.
+#[tokio::test]
+async fn a_computed_pattern_names_the_parameters_it_reads() {
+    use datafusion::common::ParamValues;
+
+    let ctx = ctx().await;
+    let text = |s: &str| ScalarValue::Utf8(Some(s.into()));
+    let cases = [
+        (
+            "SELECT count(*) FROM t WHERE s ~ ('^' || $1)",
+            vec![text("a(")],
+            "invalid regular expression '^a(' (parameter $1): unclosed group at byte 2",
+        ),
+        (
+            "SELECT regexp_match(s, $2 || p, $1 || 'i') FROM t",
+            vec![text("z"), text("[")],
+            "(parameters $2, $1)",
+        ),
+        (
+            "SELECT count(*) FROM t WHERE s ~ (p || '(')",
+            vec![],
+            "invalid regular expression 'b(': unclosed group at byte 1",
+        ),
+    ];
+    for ((sql, values, why), generic) in cases
+        .into_iter()
+        .flat_map(|c| [(c.clone(), true), (c, false)])
+    {
+        let state = ctx.state();
+        let plan = state.create_logical_plan(sql).await.unwrap();
+        let kept = match generic {
+            true => state.optimize(&plan).unwrap(),
+            false => before_binding(plan).unwrap(),
+        };
+        let values = ParamValues::List(values.into_iter().map(Into::into).collect());
+        let bound = kept.replace_params_with_values(&values).unwrap();
+        let run = async {
+            let physical = state.create_physical_plan(&bound).await?;
+            datafusion::physical_plan::collect(physical, ctx.task_ctx()).await
+        };
+        let e = Error::from(run.await.expect_err(sql));
+        assert_eq!(e.kind(), ErrorKind::InvalidRegularExpression, "{sql}: {e}");
+        assert!(e.to_string().contains(why), "{sql}: {e}");
+        assert_eq!(
+            sql.contains('$'),
+            e.to_string().contains("parameter"),
+            "{sql}: {e}"
+        );
+    }
 }

@@ -734,6 +734,7 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
             params.len()
         )));
     }
+    let plan = checked_patterns::before_binding(plan)?;
     Ok(plan.replace_params_with_values(&ParamValues::List(
         bound.into_iter().map(Into::into).collect(),
     ))?)

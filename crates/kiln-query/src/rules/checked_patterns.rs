@@ -14,10 +14,13 @@
 //! ([`CheckedPattern`]), which gives its pattern back unchanged (the same
 //! array, not a copy) once every distinct pattern of the batch compiles
 //! with its row's flags; otherwise it fails with
-//! [`crate::Error::InvalidRegex`]. It is immutable, so a constant pattern
-//! is checked once, when the plan is simplified. An analyzer rule after
-//! type coercion, so the types it sees are final; expressions keep their
-//! column names.
+//! [`crate::Error::InvalidRegex`], naming the parameters the pattern and
+//! flags read (`'^' || $1`). It is immutable, so a constant pattern is
+//! checked once, when the plan is simplified. An analyzer rule after type
+//! coercion, so the types it sees are final; expressions keep their
+//! column names. A plan made for one set of values binds them before it
+//! is analyzed, so it is put through the rule first ([`before_binding`]),
+//! while its parameters are still there to be named.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -159,8 +159,10 @@ fn the_pattern_comes_back_unchanged_once_each_one_compiles() {
     assert!(e.to_string().contains("with flags 'z'"), "{e}");
 }
 
-/// A computed pattern of a plan kept with its parameters (a generic plan)
-/// names them when the value bound does not compile.
+/// A computed pattern names the parameters it reads when the value bound
+/// does not compile, in a plan kept with its parameters (a generic plan)
+/// and in one made for the values (a custom plan, HTTP `params`), which
+/// binds them after [`before_binding`].
 #[tokio::test]
 async fn a_computed_pattern_names_the_parameters_it_reads() {
     use datafusion::common::ParamValues;

@@ -483,8 +483,7 @@ impl Engine {
                 ParamValues::List(l) if l.is_empty() => plan.clone(),
                 params => {
                     patterns::check_bound(plan, &patterns::bound_values(params))?;
-                    checked_patterns::before_binding(plan.clone())?
-                        .replace_params_with_values(params)?
+                    checked_patterns::bind(plan.clone(), params)?
                 }
             };
             self.start_plan(plan, query).await
@@ -734,10 +733,8 @@ fn bind_params(plan: LogicalPlan, params: &[ScalarValue]) -> Result<LogicalPlan>
             params.len()
         )));
     }
-    let plan = checked_patterns::before_binding(plan)?;
-    Ok(plan.replace_params_with_values(&ParamValues::List(
-        bound.into_iter().map(Into::into).collect(),
-    ))?)
+    let values = ParamValues::List(bound.into_iter().map(Into::into).collect());
+    Ok(checked_patterns::bind(plan, &values)?)
 }
 
 mod access;

@@ -48,8 +48,10 @@ pub const ABTEST_DDL: &str = "CREATE TABLE abtest (event_time TIMESTAMP NOT NULL
 
 /// 2026-11-01T00:00:00Z in nanoseconds since the Unix epoch.
 pub const DEFAULT_START_NS: i64 = 1_793_491_200_000_000_000;
+/// A day in nanoseconds.
+pub const DAY_NS: i64 = 86_400 * 1_000_000_000;
 /// Length of the generated time window: 14 days.
-pub const SPAN_NS: i64 = 14 * 86_400 * 1_000_000_000;
+pub const SPAN_NS: i64 = 14 * DAY_NS;
 /// Maximum absolute deviation of an event from its in-order position.
 pub const JITTER_NS: i64 = 3 * 60 * 1_000_000_000;
 /// Default rows per generated batch.

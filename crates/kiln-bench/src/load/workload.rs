@@ -10,7 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::r#gen::{DEFAULT_START_NS, NUM_EXPERIMENTS};
+use crate::r#gen::{DAY_NS, DEFAULT_START_NS, NUM_EXPERIMENTS};
 use crate::{Error, Result};
 
 /// One query of a workload.
@@ -74,7 +74,6 @@ pub fn statement(q: &Query) -> &'static str {
     q.sql.trim().trim_end_matches(';').trim_end()
 }
 
-const DAY_NS: i64 = 86_400 * 1_000_000_000;
 /// Days the start of a 7-day range may be after the data's first day.
 const START_DAYS: u64 = 8;
 const RANGE_DAYS: i64 = 7;

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use super::stats::{LevelReport, histogram, record};
-use crate::r#gen::{ABTEST_DDL, AbTestGen, SPAN_NS};
+use crate::r#gen::{ABTEST_DDL, AbTestGen, DAY_NS, SPAN_NS};
 use crate::{Error, Result};
 
 /// Body encoding of the writes.
@@ -237,7 +237,6 @@ fn load_stride(len: usize) -> usize {
 
 /// Days in the generated window ([`SPAN_NS`]).
 pub const WINDOW_DAYS: u32 = (SPAN_NS / DAY_NS) as u32;
-const DAY_NS: i64 = 86_400 * 1_000_000_000;
 
 /// At least 8 bodies, and at least 64k rows in all.
 fn body_pool(load: &WriteLoad) -> Result<Vec<Bytes>> {

@@ -514,8 +514,7 @@ async fn custom(
 ) -> Result<SendableRecordBatchStream> {
     let queries = query.registry();
     let values = ParamValues::List(params.iter().map(|v| v.clone().into()).collect());
-    let bound =
-        checked_patterns::before_binding(logical.clone())?.replace_params_with_values(&values)?;
+    let bound = checked_patterns::bind(logical.clone(), &values)?;
     let mut state = crate::session::query_state(ctx, queries);
     crate::session::apply_query(&mut state, query)
         .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;

@@ -19,7 +19,7 @@
 //! checked once, when the plan is simplified. An analyzer rule after type
 //! coercion, so the types it sees are final; expressions keep their
 //! column names. A plan made for one set of values binds them before it
-//! is analyzed, so it is put through the rule first ([`before_binding`]),
+//! is analyzed, so it is put through the rule first ([`bind`]),
 //! while its parameters are still there to be named.
 
 use std::collections::HashSet;
@@ -29,7 +29,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{DataFusionError, Result, ScalarValue, plan_err};
+use datafusion::common::{DataFusionError, ParamValues, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
@@ -67,13 +67,16 @@ impl AnalyzerRule for CheckedPatterns {
     }
 }
 
-/// `plan`'s patterns not written out put through [`CheckedPattern`] while
-/// its parameters are still placeholders: a plan made for one set of
-/// values (a custom plan, HTTP `params`) binds them before it is
-/// analyzed, and a value that does not compile is then named by its
-/// parameter as in a kept plan. The analyzer passes over them afterwards.
-pub(crate) fn before_binding(plan: LogicalPlan) -> Result<LogicalPlan> {
-    CheckedPatterns.analyze(plan, &ConfigOptions::default())
+/// `plan` with `values` bound, its patterns not written out put through
+/// [`CheckedPattern`] first, while its parameters are still placeholders:
+/// a plan made for one set of values (a custom plan, HTTP `params`) binds
+/// them before it is analyzed, and a value that does not compile is then
+/// named by its parameter as in a kept plan. The analyzer passes over
+/// them afterwards.
+pub(crate) fn bind(plan: LogicalPlan, values: &ParamValues) -> Result<LogicalPlan> {
+    CheckedPatterns
+        .analyze(plan, &ConfigOptions::default())?
+        .replace_params_with_values(values)
 }
 
 /// Whether an expression of `node` matches a pattern not written out.

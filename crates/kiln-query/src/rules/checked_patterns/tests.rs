@@ -162,7 +162,7 @@ fn the_pattern_comes_back_unchanged_once_each_one_compiles() {
 /// A computed pattern names the parameters it reads when the value bound
 /// does not compile, in a plan kept with its parameters (a generic plan)
 /// and in one made for the values (a custom plan, HTTP `params`), which
-/// binds them after [`before_binding`].
+/// binds them with [`bind`].
 #[tokio::test]
 async fn a_computed_pattern_names_the_parameters_it_reads() {
     use datafusion::common::ParamValues;
@@ -192,12 +192,15 @@ async fn a_computed_pattern_names_the_parameters_it_reads() {
     {
         let state = ctx.state();
         let plan = state.create_logical_plan(sql).await.unwrap();
-        let kept = match generic {
-            true => state.optimize(&plan).unwrap(),
-            false => before_binding(plan).unwrap(),
-        };
         let values = ParamValues::List(values.into_iter().map(Into::into).collect());
-        let bound = kept.replace_params_with_values(&values).unwrap();
+        let bound = match generic {
+            true => state
+                .optimize(&plan)
+                .unwrap()
+                .replace_params_with_values(&values),
+            false => bind(plan, &values),
+        }
+        .unwrap();
         let run = async {
             let physical = state.create_physical_plan(&bound).await?;
             datafusion::physical_plan::collect(physical, ctx.task_ctx()).await

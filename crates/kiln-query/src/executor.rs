@@ -24,6 +24,16 @@
 //! the dedicated runtime from the start. A cube-answered dashboard at 50
 //! clients served 1.19x the queries over the simple protocol this way.
 //!
+//! Work that queries share is not any one query's: a cube's states over
+//! rows still in memory, made by the first query to read them and kept for
+//! the others ([`shared`]), run as a task of their own. Polled by a stream
+//! started short, that task lands on the dedicated runtime, so its CPU time
+//! does not count against the query that happened to ask first, and that
+//! query (and its statement's next runs) stays short. While a stream of
+//! writes changed those states a few times a second, nearly every chart's
+//! statement had a run that made them, moved, and sent its next runs to
+//! the dedicated runtime with the hand-over they pay.
+//!
 //! Planning is synchronous work too, short for the statements dashboards
 //! send but long for a long one: DataFusion plans some lists in time that
 //! grows with the square of their length, and one such call held a
@@ -370,6 +380,29 @@ fn lower_priority(nice: i32) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = nice;
+}
+
+/// Awaits `work` run as a task of its own on the runtime the caller runs
+/// on: the dedicated runtime while a query's stream is polled, even where
+/// it started short ([`Executor::run_short`] enters it). For work that
+/// queries share, made once and kept for every reader (module docs).
+/// Dropping the returned future aborts the task; a panic in it is an
+/// error, as in a query's own stream.
+pub async fn shared<T: Send + 'static>(
+    work: impl Future<Output = Result<T, DataFusionError>> + Send + 'static,
+) -> Result<T, DataFusionError> {
+    match AbortOnDropHandle::new(tokio::spawn(work)).await {
+        Ok(made) => made,
+        Err(e) => {
+            let why = match e.is_panic() {
+                true => panic_message(e.into_panic()),
+                false => "the execution runtime shut down".into(),
+            };
+            Err(DataFusionError::Execution(format!(
+                "query execution failed: {why}"
+            )))
+        }
+    }
 }
 
 /// What a caught panic said (its message, when it gave one).

@@ -4,7 +4,9 @@
 //! A batch of at least [`super::scan::MEM_STATES_MIN_ROWS`] rows keeps its
 //! own states ([`Cubes::mem_states`]); the smaller batches of one day, which
 //! a stream of writes replaces a few times a second, keep theirs together
-//! with the newest of them ([`Cubes::tail_states`]).
+//! with the newest of them ([`Cubes::tail_states`]). The query that finds
+//! them missing makes them as a task of its own ([`shared`]): the work is
+//! every reader's, not that query's alone.
 
 use std::sync::{Arc, Weak};
 
@@ -19,6 +21,7 @@ use tokio::sync::OnceCell;
 use super::Cubes;
 use super::plan::CubePlan;
 use super::rollup;
+use crate::executor::shared;
 
 impl Cubes {
     /// An in-memory batch's states for `cube`, merged to the dimensions in
@@ -31,8 +34,8 @@ impl Cubes {
     /// of them to make it.
     pub(super) async fn mem_states(
         &self,
-        batch: &MemBatch,
-        cube: &CubePlan,
+        batch: &Arc<MemBatch>,
+        cube: &Arc<CubePlan>,
         used: &[bool],
         time_column: usize,
         ctx: &Arc<TaskContext>,
@@ -42,7 +45,8 @@ impl Cubes {
         let all = batch.derived(whole, OnceCell::<Arc<MemStates>>::new);
         let all = all
             .get_or_try_init(|| async {
-                let rows = batch_states(batch, cube).await?;
+                let (b, c) = (batch.clone(), cube.clone());
+                let rows = shared(async move { batch_states(&b, &c).await }).await?;
                 let time = time_range(&batch.batch, time_column);
                 batch.charge_derived(whole, rows.get_array_memory_size());
                 batch.drop_inherited(whole);
@@ -66,7 +70,10 @@ impl Cubes {
         };
         let rolled = rolled
             .get_or_try_init(|| async {
-                let rows = rollup::rollup(cube, all.rows.clone(), used, ctx.clone()).await?;
+                let (c, rows, used, ctx) =
+                    (cube.clone(), all.rows.clone(), used.to_vec(), ctx.clone());
+                let rows =
+                    shared(async move { rollup::rollup(&c, rows, &used, ctx).await }).await?;
                 batch.charge_derived((id, key), rows.get_array_memory_size());
                 Ok::<_, DataFusionError>(Arc::new(MemStates {
                     rows,
@@ -91,18 +98,21 @@ impl Cubes {
     pub(super) async fn tail_states(
         &self,
         run: &[Arc<MemBatch>],
-        cube: &CubePlan,
+        cube: &Arc<CubePlan>,
         time_column: usize,
     ) -> DfResult<Arc<MemStates>> {
         let Some((newest, others)) = run.split_last() else {
             return internal_err!("a run of in-memory batches without a batch");
         };
-        let make = || async {
+        let make = || {
             let rows: Vec<RecordBatch> = run.iter().map(|b| b.viewed().clone()).collect();
-            let rows = concat_batches(rows[0].schema_ref(), &rows)?;
-            let time = time_range(&rows, time_column);
-            let rows = rows_states(rows, cube).await?;
-            Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
+            let cube = cube.clone();
+            shared(async move {
+                let rows = concat_batches(rows[0].schema_ref(), &rows)?;
+                let time = time_range(&rows, time_column);
+                let rows = rows_states(rows, &cube).await?;
+                Ok(Arc::new(MemStates { rows, time }))
+            })
         };
         let key = (cube.def.id, TAIL);
         // Kept apart from what merged batches inherit (they make their own

@@ -58,7 +58,7 @@ use object_store::path::Path;
 
 use crate::cache::ByteLru;
 use crate::error::{Error, Result};
-use crate::executor::Executor;
+use crate::executor::{Executor, shared};
 pub use mem::MEM_ROLLUPS;
 use plan::CubePlan;
 use scan::{CubeScan, CubeScanExec, PhysicalRange};
@@ -230,7 +230,7 @@ impl Cubes {
         &self,
         db: &Db,
         part: &Part,
-        cube: &CubePlan,
+        cube: &Arc<CubePlan>,
         used: &[bool],
         ctx: &Arc<TaskContext>,
     ) -> DfResult<RecordBatch> {
@@ -247,19 +247,21 @@ impl Cubes {
         if !self.parts.contains(&part.meta.path) {
             return Ok(rows);
         }
-        self.kept(key, rollup::rollup(cube, rows, used, ctx.clone()))
-            .await
+        let (cube, used, ctx) = (cube.clone(), used.to_vec(), ctx.clone());
+        let make = async move { rollup::rollup(&cube, rows, &used, ctx).await };
+        self.kept(key, shared(make)).await
     }
 
     /// A part's rows in the cube's scan schema, decoded once and kept,
     /// sorted by the cube's dimensions in their order (a query's
     /// equalities on the leading dimensions then read a slice, [`scan`]),
     /// distinct counts' ids given ordinals ([`ordinals`]).
-    async fn part_rows(&self, db: &Db, part: &Part, cube: &CubePlan) -> DfResult<RecordBatch> {
-        self.kept(part.meta.path.clone(), async {
+    async fn part_rows(&self, db: &Db, part: &Part, cube: &Arc<CubePlan>) -> DfResult<RecordBatch> {
+        let (db, path, cube) = (db.clone(), part.meta.path.clone(), cube.clone());
+        let make = async move {
             let bytes = db
                 .store()
-                .get(&Path::from(part.meta.path.as_str()))
+                .get(&Path::from(path.as_str()))
                 .await
                 .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
             let reader =
@@ -270,8 +272,8 @@ impl Cubes {
             let batch = concat_batches(&cube.schema, &batches)?;
             let batch = RecordBatch::try_new(cube.schema.clone(), batch.columns().to_vec())?;
             cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)
-        })
-        .await
+        };
+        self.kept(part.meta.path.clone(), shared(make)).await
     }
 
     /// The batch kept as `key`, or the one `make` makes, kept. Queries

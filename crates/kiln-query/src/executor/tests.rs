@@ -203,3 +203,52 @@ async fn what_a_short_stream_spawns_runs_on_the_executor() {
         .unwrap();
     assert_eq!(on_exec(&batches), [1]);
 }
+
+/// Burns `cpu` of the thread's CPU time; whether that was on `kiln-exec`.
+fn burn(cpu: std::time::Duration) -> bool {
+    let from = thread_cpu();
+    while thread_cpu() - from < cpu {
+        std::hint::spin_loop();
+    }
+    std::thread::current().name() == Some("kiln-exec")
+}
+
+// As above: elsewhere nothing moves, and the burn would never end.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn work_a_short_stream_shares_runs_apart_and_does_not_move_it() {
+    let exec = Executor::dedicated(1, 0).unwrap();
+    let run = |apart: bool| {
+        let moved = Arc::new(AtomicBool::new(false));
+        let m = moved.clone();
+        let rows = futures::stream::iter(0..2).then(move |_| async move {
+            let on_exec = match apart {
+                true => shared(async { Ok(burn(SHORT_CPU * 3)) }).await?,
+                false => burn(SHORT_CPU * 3),
+            };
+            Ok(batch(i64::from(on_exec)))
+        });
+        let stream = Box::pin(RecordBatchStreamAdapter::new(schema(), rows));
+        let stream = exec.run_short(stream, Box::new(move || m.store(true, Ordering::SeqCst)));
+        async move {
+            let batches: Vec<RecordBatch> = stream.try_collect().await.unwrap();
+            (on_exec(&batches), moved.load(Ordering::SeqCst))
+        }
+    };
+    // Shared: made on the executor, and the stream stays where it is read.
+    assert_eq!(run(true).await, (vec![1, 1], false));
+    // Its own: the first batch passes the budget here, and the stream moves.
+    assert_eq!(run(false).await, (vec![0, 1], true));
+}
+
+#[tokio::test]
+async fn a_panic_in_shared_work_is_an_error() {
+    let e = shared(async {
+        assert!(std::hint::black_box(false), "boom");
+        Ok(())
+    })
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("query execution failed: boom"), "{e}");
+}

@@ -24,9 +24,10 @@
 //! the dedicated runtime from the start. A cube-answered dashboard at 50
 //! clients served 1.19x the queries over the simple protocol this way.
 //!
-//! Work that queries share is not any one query's: a cube's states over
-//! rows still in memory, made by the first query to read them and kept for
-//! the others ([`shared`]), run as a task of their own. Polled by a stream
+//! Work that queries share is not any one query's: a cube's states (over
+//! rows still in memory, or a part's decoded and rolled up), made by the
+//! first query to read them and kept for the others, run as a task of
+//! their own ([`shared`]). Polled by a stream
 //! started short, that task lands on the dedicated runtime, so its CPU time
 //! does not count against the query that happened to ask first, and that
 //! query (and its statement's next runs) stays short. While a stream of

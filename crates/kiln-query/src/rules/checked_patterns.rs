@@ -51,20 +51,26 @@ impl AnalyzerRule for CheckedPatterns {
     }
 
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            // Most nodes match no pattern: passed over unchanged.
-            if !has_unchecked(&node) {
-                return Ok(Transformed::no(node));
-            }
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let saved = names.save(&e);
-                let t = e.transform_up(|e| Ok(checked(e)))?;
-                Ok(t.update_data(|e| saved.restore(e)))
-            })
-        })
-        .map(|t| t.data)
+        wrapped(plan)
     }
+}
+
+/// `plan` with every pattern not written out put through
+/// [`CheckedPattern`] (the rule, which reads no option).
+fn wrapped(plan: LogicalPlan) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        // Most nodes match no pattern: passed over unchanged.
+        if !has_unchecked(&node) {
+            return Ok(Transformed::no(node));
+        }
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let saved = names.save(&e);
+            let t = e.transform_up(|e| Ok(checked(e)))?;
+            Ok(t.update_data(|e| saved.restore(e)))
+        })
+    })
+    .map(|t| t.data)
 }
 
 /// `plan` with `values` bound, its patterns not written out put through
@@ -74,9 +80,7 @@ impl AnalyzerRule for CheckedPatterns {
 /// named by its parameter as in a kept plan. The analyzer passes over
 /// them afterwards.
 pub(crate) fn bind(plan: LogicalPlan, values: &ParamValues) -> Result<LogicalPlan> {
-    CheckedPatterns
-        .analyze(plan, &ConfigOptions::default())?
-        .replace_params_with_values(values)
+    wrapped(plan)?.replace_params_with_values(values)
 }
 
 /// Whether an expression of `node` matches a pattern not written out.

@@ -77,9 +77,10 @@ pub struct QueryConfig {
     pub execution_threads: usize,
 
     /// How much lower the execution threads' scheduling priority is (a
-    /// nice increment, 0-19): when the cores are busy, the kernel runs
-    /// connections and light queries first, so they answer within
-    /// milliseconds under any load; 0 keeps them equal.
+    /// nice increment, 0-19), and the background threads' (flushes',
+    /// compactions' and cube parts' CPU work): when the cores are busy, the
+    /// kernel runs connections and light queries first, so they answer
+    /// within milliseconds under any load; 0 keeps them equal.
     #[arg(long, env = "KILN_EXECUTION_NICE", default_value_t = 10,
           value_parser = clap::value_parser!(i32).range(0..=19))]
     pub execution_nice: i32,

@@ -163,9 +163,17 @@ impl Engine {
                 context: "starting the execution runtime".into(),
                 source,
             })?;
+        let background =
+            Executor::background(config.execution_nice).map_err(|source| Error::Io {
+                context: "starting the background runtime".into(),
+                source,
+            })?;
+        if let Some(runtime) = background.cpu_runtime() {
+            db.set_cpu_runtime(runtime);
+        }
         db.set_cube_builder(Arc::new(PartBuilder {
             cubes: cubes.clone(),
-            executor: executor.clone(),
+            executor: background,
         }));
         let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
         let auth = Arc::new(Auth::open(

@@ -106,6 +106,13 @@ struct Dedicated {
     _shutdown: std::sync::mpsc::SyncSender<()>,
 }
 
+/// Keeps the runtime running while the storage engine holds it.
+impl kiln_storage::CpuRuntime for Dedicated {
+    fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+}
+
 impl Executor {
     /// Streams are polled by their reader, on its runtime.
     pub fn inline() -> Self {
@@ -117,6 +124,22 @@ impl Executor {
     /// levels below normal priority (0: the same; raising a thread's nice
     /// value needs no privilege).
     pub fn dedicated(threads: usize, nice: i32) -> std::io::Result<Self> {
+        Self::named(threads, nice, "kiln-exec")
+    }
+
+    /// A runtime like [`Executor::dedicated`]'s, one worker per core, for
+    /// work no query waits for: computing the parts of new segments and
+    /// the storage engine's sorting, encoding and decoding for flushes,
+    /// compactions and cube builds ([`Executor::cpu_runtime`]). Apart from
+    /// the queries' runtime, a long piece of it never holds a worker that a
+    /// query's task waits for: on the same runtime, a compaction's part
+    /// builds held cube-answered queries, which spend under a millisecond
+    /// in the cube, for 100-230 ms.
+    pub fn background(nice: i32) -> std::io::Result<Self> {
+        Self::named(0, nice, "kiln-background")
+    }
+
+    fn named(threads: usize, nice: i32, name: &'static str) -> std::io::Result<Self> {
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
@@ -124,11 +147,11 @@ impl Executor {
         let (handle_tx, handle_rx) = std::sync::mpsc::sync_channel(1);
         let (shutdown_tx, shutdown_rx) = std::sync::mpsc::sync_channel::<()>(1);
         std::thread::Builder::new()
-            .name("kiln-exec-owner".into())
+            .name(format!("{name}-owner"))
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(threads)
-                    .thread_name("kiln-exec")
+                    .thread_name(name)
                     .thread_stack_size(THREAD_STACK_BYTES)
                     .on_thread_start(move || lower_priority(nice))
                     .enable_all()
@@ -159,6 +182,14 @@ impl Executor {
     /// Whether streams run on a runtime of their own.
     pub fn is_dedicated(&self) -> bool {
         self.inner.is_some()
+    }
+
+    /// The dedicated runtime, for the storage engine's CPU-bound
+    /// background work (flushes', compactions' and cube builds' sorting,
+    /// encoding and decoding: [`kiln_storage::cpu`]). `None` without one.
+    pub fn cpu_runtime(&self) -> Option<Arc<dyn kiln_storage::CpuRuntime>> {
+        let dedicated = self.inner.clone()?;
+        Some(dedicated)
     }
 
     /// Polls `stream` on this executor, at most [`AHEAD`] batches ahead of

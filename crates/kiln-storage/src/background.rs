@@ -101,7 +101,8 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
         // runtime's workers, which serve writes and queries.
         let (table, limit) = (t.clone(), inner.config.segment_pack_rows);
         let pack = move || (table.mem.merge_frozen(), table.mem.pack_small(limit));
-        match tokio::task::spawn_blocking(pack).await {
+        let pack = move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(pack));
+        match inner.cpu.run(pack).await {
             Ok((0, 0)) => {}
             Ok((merged, packed)) => tracing::debug!(
                 table = t.name(),
@@ -109,8 +110,11 @@ pub(crate) async fn round(inner: &Inner) -> Result<()> {
                 packed,
                 "merged frozen batches, packed small in-memory batches"
             ),
-            Err(e) => {
-                tracing::error!(table = t.name(), error = %e, "merging or packing in-memory batches failed")
+            Err(_) => {
+                tracing::error!(
+                    table = t.name(),
+                    "merging or packing in-memory batches panicked"
+                )
             }
         }
     }
@@ -243,7 +247,7 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     let started = Instant::now();
     let mut batches = vec![];
     for s in &picked {
-        batches.extend(segment::read(&inner.store, &s.meta.path).await?);
+        batches.extend(segment::read(&inner.cpu, &inner.store, &s.meta.path).await?);
     }
     let merged = inner.write_segment(table, day, batches).await?;
     let written: Result<()> = async {

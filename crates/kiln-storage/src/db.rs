@@ -22,6 +22,7 @@ use crate::catalog::{CatalogFile, Registry, SharedRegistry};
 use crate::clock::{Clock, SystemClock};
 use crate::codec;
 use crate::config::{StorageConfig, WalSync};
+use crate::cpu::CpuPool;
 use crate::cube::CubeBuilder;
 use crate::error::{Error, Result};
 use crate::idempotency::{Begin, Done, IdempotencyKey, Keys};
@@ -121,6 +122,8 @@ pub(crate) struct Inner {
     /// Why the last background round (flush, compaction) failed, until one
     /// succeeds.
     pub background_failure: parking_lot::Mutex<Option<String>>,
+    /// Where flushes, compactions and cube builds sort, encode and decode.
+    pub cpu: CpuPool,
     /// Computes cube parts, once the query layer installed it.
     pub cube_builder: std::sync::OnceLock<Arc<dyn CubeBuilder>>,
     /// What writes in flight may take together (`--write-memory-limit`).
@@ -146,11 +149,19 @@ impl Inner {
         batches: Vec<RecordBatch>,
     ) -> Result<Arc<Segment>> {
         let c = self.config.segment_compression;
-        let rows = segment::sort(&table.def, &table.schema, batches).await?;
+        let rows = segment::sort(&self.cpu, &table.def, &table.schema, batches).await?;
         let path = segment::new_path(&table.def, day);
         let cubes = table.cubes();
         let (meta, parts) = tokio::join!(
-            segment::put(&self.store, &table.def, path.clone(), day, &rows, c),
+            segment::put(
+                &self.cpu,
+                &self.store,
+                &table.def,
+                path.clone(),
+                day,
+                &rows,
+                c
+            ),
             self.build_parts(table, &path, &rows, &cubes),
         );
         match meta {
@@ -314,6 +325,7 @@ impl Db {
             background: parking_lot::Mutex::new(None),
             lock: parking_lot::Mutex::new(Some(lock)),
             background_failure: parking_lot::Mutex::new(None),
+            cpu: Default::default(),
             cube_builder: Default::default(),
             write_budget: MemoryBudget::new(write_memory),
             failed_parts: Default::default(),

@@ -30,6 +30,7 @@ mod catalog;
 pub mod clock;
 mod codec;
 mod config;
+pub mod cpu;
 pub mod cube;
 mod db;
 mod error;
@@ -50,6 +51,7 @@ pub mod testing;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::decode_payload as decode_wal_payload;
 pub use config::{CacheConfig, ObjectStoreConfig, SegmentCompression, StorageConfig, WalSync};
+pub use cpu::{CpuPool, CpuRuntime};
 pub use cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
 pub use db::{
     Ack, CreateCube, CreateTable, Db, MEMSTORE_WAIT, StorageMetrics, WriteOptions, Written,

@@ -25,6 +25,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use crate::config::SegmentCompression;
+use crate::cpu::CpuPool;
 use crate::error::Result;
 use crate::manifest::{ColumnStats, SegmentMeta, StatValue};
 use crate::schema::{TableDef, day_string};
@@ -113,16 +114,15 @@ pub fn encode(batch: &RecordBatch, compression: SegmentCompression) -> Result<By
     Ok(Bytes::from(buf))
 }
 
-/// Sorts one segment's rows (on a blocking thread), as [`put`] writes them.
+/// Sorts one segment's rows (on `cpu`), as [`put`] writes them.
 pub async fn sort(
+    cpu: &CpuPool,
     def: &TableDef,
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Result<RecordBatch> {
     let (def, schema) = (def.clone(), schema.clone());
-    tokio::task::spawn_blocking(move || sort_rows(&def, &schema, &batches))
-        .await
-        .expect("segment sorter panicked")
+    cpu.run(move || sort_rows(&def, &schema, &batches)).await
 }
 
 /// A new segment's path: unique, under its table and its first day.
@@ -135,10 +135,11 @@ pub fn new_path(def: &TableDef, day: i32) -> String {
     )
 }
 
-/// Encodes and durably writes `rows`, sorted by [`sort`], as the segment
-/// at `path` whose first day is `day`. Returns its manifest entry; the
-/// segment is not visible until a manifest refers to it.
+/// Encodes (on `cpu`) and durably writes `rows`, sorted by [`sort`], as
+/// the segment at `path` whose first day is `day`. Returns its manifest
+/// entry; the segment is not visible until a manifest refers to it.
 pub async fn put(
+    cpu: &CpuPool,
     store: &Store,
     def: &TableDef,
     path: String,
@@ -147,27 +148,24 @@ pub async fn put(
     compression: SegmentCompression,
 ) -> Result<SegmentMeta> {
     let batch = rows.clone();
-    let bytes = tokio::task::spawn_blocking(move || encode(&batch, compression))
-        .await
-        .expect("segment encoder panicked")?;
+    let bytes = cpu.run(move || encode(&batch, compression)).await?;
     let len = bytes.len() as u64;
     store.put_durable(&Path::from(path.as_str()), bytes).await?;
     Ok(meta(def, path, day, rows, len))
 }
 
-/// Reads a whole segment back (compaction, building a cube part): from the
-/// cache where it holds the bytes, and without filling it, so a one-off
-/// read evicts nothing hot.
-pub async fn read(store: &Store, path: &str) -> Result<Vec<RecordBatch>> {
+/// Reads a whole segment back (compaction, building a cube part), decoded
+/// on `cpu`: from the cache where it holds the bytes, and without filling
+/// it, so a one-off read evicts nothing hot.
+pub async fn read(cpu: &CpuPool, store: &Store, path: &str) -> Result<Vec<RecordBatch>> {
     let bytes = store.get_once(&Path::from(path)).await?;
-    tokio::task::spawn_blocking(move || -> Result<_> {
+    cpu.run(move || -> Result<_> {
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)?
             .with_batch_size(64 * 1024)
             .build()?;
         Ok(reader.collect::<Result<Vec<_>, _>>()?)
     })
     .await
-    .expect("segment reader panicked")
 }
 
 fn meta(def: &TableDef, path: String, day: i32, batch: &RecordBatch, bytes: u64) -> SegmentMeta {

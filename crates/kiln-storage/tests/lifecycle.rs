@@ -542,3 +542,50 @@ async fn a_segments_parts_are_built_at_once_up_to_the_cores() {
     }
     db.close().await.unwrap();
 }
+
+/// A runtime of its own for the storage engine's CPU work, counting how
+/// many pieces of work were sent to it.
+struct CountingRuntime {
+    runtime: &'static tokio::runtime::Runtime,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+impl kiln_storage::CpuRuntime for CountingRuntime {
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        self.runtime.handle().clone()
+    }
+}
+
+/// Flushes and compactions sort, encode and decode on the installed
+/// runtime, so the query layer decides at what priority they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_and_compactions_run_their_cpu_work_on_the_installed_runtime() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    // Leaked: a runtime may not be dropped inside the test's own.
+    let cpu = std::sync::Arc::new(CountingRuntime {
+        runtime: Box::leak(Box::new(runtime)),
+        sent: Default::default(),
+    });
+    db.set_cpu_runtime(cpu.clone());
+    create(&db).await;
+    let mut want = Totals::default();
+    for i in 0..2 {
+        want = want + write(&db, 0, i * 10..i * 10 + 10).await;
+        let before = cpu.sent.load(Ordering::SeqCst);
+        db.flush_all().await.unwrap();
+        // Sorting and encoding the segment.
+        assert!(cpu.sent.load(Ordering::SeqCst) >= before + 2);
+    }
+    let before = cpu.sent.load(Ordering::SeqCst);
+    assert_eq!(db.compact_all().await.unwrap(), 1);
+    // Decoding both segments, sorting and encoding the merged one.
+    assert!(cpu.sent.load(Ordering::SeqCst) >= before + 4);
+    assert_eq!(in_segments(&db).await, want);
+    db.close().await.unwrap();
+}

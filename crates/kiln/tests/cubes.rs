@@ -115,6 +115,26 @@ fn cubes_answer_over_every_door_and_count_every_row() {
         .unwrap();
     assert!(answered >= 4, "{answered}");
 
+    // EXPLAIN ANALYZE counts the parts the cube scan read, none raw, and
+    // the time it waited for their states.
+    let analyzed = post(&s, "/v1/sql", &format!("EXPLAIN ANALYZE {total}"))["rows"].to_string();
+    let segments = s.rows("SELECT segments FROM system.cubes")[0][0]
+        .as_i64()
+        .unwrap();
+    let parts: i64 = analyzed
+        .split("CubeScanExec")
+        .nth(1)
+        .and_then(|scan| scan.split("parts=").nth(1))
+        .and_then(|n| n.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{analyzed}"));
+    assert!(
+        (1..=segments).contains(&parts),
+        "{parts} of {segments}: {analyzed}"
+    );
+    assert!(analyzed.contains("raw_segments=0"), "{analyzed}");
+    assert!(analyzed.contains("parts_time="), "{analyzed}");
+
     // EXPLAIN says why the cube could not answer.
     let why = explain(
         &s,

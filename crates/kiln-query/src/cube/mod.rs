@@ -369,14 +369,16 @@ impl ExtensionPlanner for CubePlanner {
             part_filter,
             range,
             used: scan.used.as_slice().into(),
+            metrics: Default::default(),
         })))
     }
 }
 
-/// Computes parts at flush and in the background build, on the execution
-/// runtime: the parts of a segment are computed side by side, at that
-/// runtime's lower priority, and leave the protocol runtime's threads to
-/// connections.
+/// Computes parts at flush and in the background build, on the background
+/// runtime ([`Executor::background`]): the parts of a segment are computed
+/// side by side, at that runtime's lower priority, and leave the protocol
+/// runtime's threads to connections and the execution runtime's to
+/// queries.
 pub struct PartBuilder {
     pub cubes: Arc<Cubes>,
     pub executor: Executor,

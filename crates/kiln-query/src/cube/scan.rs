@@ -40,6 +40,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Operator, UserDefinedLogicalNo
 use datafusion::physical_expr::expressions::{BinaryExpr, Column};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::{ProjectionExec, all_alias_free_columns};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -302,6 +303,10 @@ pub struct CubeScanExec {
     /// are all answered from few rows.
     pub(super) projection: Option<Arc<[usize]>>,
     pub(super) properties: Arc<PlanProperties>,
+    /// This run's metrics (EXPLAIN ANALYZE): how long it waited for the
+    /// parts' and in-memory rows' states, which the first query after a
+    /// change makes and the others wait for, and how many it read.
+    pub(super) metrics: ExecutionPlanMetricsSet,
 }
 
 impl CubeScanExec {
@@ -327,7 +332,17 @@ impl CubeScanExec {
             used,
             projection,
             properties,
+            metrics,
         } = self;
+        let metric = || MetricBuilder::new(&metrics);
+        let (parts_time, parts_read) = (
+            metric().subset_time("parts_time", 0),
+            metric().counter("parts", 0),
+        );
+        let (memory_time, raw_segments) = (
+            metric().subset_time("memory_states_time", 0),
+            metric().counter("raw_segments", 0),
+        );
         let out_schema = properties.eq_properties.schema().clone();
         let keys = key_values(&keys, &cube.scan_schema)?;
         let snapshot = table.table().snapshot();
@@ -379,6 +394,7 @@ impl CubeScanExec {
         let mut on_edges = vec![];
         let mut raw = vec![];
         let mut batches = vec![];
+        let timer = parts_time.timer();
         for s in &snapshot.version.manifest.segments {
             let Some(part) = s.part(cube.def.id) else {
                 raw.push(s.clone());
@@ -394,8 +410,11 @@ impl CubeScanExec {
             let batch = cubes
                 .rolled_up(table.db(), &part, &cube, &used, &ctx)
                 .await?;
+            parts_read.add(1);
             batches.push(selected(&batch, min, max)?);
         }
+        timer.done();
+        let timer = memory_time.timer();
         // In-memory batches are read like parts: a large one from states
         // made once and kept with it, a day's run of small ones from states
         // kept with the newest of them ([`super::mem`]).
@@ -425,6 +444,7 @@ impl CubeScanExec {
             let states = Box::pin(cubes.tail_states(&run, &cube, time_column)).await?;
             made.push((states, days, run));
         }
+        timer.done();
         let mut mem_edges = vec![];
         for (states, days, read) in made {
             let (min, max) = states.time;
@@ -441,6 +461,7 @@ impl CubeScanExec {
         let mut streams = vec![];
         // The segments without a part, with the query's filter.
         if !raw.is_empty() {
+            raw_segments.add(raw.len());
             let unbuilt = pinned(&snapshot, raw, vec![]);
             streams.push(Self::raw(&cube, &table, unbuilt, filter.clone(), &ctx)?);
         }
@@ -615,7 +636,19 @@ impl ExecutionPlan for CubeScanExec {
         Ok(Some(Arc::new(Self {
             projection: Some(columns.into()),
             properties: Self::properties_of(schema),
+            metrics: ExecutionPlanMetricsSet::new(),
             ..self.clone()
         })))
+    }
+
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self {
+            metrics: ExecutionPlanMetricsSet::new(),
+            ..self.as_ref().clone()
+        }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }

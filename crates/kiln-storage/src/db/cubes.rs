@@ -38,6 +38,13 @@ impl Db {
         let _ = self.inner.cube_builder.set(builder);
     }
 
+    /// Installs the runtime whose blocking pool sorts, encodes and decodes
+    /// for flushes, compactions and cube builds ([`crate::cpu`]). Until
+    /// then that work runs on the caller's runtime's blocking pool.
+    pub fn set_cpu_runtime(&self, runtime: Arc<dyn crate::CpuRuntime>) {
+        self.inner.cpu.install(runtime);
+    }
+
     /// Every cube with its table, by cube name.
     pub fn cubes(&self) -> Vec<(Arc<Table>, Arc<CubeDef>)> {
         let mut all: Vec<_> = self
@@ -250,9 +257,10 @@ impl Inner {
         };
         let compression = self.config.segment_compression;
         let rows = states.num_rows() as u64;
-        let bytes = tokio::task::spawn_blocking(move || segment::encode(&states, compression))
-            .await
-            .expect("cube part encoder panicked")?;
+        let bytes = self
+            .cpu
+            .run(move || segment::encode(&states, compression))
+            .await?;
         let stem = segment.trim_end_matches(".parquet");
         let path = format!("{stem}.cube{}.parquet", cube.id);
         let len = bytes.len() as u64;
@@ -299,7 +307,7 @@ impl Inner {
         };
         let mut built = 0;
         for (segment, missing) in todo {
-            let rows = match segment::read(&self.store, &segment.meta.path).await {
+            let rows = match segment::read(&self.cpu, &self.store, &segment.meta.path).await {
                 Ok(batches) => concat_batches(&table.schema, &batches)?,
                 Err(e) => {
                     // Read raw by queries until a later try succeeds.

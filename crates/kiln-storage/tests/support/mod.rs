@@ -154,7 +154,7 @@ pub async fn write(db: &Db, day: i64, vs: Range<i64>) -> Totals {
 pub async fn read_segments(db: &Db, segments: &[Arc<Segment>]) -> Totals {
     let mut t = Totals::default();
     for s in segments {
-        let batches = segment::read(db.store(), &s.meta.path)
+        let batches = segment::read(&Default::default(), db.store(), &s.meta.path)
             .await
             .unwrap_or_else(|e| panic!("reading segment {}: {e}", s.meta.path));
         let read = Totals::of(&batches);

@@ -125,4 +125,15 @@ pub trait CubeBuilder: Send + Sync + 'static {
         cube: &CubeDef,
         rows: RecordBatch,
     ) -> Option<BoxFuture<'static, Result<RecordBatch>>>;
+
+    /// Called once `part`, whose rows [`Self::build`] made as `states`, is
+    /// durable, and before the manifest that names it is committed: what
+    /// queries will read of it can be made here, where no query waits,
+    /// rather than by the first queries after the commit. The commit waits
+    /// for the returned future; nothing it makes is durable, and a failure
+    /// leaves the queries to make it.
+    fn written(&self, part: &PartMeta, states: RecordBatch) -> Option<BoxFuture<'static, ()>> {
+        let _ = (part, states);
+        None
+    }
 }

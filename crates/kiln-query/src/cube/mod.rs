@@ -50,10 +50,11 @@ use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Expr, LogicalPlan, UserDefinedLogicalNode};
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_planner::{ExtensionPlanner, PhysicalPlanner};
 use futures::future::BoxFuture;
 use kiln_storage::schema::view_schema;
-use kiln_storage::{CubeBuilder, CubeDef, Db, Part, Table};
+use kiln_storage::{CubeBuilder, CubeDef, Db, Part, PartMeta, Table};
 use object_store::path::Path;
 
 use crate::cache::ByteLru;
@@ -225,7 +226,9 @@ impl Cubes {
     }
 
     /// [`Self::part_rows`] merged to the dimensions in `used`
-    /// ([`rollup`]), made once and kept the same way.
+    /// ([`rollup`]), made once and kept the same way. Counts in `made` a
+    /// read found neither kept nor merged: made by this call, or awaited
+    /// from another's.
     async fn rolled_up(
         &self,
         db: &Db,
@@ -233,14 +236,20 @@ impl Cubes {
         cube: &Arc<CubePlan>,
         used: &[bool],
         ctx: &Arc<TaskContext>,
+        made: &Count,
     ) -> DfResult<RecordBatch> {
         let Some(key) = rollup::key(used) else {
+            if let Some(b) = self.parts.get(&part.meta.path) {
+                return Ok(b);
+            }
+            made.add(1);
             return self.part_rows(db, part, cube).await;
         };
         let key = format!("{}#{key:x}", part.meta.path);
         if let Some(b) = self.parts.get(&key) {
             return Ok(b);
         }
+        made.add(1);
         let rows = self.part_rows(db, part, cube).await?;
         // A rollup pays only once kept: where the part itself found no
         // room (no cache, or too large a part), the query reads the part.
@@ -248,8 +257,47 @@ impl Cubes {
             return Ok(rows);
         }
         let (cube, used, ctx) = (cube.clone(), used.to_vec(), ctx.clone());
-        let make = async move { rollup::rollup(&cube, rows, &used, ctx).await };
+        let make = async move {
+            cube.rolled_up_to(&used);
+            rollup::rollup(&cube, rows, &used, ctx).await
+        };
         self.kept(key, shared(make)).await
+    }
+
+    /// Keeps what queries read of a new part before its commit: its rows
+    /// as [`Self::part_rows`] decodes them, from the `states` it was
+    /// written from, and those merged to each set of dimensions other
+    /// parts of its cube were recently merged to. So the first queries
+    /// after a flush or compaction find them made, instead of making them
+    /// while they hold execution slots and the others queue behind.
+    pub async fn warm(
+        &self,
+        path: &str,
+        cube: &Arc<CubePlan>,
+        states: RecordBatch,
+    ) -> DfResult<()> {
+        let batch = RecordBatch::try_new(cube.schema.clone(), states.columns().to_vec())?;
+        let rows = cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)?;
+        let size = rows.get_array_memory_size();
+        self.parts
+            .insert(path.to_string(), rows.clone(), size, |_| false);
+        if !self.parts.contains(path) {
+            return Ok(());
+        }
+        let ctx = self
+            .state()
+            .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
+            .task_ctx();
+        for used in cube.rollups() {
+            let Some(key) = rollup::key(&used) else {
+                continue;
+            };
+            let merged = rollup::rollup(cube, rows.clone(), &used, ctx.clone()).await?;
+            let size = merged.get_array_memory_size();
+            self.parts
+                .insert(format!("{path}#{key:x}"), merged, size, |_| false);
+        }
+        Ok(())
     }
 
     /// A part's rows in the cube's scan schema, decoded once and kept,
@@ -385,6 +433,21 @@ pub struct PartBuilder {
 }
 
 impl CubeBuilder for PartBuilder {
+    fn written(&self, part: &PartMeta, states: RecordBatch) -> Option<BoxFuture<'static, ()>> {
+        let plan = self.cubes.plans.load().get(&part.cube_id).cloned()?;
+        let (cubes, path) = (self.cubes.clone(), part.path.clone());
+        let executor = self.executor.clone();
+        Some(Box::pin(async move {
+            let warm = executor.plan(true, async move {
+                let warmed = cubes.warm(&path, &plan, states).await;
+                (path, warmed)
+            });
+            if let Ok((path, Err(e))) = warm.await {
+                tracing::debug!(part = path, error = %e, "a new part's reads were not made before its commit");
+            }
+        }))
+    }
+
     fn build(
         &self,
         _: &Table,

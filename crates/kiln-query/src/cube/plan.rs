@@ -87,7 +87,14 @@ pub struct CubePlan {
     ordinals: Vec<(usize, Arc<Ordinals>)>,
     /// Queries answered from this cube (`system.cubes`).
     pub answered: AtomicU64,
+    /// The dimensions queries read parts merged to ([`super::rollup`]),
+    /// most recently made first, at most [`ROLLUPS_KEPT`]: what a new part
+    /// is merged to before its commit ([`super::Cubes::warm`]).
+    rollups: parking_lot::Mutex<Vec<Vec<bool>>>,
 }
+
+/// Sets of dimensions a cube remembers parts being merged to.
+pub const ROLLUPS_KEPT: usize = 32;
 
 /// One measure: its aggregate as a query would spell it, and where its
 /// states are in a part.
@@ -309,7 +316,22 @@ impl CubePlan {
             scan_schema,
             ordinals,
             answered: AtomicU64::new(0),
+            rollups: Default::default(),
         })
+    }
+
+    /// Records that a part was merged to the dimensions in `used` (called
+    /// when a merge is made, not when a kept one is read).
+    pub fn rolled_up_to(&self, used: &[bool]) {
+        let mut rollups = self.rollups.lock();
+        rollups.retain(|u| u != used);
+        rollups.insert(0, used.to_vec());
+        rollups.truncate(ROLLUPS_KEPT);
+    }
+
+    /// The dimensions parts were recently merged to, most recent first.
+    pub fn rollups(&self) -> Vec<Vec<bool>> {
+        self.rollups.lock().clone()
     }
 
     /// `batch` (rows of [`Self::schema`]) as a scan returns it

@@ -305,7 +305,8 @@ pub struct CubeScanExec {
     pub(super) properties: Arc<PlanProperties>,
     /// This run's metrics (EXPLAIN ANALYZE): how long it waited for the
     /// parts' and in-memory rows' states, which the first query after a
-    /// change makes and the others wait for, and how many it read.
+    /// change makes and the others wait for, how many parts it read and
+    /// how many of those it found not yet decoded or merged (`parts_made`).
     pub(super) metrics: ExecutionPlanMetricsSet,
 }
 
@@ -339,6 +340,7 @@ impl CubeScanExec {
             metric().subset_time("parts_time", 0),
             metric().counter("parts", 0),
         );
+        let parts_made = metric().counter("parts_made", 0);
         let (memory_time, raw_segments) = (
             metric().subset_time("memory_states_time", 0),
             metric().counter("raw_segments", 0),
@@ -408,7 +410,7 @@ impl CubeScanExec {
                 continue;
             }
             let batch = cubes
-                .rolled_up(table.db(), &part, &cube, &used, &ctx)
+                .rolled_up(table.db(), &part, &cube, &used, &ctx, &parts_made)
                 .await?;
             parts_read.add(1);
             batches.push(selected(&batch, min, max)?);

@@ -257,6 +257,7 @@ impl Inner {
         };
         let compression = self.config.segment_compression;
         let rows = states.num_rows() as u64;
+        let written = states.clone();
         let bytes = self
             .cpu
             .run(move || segment::encode(&states, compression))
@@ -273,6 +274,15 @@ impl Inner {
             rows,
             bytes: len,
         };
+        if let Some(warm) = builder.written(&meta, written)
+            && AssertUnwindSafe(warm).catch_unwind().await.is_err()
+        {
+            tracing::warn!(
+                cube = cube.name,
+                part = meta.path,
+                "making a part's reads panicked"
+            );
+        }
         Ok(Some(Part::new(meta, &self.reaper)))
     }
 

@@ -132,9 +132,7 @@ impl Executor {
     /// the storage engine's sorting, encoding and decoding for flushes,
     /// compactions and cube builds ([`Executor::cpu_runtime`]). Apart from
     /// the queries' runtime, a long piece of it never holds a worker that a
-    /// query's task waits for: on the same runtime, a compaction's part
-    /// builds held cube-answered queries, which spend under a millisecond
-    /// in the cube, for 100-230 ms.
+    /// query's task waits for.
     pub fn background(nice: i32) -> std::io::Result<Self> {
         Self::named(0, nice, "kiln-background")
     }

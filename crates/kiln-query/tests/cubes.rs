@@ -445,6 +445,11 @@ async fn cube_answers_equal_raw_answers() {
         .compactions
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(compactions > 0, "segments compacted");
+    let merged = db
+        .metrics()
+        .parts_merged
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(merged > 0, "compactions merged their inputs' parts");
     answered += check(&engine, &mut rng, 40, "compacted").await;
     // Rows enough for in-memory batches of their own states, frozen and
     // active, each read between writes (so the active batches merge).

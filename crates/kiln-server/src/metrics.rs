@@ -26,6 +26,7 @@ pub const FLUSHES: &str = "kiln_flushes_total";
 pub const COMPACTIONS: &str = "kiln_compactions_total";
 pub const ROWS_FLUSHED: &str = "kiln_rows_flushed_total";
 pub const ROWS_COMPACTED: &str = "kiln_rows_compacted_total";
+pub const CUBE_PARTS_MERGED: &str = "kiln_cube_parts_merged_total";
 pub const COMPACTION_DURATION: &str = "kiln_compaction_duration_seconds";
 pub const MEMSTORE_BYTES: &str = "kiln_memstore_bytes";
 pub const SEGMENTS: &str = "kiln_segments";
@@ -139,6 +140,7 @@ pub struct Metrics {
     rows_flushed: IntCounter,
     compactions: IntCounter,
     rows_compacted: IntCounter,
+    cube_parts_merged: IntCounter,
     memstore_bytes: IntGaugeVec,
     segments: IntGaugeVec,
     segment_bytes: IntGaugeVec,
@@ -276,6 +278,10 @@ impl Metrics {
             rows_flushed: counter(ROWS_FLUSHED, "Rows written to segments by flushes."),
             compactions: counter(COMPACTIONS, "Segment compactions."),
             rows_compacted: counter(ROWS_COMPACTED, "Rows rewritten by compactions."),
+            cube_parts_merged: counter(
+                CUBE_PARTS_MERGED,
+                "Cube parts compactions merged from their inputs' parts.",
+            ),
             memstore_bytes: gauge_vec(MEMSTORE_BYTES, "Bytes held in a table's memstore."),
             segments: gauge_vec(SEGMENTS, "Parquet segments in a table's current manifest."),
             segment_bytes: gauge_vec(SEGMENT_BYTES, "Bytes of a table's Parquet segments."),
@@ -414,6 +420,10 @@ impl Metrics {
         set(
             &self.rows_compacted,
             m.rows_compacted.load(Ordering::Relaxed),
+        );
+        set(
+            &self.cube_parts_merged,
+            m.parts_merged.load(Ordering::Relaxed),
         );
         let wal = db.wal_stats();
         set(&self.wal_fsyncs, wal.fsyncs);

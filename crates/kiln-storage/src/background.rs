@@ -177,7 +177,7 @@ pub(crate) async fn flush_table(inner: &Inner, table: &Table) -> Result<()> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let pack = inner.config.segment_pack_rows;
         let writes: Vec<Result<_>> = futures::stream::iter(segment::pack_days(by_day, pack))
-            .map(|(day, batches)| inner.write_segment(table, day, batches))
+            .map(|(day, batches)| inner.write_segment(table, day, batches, &[]))
             .buffered(cores)
             .collect()
             .await;
@@ -249,7 +249,7 @@ pub(crate) async fn compact_table(inner: &Inner, table: &Table) -> Result<bool> 
     for s in &picked {
         batches.extend(segment::read(&inner.cpu, &inner.store, &s.meta.path).await?);
     }
-    let merged = inner.write_segment(table, day, batches).await?;
+    let merged = inner.write_segment(table, day, batches, &picked).await?;
     let written: Result<()> = async {
         failpoint!(COMPACTION_AFTER_SEGMENT, error);
         Ok(())

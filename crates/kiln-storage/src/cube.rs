@@ -126,6 +126,23 @@ pub trait CubeBuilder: Send + Sync + 'static {
         rows: RecordBatch,
     ) -> Option<BoxFuture<'static, Result<RecordBatch>>>;
 
+    /// The part of `cube` over the rows of several segments, made from
+    /// their parts (`parts`: each part's rows as [`Self::build`] made them,
+    /// in any order): what [`Self::build`] gives for all those rows
+    /// together. A compaction calls it when every segment it merges has
+    /// its part, rather than aggregating the merged rows again. `None` (the
+    /// default) when the builder cannot: the part is then built from the
+    /// rows. Nothing is written by this call; an error also leaves the
+    /// part to be built from the rows.
+    fn merge(
+        &self,
+        cube: &CubeDef,
+        parts: Vec<RecordBatch>,
+    ) -> Option<BoxFuture<'static, Result<RecordBatch>>> {
+        let _ = (cube, parts);
+        None
+    }
+
     /// Called once `part`, whose rows [`Self::build`] made as `states`, is
     /// durable, and before the manifest that names it is committed: what
     /// queries will read of it can be made here, where no query waits,

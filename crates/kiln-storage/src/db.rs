@@ -47,6 +47,9 @@ pub struct StorageMetrics {
     pub compaction_duration: kiln_wal::LatencyHistogram,
     /// Rows rewritten by compactions.
     pub rows_compacted: AtomicU64,
+    /// Cube parts a compaction made by merging its inputs' parts
+    /// ([`crate::CubeBuilder::merge`]) rather than from the merged rows.
+    pub parts_merged: AtomicU64,
 }
 
 /// When a write is acknowledged.
@@ -139,14 +142,17 @@ impl Inner {
     /// Sorts, encodes (with the configured compression) and durably writes
     /// one segment of `table`'s partition `day`, with its cube parts; not
     /// visible until a manifest refers to it. The parts are computed from
-    /// the sorted rows while the segment is encoded and written, so a flush
-    /// with cubes waits for the longer of the two, not for both. If the
-    /// segment fails, its parts' files go when nothing holds them.
+    /// the sorted rows, or merged from those of `inputs` (the segments a
+    /// compaction merges into this one), while the segment is encoded and
+    /// written, so a flush with cubes waits for the longer of the two, not
+    /// for both. If the segment fails, its parts' files go when nothing
+    /// holds them.
     pub(crate) async fn write_segment(
         &self,
         table: &Table,
         day: i32,
         batches: Vec<RecordBatch>,
+        inputs: &[Arc<Segment>],
     ) -> Result<Arc<Segment>> {
         let c = self.config.segment_compression;
         let rows = segment::sort(&self.cpu, &table.def, &table.schema, batches).await?;
@@ -162,7 +168,7 @@ impl Inner {
                 &rows,
                 c
             ),
-            self.build_parts(table, &path, &rows, &cubes),
+            self.build_parts(table, &path, &rows, &cubes, inputs),
         );
         match meta {
             Ok(meta) => Ok(Segment::with_parts(meta, parts, &self.reaper)),
@@ -663,7 +669,7 @@ impl Db {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let pack = self.inner.config.segment_pack_rows;
             let mut writes = futures::stream::iter(segment::pack_days(by_day, pack))
-                .map(|(day, parts)| self.inner.write_segment(&t, day, parts))
+                .map(|(day, parts)| self.inner.write_segment(&t, day, parts, &[]))
                 .buffer_unordered(cores);
             while let Some(meta) = writes.next().await {
                 written.push(meta?);

@@ -29,18 +29,30 @@ pub struct MergeStates {
     /// The measure's aggregate over the table's rows.
     inner: Arc<AggregateFunctionExpr>,
     signature: Signature,
-    /// Identity: the cube and the measure's position in it.
-    key: (u64, usize),
+    /// Identity: the cube, the measure's position in it, and whether its
+    /// states are a part's as kept ([`Self::kept`]).
+    key: (u64, usize, bool),
 }
 
 impl MergeStates {
+    /// Merges the states a scan returns (`inner` merges a distinct
+    /// count's in the scan's form).
     pub fn new(inner: Arc<AggregateFunctionExpr>, cube_id: u64, measure: usize) -> Self {
         let states = inner.state_fields().map_or(1, |f| f.len());
         Self {
             name: format!("cube_{}", inner.fun().name()),
             signature: Signature::any(states, Volatility::Immutable),
             inner,
-            key: (cube_id, measure),
+            key: (cube_id, measure, false),
+        }
+    }
+
+    /// Merges parts' states as they are kept, into states kept the same
+    /// way (`inner` is the aggregate that made them).
+    pub fn kept(inner: Arc<AggregateFunctionExpr>, cube_id: u64, measure: usize) -> Self {
+        Self {
+            key: (cube_id, measure, true),
+            ..Self::new(inner, cube_id, measure)
         }
     }
 }

@@ -276,19 +276,19 @@ impl Cubes {
         cube: &Arc<CubePlan>,
         states: RecordBatch,
     ) -> DfResult<()> {
-        let batch = RecordBatch::try_new(cube.schema.clone(), states.columns().to_vec())?;
-        let rows = cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)?;
+        let rows = scan_rows(cube, &[states])?;
         let size = rows.get_array_memory_size();
         self.parts
             .insert(path.to_string(), rows.clone(), size, |_| false);
-        if !self.parts.contains(path) {
+        let rollups = cube.rollups();
+        if rollups.is_empty() || !self.parts.contains(path) {
             return Ok(());
         }
         let ctx = self
             .state()
             .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?
             .task_ctx();
-        for used in cube.rollups() {
+        for used in rollups {
             let Some(key) = rollup::key(&used) else {
                 continue;
             };
@@ -317,9 +317,7 @@ impl Cubes {
                     .with_batch_size(64 * 1024)
                     .build()?;
             let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
-            let batch = concat_batches(&cube.schema, &batches)?;
-            let batch = RecordBatch::try_new(cube.schema.clone(), batch.columns().to_vec())?;
-            cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)
+            scan_rows(&cube, &batches)
         };
         self.kept(part.meta.path.clone(), shared(make)).await
     }
@@ -422,6 +420,15 @@ impl ExtensionPlanner for CubePlanner {
     }
 }
 
+/// A part's rows as kept (`batches`, of [`CubePlan::schema`] but for
+/// their fields' names, as read from its file) as a scan reads them:
+/// sorted by the dimensions, distinct counts' ids given ordinals.
+fn scan_rows(cube: &CubePlan, batches: &[RecordBatch]) -> DfResult<RecordBatch> {
+    let batch = concat_batches(&cube.schema, batches)?;
+    let batch = RecordBatch::try_new(cube.schema.clone(), batch.columns().to_vec())?;
+    cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)
+}
+
 /// Computes parts at flush and in the background build, on the background
 /// runtime ([`Executor::background`]): the parts of a segment are computed
 /// side by side, at that runtime's lower priority, and leave the protocol
@@ -445,6 +452,30 @@ impl CubeBuilder for PartBuilder {
             if let Ok((path, Err(e))) = warm.await {
                 tracing::debug!(part = path, error = %e, "a new part's reads were not made before its commit");
             }
+        }))
+    }
+
+    fn merge(
+        &self,
+        cube: &CubeDef,
+        parts: Vec<RecordBatch>,
+    ) -> Option<BoxFuture<'static, kiln_storage::Result<RecordBatch>>> {
+        let plan = self.cubes.plans.load().get(&cube.id).cloned()?;
+        let name = cube.name.clone();
+        let executor = self.executor.clone();
+        Some(Box::pin(async move {
+            let merged = executor.plan(true, async move {
+                let states = concat_batches(&plan.schema, &parts)?;
+                let states = RecordBatch::try_new(plan.schema.clone(), states.columns().to_vec())?;
+                rollup::kept(&plan, states).await
+            });
+            merged
+                .await
+                .and_then(|m| m)
+                .map_err(|e| kiln_storage::Error::CubeBuild {
+                    cube: name,
+                    reason: format!("merging parts failed: {e}"),
+                })
         }))
     }
 

@@ -104,8 +104,11 @@ pub struct Measure {
     pub expr: AggregateFunction,
     /// Its state columns' names in [`CubePlan::schema`].
     pub states: Vec<String>,
-    /// The aggregate merging those states.
+    /// The aggregate merging those states as a scan returns them.
     pub merge: Arc<AggregateUDF>,
+    /// The aggregate merging them as a part keeps them, into the same
+    /// ([`super::rollup::kept`]).
+    pub keep: Arc<AggregateUDF>,
 }
 
 impl CubePlan {
@@ -279,10 +282,12 @@ impl CubePlan {
                 .map(|f| f.name().clone())
                 .collect();
             let merge = AggregateUDF::new_from_impl(MergeStates::new(merged, def.id, i));
+            let keep = AggregateUDF::new_from_impl(MergeStates::kept(agg.clone(), def.id, i));
             measures.push(Measure {
                 expr: f,
                 states,
                 merge: Arc::new(merge),
+                keep: Arc::new(keep),
             });
         }
         // A measure's states follow the dimensions and earlier measures'.

@@ -17,9 +17,11 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::compute::{
     SortColumn, concat_batches, lexsort_to_indices, take_record_batch,
 };
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::execution::TaskContext;
+use datafusion::logical_expr::AggregateUDF;
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, PhysicalGroupBy};
@@ -53,11 +55,42 @@ pub async fn rollup(
     used: &[bool],
     ctx: Arc<TaskContext>,
 ) -> Result<RecordBatch> {
+    let merges = cube
+        .measures
+        .iter()
+        .map(|m| (m.merge.clone(), m.states.len()));
+    merge_to(&cube.scan_schema, merges, part, used, ctx).await
+}
+
+/// Parts' rows as they are kept (`states`, [`CubePlan::schema`], of
+/// different segments), merged to one row per combination of all the
+/// cube's dimensions, sorted: the part of all those segments' rows, as
+/// kept. How a compaction merges its inputs' parts.
+pub async fn kept(cube: &CubePlan, states: RecordBatch) -> Result<RecordBatch> {
+    let every = vec![true; cube.def.dimensions.len()];
+    let merges = cube
+        .measures
+        .iter()
+        .map(|m| (m.keep.clone(), m.states.len()));
+    merge_to(&cube.schema, merges, states, &every, states_context()).await
+}
+
+/// `part` (of `schema`: dimensions, then each measure's states) with its
+/// rows merged by the dimensions in `used`, each measure's states by its
+/// aggregate in `merges` (with how many state columns it has): what
+/// [`rollup`] and [`kept`] do.
+async fn merge_to(
+    schema: &SchemaRef,
+    merges: impl Iterator<Item = (Arc<AggregateUDF>, usize)>,
+    part: RecordBatch,
+    used: &[bool],
+    ctx: Arc<TaskContext>,
+) -> Result<RecordBatch> {
     if part.num_rows() == 0 {
         return Ok(part);
     }
-    let schema = cube.scan_schema.clone();
-    let dims = cube.def.dimensions.len();
+    let schema = schema.clone();
+    let dims = used.len();
     let column = |i: usize| Arc::new(Column::new(schema.field(i).name(), i));
     let groups: Vec<_> = (0..dims)
         .filter(|i| used[*i])
@@ -65,10 +98,10 @@ pub async fn rollup(
         .collect();
     let mut aggregates = vec![];
     let mut at = dims;
-    for m in &cube.measures {
-        let states = (at..at + m.states.len()).map(|i| column(i) as _).collect();
-        at += m.states.len();
-        let agg = AggregateExprBuilder::new(m.merge.clone(), states)
+    for (merge, width) in merges {
+        let states = (at..at + width).map(|i| column(i) as _).collect();
+        at += width;
+        let agg = AggregateExprBuilder::new(merge, states)
             .schema(schema.clone())
             .alias(format!("rollup_{at}"))
             .build()?;

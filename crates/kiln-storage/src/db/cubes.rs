@@ -4,10 +4,12 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
+use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use object_store::path::Path;
 
@@ -183,7 +185,9 @@ pub(super) fn forget_dropped_parts(manifest: &Manifest, cubes: &[Arc<CubeDef>]) 
 
 impl Inner {
     /// The parts of `cubes` over the rows of the segment at `segment` (its
-    /// path), sorted as it keeps them. A part that fails
+    /// path), sorted as it keeps them, each merged from the parts of
+    /// `inputs` (the segments a compaction merged into it) where they all
+    /// have one. A part that fails
     /// to build is left out (logged, and tried again after
     /// [`PART_RETRY_AFTER`]): its segment is then read raw, which is slower
     /// but exact.
@@ -193,6 +197,7 @@ impl Inner {
         segment: &str,
         rows: &RecordBatch,
         cubes: &[Arc<CubeDef>],
+        inputs: &[Arc<Segment>],
     ) -> Vec<Arc<Part>> {
         let Some(builder) = self.cube_builder.get() else {
             return vec![];
@@ -204,7 +209,7 @@ impl Inner {
         let at_once = std::thread::available_parallelism().map_or(1, usize::from);
         let writes: Vec<_> = cubes
             .iter()
-            .map(|cube| self.write_part(builder, table, cube, segment, rows))
+            .map(|cube| self.write_part(builder, table, cube, segment, rows, inputs))
             .collect();
         let built: Vec<_> = futures::stream::iter(writes)
             .buffered(at_once)
@@ -234,26 +239,28 @@ impl Inner {
         cube: &CubeDef,
         segment: &str,
         rows: &RecordBatch,
+        inputs: &[Arc<Segment>],
     ) -> Result<Option<Arc<Part>>> {
-        let Some(build) = builder.build(table, cube, rows.clone()) else {
-            return Ok(None);
+        let merged = match self.merge_of(builder, cube, inputs).await {
+            Some(merge) => match caught(cube, merge).await {
+                Ok(states) => Some(states),
+                Err(e) => {
+                    tracing::warn!(cube = cube.name, segment, error = %e,
+                        "merging the inputs' parts failed; building the part from the rows");
+                    None
+                }
+            },
+            None => None,
         };
-        // A panic in the query layer's code (a measure's state it cannot
-        // hold) fails this part alone, as an error does: unwinding through
-        // here would fail every later flush of the table.
-        let states = match AssertUnwindSafe(build).catch_unwind().await {
-            Ok(states) => states?,
-            Err(panic) => {
-                let reason = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("a panic");
-                return Err(Error::CubeBuild {
-                    cube: cube.name.clone(),
-                    reason: format!("building its part failed: {reason}"),
-                });
+        let states = match merged {
+            Some(states) => {
+                self.metrics.parts_merged.fetch_add(1, Ordering::Relaxed);
+                states
             }
+            None => match builder.build(table, cube, rows.clone()) {
+                Some(build) => caught(cube, build).await?,
+                None => return Ok(None),
+            },
         };
         let compression = self.config.segment_compression;
         let rows = states.num_rows() as u64;
@@ -284,6 +291,36 @@ impl Inner {
             );
         }
         Ok(Some(Part::new(meta, &self.reaper)))
+    }
+
+    /// What merges `cube`'s parts of `inputs` into the part of the segment
+    /// they are merged into: `None` unless every one of them has its part,
+    /// all of which are read, and the builder merges them.
+    async fn merge_of(
+        &self,
+        builder: &Arc<dyn CubeBuilder>,
+        cube: &CubeDef,
+        inputs: &[Arc<Segment>],
+    ) -> Option<BoxFuture<'static, Result<RecordBatch>>> {
+        let parts: Vec<Arc<Part>> = inputs
+            .iter()
+            .map(|s| s.part(cube.id))
+            .collect::<Option<_>>()?;
+        if parts.is_empty() {
+            return None;
+        }
+        let mut states = vec![];
+        for p in &parts {
+            match segment::read(&self.cpu, &self.store, &p.meta.path).await {
+                Ok(batches) => states.extend(batches),
+                Err(e) => {
+                    tracing::warn!(cube = cube.name, part = p.meta.path, error = %e,
+                        "a part to merge could not be read; building from the rows");
+                    return None;
+                }
+            }
+        }
+        builder.merge(cube, states)
     }
 
     /// Builds the parts `table`'s segments lack, for at most `limit`
@@ -330,7 +367,7 @@ impl Inner {
                 }
             };
             let parts = self
-                .build_parts(table, &segment.meta.path, &rows, &missing)
+                .build_parts(table, &segment.meta.path, &rows, &missing, &[])
                 .await;
             if parts.is_empty() {
                 continue;
@@ -371,5 +408,29 @@ impl Inner {
             built += 1;
         }
         Ok(built)
+    }
+}
+
+/// What `work` (the query layer's code computing `cube`'s states) returns,
+/// with a panic in it (a measure's state it cannot hold) made an error:
+/// it fails this part alone, where unwinding through here would fail every
+/// later flush of the table.
+async fn caught(
+    cube: &CubeDef,
+    work: BoxFuture<'static, Result<RecordBatch>>,
+) -> Result<RecordBatch> {
+    match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(states) => states,
+        Err(panic) => {
+            let reason = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            Err(Error::CubeBuild {
+                cube: cube.name.clone(),
+                reason: format!("building its part failed: {reason}"),
+            })
+        }
     }
 }

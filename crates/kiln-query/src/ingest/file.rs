@@ -22,14 +22,15 @@ pub fn decode(
         context: format!("opening {name}"),
         source: e,
     })?;
+    let len = file.metadata().map_or(u64::MAX, |m| m.len());
     let reader = Progress {
         inner: file,
         read: 0,
         report: progress,
     };
     let res = match format {
-        Format::Csv => decode_csv(reader, table, None),
-        Format::Ndjson => decode_ndjson(reader, table, None),
+        Format::Csv => decode_csv(reader, len, table, None),
+        Format::Ndjson => decode_ndjson(reader, len, table, None),
         Format::Parquet => File::open(path)
             .map_err(|e| e.to_string())
             .and_then(|f| super::parquet::decode(f, table, usize::MAX).map_err(|e| e.to_string())),

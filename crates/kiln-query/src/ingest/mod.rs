@@ -224,9 +224,10 @@ pub fn decode(
     table: &SchemaRef,
     opts: &Options,
 ) -> Result<Decoded, Refused> {
+    let len = body.len() as u64;
     let decoded = match format {
-        Format::Csv => decode_csv(Cursor::new(body), table, opts.timestamp_unit)?,
-        Format::Ndjson => decode_ndjson(Cursor::new(body), table, opts.timestamp_unit)?,
+        Format::Csv => decode_csv(Cursor::new(body), len, table, opts.timestamp_unit)?,
+        Format::Ndjson => decode_ndjson(Cursor::new(body), len, table, opts.timestamp_unit)?,
         Format::ArrowStream => Decoded::unlined(kiln_storage::ipc::decode(body, opts.max_bytes)?),
         Format::Parquet => parquet::decode(body, table, opts.max_row_bytes)?,
     };

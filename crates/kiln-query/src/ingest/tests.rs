@@ -314,3 +314,54 @@ fn deeply_nested_json_is_refused_before_parsing() {
     );
     assert_eq!(decode_with(&text, Format::Ndjson, None).unwrap().rows(), 1);
 }
+
+/// A small body is decoded in batches sized to it; rows shorter than a
+/// batch's size assumes spill into more batches, every row kept in order,
+/// and an error past the first batch still names its line.
+#[test]
+fn short_rows_fill_more_batches_and_errors_keep_their_lines() {
+    let rows = 5_000;
+    let ndjson: String = (0..rows).map(|i| format!("{{\"id\":{i}}}\n")).collect();
+    let csv: String = std::iter::once("id\n".to_string())
+        .chain((0..rows).map(|i| format!("{i}\n")))
+        .collect();
+    for (body, format, first_line) in [(&ndjson, Format::Ndjson, 1), (&csv, Format::Csv, 2)] {
+        let body = Bytes::from(body.clone());
+        assert!(
+            (body.len() as u64) / text::MIN_TEXT_ROW_BYTES < rows as u64,
+            "rows shorter than assumed"
+        );
+        let d = decode(body.clone(), format, &schema(), &Options::default()).unwrap();
+        assert_eq!(d.rows(), rows, "{format:?}");
+        assert!(
+            d.batches.len() > 1,
+            "{format:?}: {} batches",
+            d.batches.len()
+        );
+        let ids: Vec<i64> = d
+            .batches
+            .iter()
+            .flat_map(|b| {
+                use arrow::array::AsArray;
+                b.column(0)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(ids, (0..rows as i64).collect::<Vec<_>>(), "{format:?}");
+        // The row at index 4,000 made invalid: its line is named.
+        let bad = String::from_utf8(body.to_vec())
+            .unwrap()
+            .replacen("4000", "\"x\"", 1)
+            .replacen("\"\"x\"\"", "x", 1);
+        let err = decode(Bytes::from(bad), format, &schema(), &Options::default())
+            .unwrap_err()
+            .to_string();
+        let line = 4_000 + first_line;
+        assert!(
+            err.starts_with(&format!("line {line}")),
+            "{format:?}: {err}"
+        );
+    }
+}

@@ -85,15 +85,39 @@ fn typed(
     Ok(decoded)
 }
 
-/// Decodes CSV with a header row naming the table's columns (any order,
+/// Rows per decoded batch of a text input of `bytes` bytes: [`BATCH_ROWS`],
+/// fewer for a small input. Arrow's decoders reserve a whole batch up
+/// front (the JSON tape about 400 bytes a row of a dozen columns, CSV
+/// offsets zero-filled), so a request of 100 rows decoded in batches of
+/// 65,536 mapped, faulted in and unmapped megabytes each time, costing
+/// more than the decoding and interrupting every core to unmap. A row takes
+/// at least [`MIN_TEXT_ROW_BYTES`] in any realistic input; one of shorter
+/// rows is decoded in more batches, not refused.
+fn batch_rows(bytes: u64) -> usize {
+    let rows = usize::try_from(bytes / MIN_TEXT_ROW_BYTES).unwrap_or(usize::MAX);
+    rows.clamp(1024, BATCH_ROWS)
+}
+
+/// Input bytes per row [`batch_rows`] assumes.
+pub(super) const MIN_TEXT_ROW_BYTES: u64 = 32;
+
+/// The read buffer for a text input of `bytes` bytes: at most 1 MiB, and
+/// no larger than the input.
+fn buffer_bytes(bytes: u64) -> usize {
+    bytes.clamp(8 << 10, 1 << 20) as usize
+}
+
+/// Decodes CSV of `bytes` bytes (a size for its buffers; any length
+/// reads right) with a header row naming the table's columns (any order,
 /// any subset); integer timestamps are read in `unit`.
 pub fn decode_csv(
     reader: impl Read,
+    bytes: u64,
     table: &SchemaRef,
     unit: Option<TimestampUnit>,
 ) -> Result<Decoded, String> {
     let mut quotes = Quotes::new(reader);
-    let mut reader = BufReader::with_capacity(1 << 20, &mut quotes);
+    let mut reader = BufReader::with_capacity(buffer_bytes(bytes), &mut quotes);
     let mut header = String::new();
     reader
         .read_line(&mut header)
@@ -121,7 +145,7 @@ pub fn decode_csv(
     let schema = relaxed(fields);
     let csv = arrow::csv::ReaderBuilder::new(schema.clone())
         .with_header(false)
-        .with_batch_size(BATCH_ROWS)
+        .with_batch_size(batch_rows(bytes))
         .build_buffered(reader)
         .map_err(|e| e.to_string())?;
     let batches = csv
@@ -233,21 +257,24 @@ fn csv_error(msg: &str, schema: &SchemaRef) -> String {
     }
 }
 
-/// Decodes newline-delimited JSON objects, one row per non-blank line;
-/// integer timestamps are read in `unit`.
+/// Decodes newline-delimited JSON objects of `bytes` bytes (a size for its
+/// buffers; any length reads right), one row per non-blank line; integer
+/// timestamps are read in `unit`.
 pub fn decode_ndjson(
     reader: impl Read,
+    bytes: u64,
     table: &SchemaRef,
     unit: Option<TimestampUnit>,
 ) -> Result<Decoded, String> {
     let schema = relaxed(table.fields().iter().cloned());
+    let batch = batch_rows(bytes);
     let mut decoder = arrow::json::ReaderBuilder::new(schema)
-        .with_batch_size(BATCH_ROWS)
+        .with_batch_size(batch)
         .with_strict_mode(true)
         .with_coerce_primitive(true)
         .build_decoder()
         .map_err(|e| e.to_string())?;
-    let mut reader = BufReader::with_capacity(1 << 20, reader);
+    let mut reader = BufReader::with_capacity(buffer_bytes(bytes), reader);
     let mut line = Vec::with_capacity(1024);
     let mut batches = vec![];
     let mut row_lines = vec![];
@@ -287,7 +314,7 @@ pub fn decode_ndjson(
         }
         decoder.decode(b"\n").map_err(at)?;
         row_lines.push(lineno);
-        if decoder.len() >= BATCH_ROWS
+        if decoder.len() >= batch
             && let Some(b) = decoder.flush().map_err(at)?
         {
             batches.push(b);

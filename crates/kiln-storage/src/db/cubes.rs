@@ -242,7 +242,7 @@ impl Inner {
         inputs: &[Arc<Segment>],
     ) -> Result<Option<Arc<Part>>> {
         let merged = match self.merge_of(builder, cube, inputs).await {
-            Some(merge) => match caught(cube, merge).await {
+            Some(merge) => match caught(cube, "merging the inputs' parts", merge).await {
                 Ok(states) => Some(states),
                 Err(e) => {
                     tracing::warn!(cube = cube.name, segment, error = %e,
@@ -258,7 +258,7 @@ impl Inner {
                 states
             }
             None => match builder.build(table, cube, rows.clone()) {
-                Some(build) => caught(cube, build).await?,
+                Some(build) => caught(cube, "building its part", build).await?,
                 None => return Ok(None),
             },
         };
@@ -411,12 +411,14 @@ impl Inner {
     }
 }
 
-/// What `work` (the query layer's code computing `cube`'s states) returns,
+/// What `work` (the query layer's code computing `cube`'s states: `what`
+/// it does, for the error) returns,
 /// with a panic in it (a measure's state it cannot hold) made an error:
 /// it fails this part alone, where unwinding through here would fail every
 /// later flush of the table.
 async fn caught(
     cube: &CubeDef,
+    what: &str,
     work: BoxFuture<'static, Result<RecordBatch>>,
 ) -> Result<RecordBatch> {
     match AssertUnwindSafe(work).catch_unwind().await {
@@ -429,7 +431,7 @@ async fn caught(
                 .unwrap_or("a panic");
             Err(Error::CubeBuild {
                 cube: cube.name.clone(),
-                reason: format!("building its part failed: {reason}"),
+                reason: format!("{what} failed: {reason}"),
             })
         }
     }

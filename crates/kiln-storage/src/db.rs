@@ -155,7 +155,12 @@ impl Inner {
         inputs: &[Arc<Segment>],
     ) -> Result<Arc<Segment>> {
         let c = self.config.segment_compression;
-        let rows = segment::sort(&self.cpu, &table.def, &table.schema, batches).await?;
+        // A compaction's inputs are each sorted already.
+        let order = match inputs {
+            [] => segment::Order::Any,
+            _ => segment::Order::Runs,
+        };
+        let rows = segment::sort(&self.cpu, &table.def, &table.schema, batches, order).await?;
         let path = segment::new_path(&table.def, day);
         let cubes = table.cubes();
         let (meta, parts) = tokio::join!(

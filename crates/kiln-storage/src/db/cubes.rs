@@ -267,7 +267,7 @@ impl Inner {
         let written = states.clone();
         let bytes = self
             .cpu
-            .run(move || segment::encode(&states, compression))
+            .run(move || segment::encode(&states, None, compression))
             .await?;
         let stem = segment.trim_end_matches(".parquet");
         let path = format!("{stem}.cube{}.parquet", cube.id);

@@ -27,7 +27,8 @@ for bin in "$@"; do
     --duration "${SECS}s" --json >/dev/null 2>&1
   sleep 2
   after=$(cpu)
+  segs=$(curl -sf -H "Content-Type: application/sql" --data-binary "SELECT sum(bytes) FROM system.segments" "http://$HTTP/v1/sql" | grep -o "\[\[[0-9]*\]\]" | tr -d "[]")
   counters=$(curl -sf "http://$HTTP/metrics" | awk '/^kiln_(compaction|flush)_duration_seconds_(sum|count)|^kiln_cube_parts_merged_total|^kiln_rows_compacted_total/ {printf "%s=%g ", $1, $2}')
-  echo "$bin cpu_s=$(awk -v a="$before" -v b="$after" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", (b - a) / hz}') $counters"
+  echo "$bin segment_bytes=$segs cpu_s=$(awk -v a="$before" -v b="$after" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", (b - a) / hz}') $counters"
   kill $pid; wait $pid 2>/dev/null || true
 done

@@ -439,7 +439,9 @@ mod tests {
                     ],
                 )
                 .unwrap();
-                runs.push(sort_rows(&def, &schema, &[batch.clone()], Order::Any).unwrap());
+                runs.push(
+                    sort_rows(&def, &schema, std::slice::from_ref(&batch), Order::Any).unwrap(),
+                );
                 unsorted.push(batch);
             }
             let fresh = sort_rows(&def, &schema, &unsorted, Order::Any).unwrap();

@@ -143,8 +143,8 @@ fn merge_runs(keys: &[SortColumn]) -> Result<UInt32Array> {
 /// delta-encoded instead of dictionary-encoded: sorted by the sort key and
 /// then time, its values rise within each key's run, so the deltas are
 /// small whether instants are unique (events) or shared (readings at fixed
-/// intervals), where a dictionary of near-unique values costs an interning
-/// per row and outgrows the values themselves.
+/// intervals). A dictionary of nearly unique instants costs an interning
+/// per row and grows as large as the values themselves.
 pub fn encode(
     batch: &RecordBatch,
     time_column: Option<usize>,

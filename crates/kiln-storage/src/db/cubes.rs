@@ -411,11 +411,10 @@ impl Inner {
     }
 }
 
-/// What `work` (the query layer's code computing `cube`'s states: `what`
-/// it does, for the error) returns,
-/// with a panic in it (a measure's state it cannot hold) made an error:
-/// it fails this part alone, where unwinding through here would fail every
-/// later flush of the table.
+/// What `work` returns: the query layer's code computing `cube`'s states,
+/// which does `what` (named in the error). A panic in it (a measure's
+/// state it cannot hold) is made an error: it fails this part alone,
+/// where unwinding through here would fail every later flush of the table.
 async fn caught(
     cube: &CubeDef,
     what: &str,

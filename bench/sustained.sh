@@ -4,8 +4,10 @@
 # table and the first two cubes of bench/cubes.sql, then `kiln bench
 # write` with 16 writers of 1,000 rows for SECS (default 300) s. Every 10
 # s prints the rows held in memory (`kiln_memstore_bytes`), flushes and
-# rows flushed; then the write rate and how many writes were refused
-# because rows waiting to be flushed filled `--memstore-max-bytes` (503).
+# rows flushed, and the writes that waited because their table's flushes
+# fell behind (`kiln_writes_paced_total`, pacing seconds); then the write
+# rate, the writes' p50 and p99 and how many writes were refused because
+# rows waiting to be flushed filled `--memstore-max-bytes` (503).
 set -u
 BIN=$1; SECS=${2:-300}
 HTTP=127.0.0.1:${HTTP_PORT:-18493}; PG=127.0.0.1:${PG_PORT:-15793}
@@ -30,8 +32,10 @@ while kill -0 $W 2>/dev/null; do
     /^kiln_memstore_bytes/ {m += $2}
     /^kiln_flushes_total/ {f = $2}
     /^kiln_rows_flushed_total/ {r = $2}
-    END {printf "%3d s memstore_MiB=%d flushes=%d rows_flushed=%d\n", t, m / 1048576, f, r}'
+    /^kiln_writes_paced_total/ {p = $2}
+    /^kiln_write_pace_seconds_total/ {w = $2}
+    END {printf "%3d s memstore_MiB=%d flushes=%d rows_flushed=%d paced=%d pace_s=%.1f\n", t, m / 1048576, f, r, p, w}'
 done
-python3 -c 'import json; d=json.load(open("'"$RUN/write.json"'")); print("rows/s", round(d["rows_per_sec"]))'
+python3 -c 'import json; d=json.load(open("'"$RUN/write.json"'")); t=d["total"]; print("rows/s", round(d["rows_per_sec"]), "p50_ms", t["p50_ms"], "p99_ms", t["p99_ms"], "errors", t["errors"])'
 echo "writes refused (memstore full): $(grep -c 'code="memstore_full"' "$RUN/server.log")"
 kill $P; wait $P 2>/dev/null || true

@@ -57,6 +57,8 @@ pub const HEAP: &str = "kiln_heap_bytes";
 pub const WRITE_MEMORY: &str = "kiln_write_memory_bytes";
 pub const WRITE_MEMORY_LIMIT: &str = "kiln_write_memory_limit_bytes";
 pub const WRITE_MEMORY_WAITS: &str = "kiln_write_memory_waits_total";
+pub const WRITES_PACED: &str = "kiln_writes_paced_total";
+pub const WRITE_PACE: &str = "kiln_write_pace_seconds_total";
 pub const BODY_MEMORY: &str = "kiln_body_memory_bytes";
 pub const BODY_MEMORY_LIMIT: &str = "kiln_body_memory_limit_bytes";
 pub const BODY_MEMORY_WAITS: &str = "kiln_body_memory_waits_total";
@@ -546,6 +548,18 @@ impl Metrics {
                 "counter",
                 "Writes that found the write memory reserved and waited.",
                 writes.waits() as f64,
+            ),
+            (
+                WRITES_PACED,
+                "counter",
+                "Writes that waited first because their table's flushes fell behind.",
+                db.metrics().writes_paced.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                WRITE_PACE,
+                "counter",
+                "Time writes waited because their table's flushes fell behind.",
+                db.metrics().pace_micros.load(Ordering::Relaxed) as f64 / 1e6,
             ),
             (
                 BODY_MEMORY,

@@ -151,7 +151,10 @@ pub struct StorageConfig {
     /// share of memory such as 25%). Past it a write waits for flushes to
     /// make room, up to 2 s, then is refused with 503 and Retry-After
     /// (SQLSTATE 53000): writers slow down instead of the server running
-    /// out of memory when flushes fall behind.
+    /// out of memory when flushes fall behind. Before that, writes to a
+    /// table holding more than four flushes' worth of rows (at least
+    /// 64 MiB, at most half of this) each wait first, up to 1 s at twice
+    /// that, so its flushes catch up.
     #[arg(long, env = "KILN_MEMSTORE_MAX_BYTES", default_value = "25%")]
     pub memstore_max_bytes: ByteSize,
 

@@ -27,6 +27,7 @@ use crate::cube::CubeBuilder;
 use crate::error::{Error, Result};
 use crate::idempotency::{Begin, Done, IdempotencyKey, Keys};
 use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
+use crate::pace;
 use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
 use crate::segment;
 use crate::store::Store;
@@ -50,6 +51,10 @@ pub struct StorageMetrics {
     /// Cube parts a compaction made by merging its inputs' parts
     /// ([`crate::CubeBuilder::merge`]) rather than from the merged rows.
     pub parts_merged: AtomicU64,
+    /// Writes that waited because their table's flushes fell behind
+    /// ([`crate::pace`]), and how long they waited together.
+    pub writes_paced: AtomicU64,
+    pub pace_micros: AtomicU64,
 }
 
 /// When a write is acknowledged.
@@ -504,6 +509,7 @@ impl Db {
         let t = self
             .table(table)
             .ok_or_else(|| Error::TableNotFound(table.into()))?;
+        self.pace(&t).await;
         let footprint = batches
             .iter()
             .map(|b| budget::footprint(b, &t.schema))
@@ -618,6 +624,21 @@ impl Db {
             arrow::compute::concat_batches(&t.schema, &out)?
         };
         Ok(Some(batch))
+    }
+
+    /// Waits as long as `t`'s unflushed rows ask ([`pace::delay`]).
+    async fn pace(&self, t: &Table) {
+        let c = &self.inner.config;
+        let (flush, cap) = (c.flush_bytes.as_usize(), c.memstore_max_bytes.as_usize());
+        let wait = pace::delay(t.mem.bytes(), flush, cap);
+        if wait.is_zero() {
+            return;
+        }
+        let m = &self.inner.metrics;
+        m.writes_paced.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
+        m.pace_micros.fetch_add(micros, Ordering::Relaxed);
+        tokio::time::sleep(wait).await;
     }
 
     /// Waits until the rows held in memory, all tables, fit

@@ -3,7 +3,8 @@
 //! A write is validated, appended to the WAL ([`kiln_wal`]) and applied to
 //! its table's [`MemStore`] before it is acknowledged: from then on it is
 //! durable (under `--wal-sync=always`) and visible to every new snapshot.
-//! Writes in flight share one memory budget ([`budget`]).
+//! Writes in flight share one memory budget ([`budget`]); writes to a table
+//! whose flushes fall behind wait a moment first ([`pace`]).
 //! In the background, memstores are flushed as sorted Parquet segments and
 //! small segments are compacted; each new segment gets its [`cube`] parts
 //! (aggregate states) in the same commit; each change is committed by writing a new
@@ -40,6 +41,7 @@ mod idempotency;
 pub mod ipc;
 pub mod manifest;
 pub mod memstore;
+pub mod pace;
 pub mod schema;
 pub mod segment;
 pub mod size;

@@ -417,6 +417,40 @@ async fn writes_wait_then_are_refused_when_unflushed_rows_fill_memory() {
     write(&db, 0, 1000..1010).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_to_a_table_whose_flushes_fall_behind_wait_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path()).await;
+    create(&db).await;
+    let mut want = write(&db, 0, 0..1000).await;
+    let held = db.table(TABLE).unwrap().mem.bytes();
+    db.close().await.unwrap();
+    // Reopened with its rows unflushed under a cap of 1.5 times them:
+    // writes slow from half the cap, so the table is a third of the way
+    // to the longest wait.
+    let mut c = config(tmp.path());
+    c.memstore_max_bytes = kiln_storage::ByteSize::b(held as u64 * 3 / 2);
+    let db = open_with(c.clone()).await;
+    let held = db.table(TABLE).unwrap().mem.bytes();
+    let (flush, cap) = (c.flush_bytes.as_usize(), c.memstore_max_bytes.as_usize());
+    let wait = kiln_storage::pace::delay(held, flush, cap);
+    assert!(wait >= kiln_storage::pace::MAX_DELAY / 4, "{wait:?}");
+    let started = std::time::Instant::now();
+    want = want + write(&db, 0, 1000..1001).await;
+    assert!(started.elapsed() >= wait, "{:?}", started.elapsed());
+    assert_eq!(in_memory(&db), want, "then written");
+    let m = db.metrics();
+    assert_eq!(m.writes_paced.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        m.pace_micros.load(Ordering::Relaxed),
+        wait.as_micros() as u64
+    );
+    // Once flushed, the table is not behind: writes go straight in.
+    db.flush_all().await.unwrap();
+    write(&db, 0, 1001..1002).await;
+    assert_eq!(m.writes_paced.load(Ordering::Relaxed), 1);
+}
+
 /// A part builder that panics, as DataFusion's t-digest did for a cube
 /// asking for a digest of `i64::MAX` centroids.
 struct Panics;

@@ -10,7 +10,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kiln/fuzz-target}"
 rustup toolchain list | grep -q nightly || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 cd fuzz
-for target in ndjson csv arrow_ipc parquet wal_payload pg_message sql; do
+for target in ndjson csv arrow_ipc parquet wal_payload cube_distinct_state pg_message sql; do
   echo "== $target (${SECONDS_EACH}s)"
   cargo +nightly fuzz run "$target" -- -max_total_time="$SECONDS_EACH" -rss_limit_mb=4096 -max_len=65536
 done

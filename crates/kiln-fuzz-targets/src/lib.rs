@@ -9,8 +9,9 @@
 //! regression input.
 //!
 //! Targets: the write decoders (NDJSON, CSV, Arrow IPC, Parquet), the WAL
-//! record payload decoder, the PostgreSQL frontend message decoder and
-//! the SQL entry point (parse, depth check, plan, optimize).
+//! record payload decoder, the decoder of a cube part's distinct-count
+//! states (read back from storage), the PostgreSQL frontend message
+//! decoder and the SQL entry point (parse, depth check, plan, optimize).
 
 use std::sync::{Arc, OnceLock};
 
@@ -65,6 +66,12 @@ pub fn parquet(data: &[u8]) {
 /// A WAL record's payload, decoded as recovery decodes it.
 pub fn wal_payload(data: &[u8]) {
     let _ = kiln_storage::decode_wal_payload(&Bytes::copy_from_slice(data));
+}
+
+/// A cube part's distinct-count state, decoded as a scan of the part
+/// decodes it.
+pub fn cube_distinct_state(data: &[u8]) {
+    let _ = kiln_query::cube::gaps::decode_with(data, |_| {});
 }
 
 /// Frontend messages, decoded one after another as a connection would,

@@ -172,6 +172,18 @@ fn wal_payload() {
 }
 
 #[test]
+fn cube_distinct_state() {
+    let ids: Vec<u64> = (0..40u64).map(|i| (1 << 63) + i * i * 7_919).collect();
+    let varint_gaps = vec![0x85, 0x01, 0x03, 0xff, 0x7f];
+    let seeds = vec![kiln_query::cube::gaps::encode(&ids), varint_gaps];
+    run(
+        "cube_distinct_state",
+        kiln_fuzz_targets::cube_distinct_state,
+        seeds,
+    );
+}
+
+#[test]
 fn pg_message() {
     run("pg_message", kiln_fuzz_targets::pg_message, vec![pg_seed()]);
 }

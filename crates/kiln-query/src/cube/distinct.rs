@@ -1,8 +1,9 @@
 //! The state a cube keeps for `count(DISTINCT x)` over an integer column:
-//! the group's distinct values, sorted, as varint-coded deltas. Dashboard ids
-//! (users, sessions) are sparse within each group of a cube (a few hundred
-//! users of millions in an hour or a region), where that takes 1-3 bytes a
-//! value; a roaring bitmap, measured on the abtest dashboard, took about 16
+//! the group's distinct values, sorted, as Rice-coded gaps ([`super::gaps`]).
+//! Dashboard ids (users, sessions) are sparse within each group of a cube
+//! (a few hundred users of millions in an hour or a region), where that
+//! takes a few bytes a value; a roaring bitmap, measured on the abtest
+//! dashboard, took about 16
 //! (a container per value) and merged thousands of them into one 10x
 //! slower than sorting. Merging appends a state's values to its group's
 //! list, sorted and deduplicated once read; from 512 values on (`HASHED_FROM`)
@@ -36,6 +37,7 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDFImpl, EmitTo, GroupsAccumulator, Signature, Volatility,
 };
 
+use super::gaps;
 use super::ordinals::{self, Ordinals};
 
 /// Whether a distinct count over `t` keeps sorted values.
@@ -175,47 +177,9 @@ fn keys(values: &ArrayRef, mut f: impl FnMut(usize, u64)) -> Result<()> {
     Ok(())
 }
 
-/// Appends the values coded in `bytes` (varint deltas of sorted values).
+/// Appends the values coded in `bytes` ([`super::gaps`]).
 pub(super) fn decode(bytes: &[u8], out: &mut Vec<u64>) -> Result<()> {
-    decode_with(bytes, |v| out.push(v))
-}
-
-/// Calls `f` with each value coded in `bytes`.
-fn decode_with(bytes: &[u8], mut f: impl FnMut(u64)) -> Result<()> {
-    let (mut prev, mut shift, mut delta) = (0u64, 0u32, 0u64);
-    for &b in bytes {
-        if shift > 63 {
-            return exec_err!("{NAME}: corrupt state ({} bytes)", bytes.len());
-        }
-        delta |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            prev = prev.wrapping_add(delta);
-            f(prev);
-            (shift, delta) = (0, 0);
-        } else {
-            shift += 7;
-        }
-    }
-    match shift {
-        0 => Ok(()),
-        _ => exec_err!("{NAME}: corrupt state ({} bytes)", bytes.len()),
-    }
-}
-
-/// `values` (sorted, distinct) as varint deltas.
-pub(super) fn encode(values: &[u64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * 2);
-    let mut prev = 0u64;
-    for &v in values {
-        let mut d = v.wrapping_sub(prev);
-        prev = v;
-        while d >= 0x80 {
-            out.push((d as u8) | 0x80);
-            d >>= 7;
-        }
-        out.push(d as u8);
-    }
-    out
+    gaps::decode_with(bytes, |v| out.push(v))
 }
 
 /// How a state column's states are coded.
@@ -571,7 +535,7 @@ impl Values {
             return Ok(());
         }
         match &mut self.set {
-            Some(set) => decode_with(state, |v| {
+            Some(set) => gaps::decode_with(state, |v| {
                 set.insert(v);
             }),
             None => {
@@ -596,7 +560,7 @@ impl Coding {
     /// `values`' state, taking what it holds.
     fn state(&self, values: &mut Values) -> Result<Vec<u8>> {
         if !self.scanned {
-            return Ok(encode(values.ids(&self.ordinals)?));
+            return Ok(gaps::encode(values.ids(&self.ordinals)?));
         }
         let held = std::mem::take(&mut values.ordinals).into_distinct();
         let mut out = vec![];

@@ -15,12 +15,14 @@
 //! rows in the memstore) over [`rollup`] (a part or states
 //! merged to a query's dimensions) over [`plan`] (a definition
 //! planned and checked) over [`merge`] (merging states), [`distinct`]
-//! (sorted-values states of integer distinct counts) over [`ordinals`]
-//! (their values' ordinals in memory), [`statement`]
+//! (sorted-values states of integer distinct counts) over [`gaps`] (how
+//! parts store those values) and [`ordinals`] (their values' ordinals in
+//! memory), [`statement`]
 //! (the statements' syntax), [`grain`] (functions of a time bucket) over
 //! [`unit`] (time buckets).
 
 pub mod distinct;
+pub mod gaps;
 pub mod grain;
 mod mem;
 pub mod merge;

@@ -494,8 +494,9 @@ impl Db {
     /// body: [`Error::IdempotencyConflict`]) is done before anything is
     /// queued, so it is reported here whatever the ack. With
     /// [`Ack::Memory`], `Ok` means queued: a later WAL failure loses the
-    /// rows (logged) instead of failing this call. When rows waiting to be
-    /// flushed fill `--memstore-max-bytes`, the write first waits for room
+    /// rows (logged) instead of failing this call. A write to a table whose
+    /// flushes fall behind first waits a moment ([`pace`]). When rows
+    /// waiting to be flushed fill `--memstore-max-bytes`, it waits for room
     /// ([`Error::MemstoreFull`] after [`MEMSTORE_WAIT`]). Before that, it
     /// reserves what its rows take while they are written from
     /// `--write-memory-limit`, waiting while writes in flight hold it

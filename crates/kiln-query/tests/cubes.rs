@@ -1,8 +1,9 @@
 //! Cubes answer exactly what the table answers: random cube definitions and
 //! random aggregate queries (group keys, filters, conditional aggregates,
 //! coarser time units, ranges cutting buckets), each compared with the
-//! same query read raw, while rows sit in the memstore (in batches small
-//! enough to read raw, and large ones with states of their own), after flushes,
+//! same query read raw, while rows sit in the memstore (a day's small
+//! batches, whose states grow from the last ones' as a stream of writes
+//! adds to them, and large ones with states of their own), after flushes,
 //! after more writes, after compaction, and for a cube created over
 //! existing data before and after its parts are built; also through
 //! prepared statements with generic plans.
@@ -451,6 +452,12 @@ async fn cube_answers_equal_raw_answers() {
         .load(std::sync::atomic::Ordering::Relaxed);
     assert!(merged > 0, "compactions merged their inputs' parts");
     answered += check(&engine, &mut rng, 40, "compacted").await;
+    // A stream of small writes, read between them: each day's small
+    // batches grow and merge, their states made from the last ones'.
+    for _ in 0..12 {
+        write(&db, &rows(&mut rng, 80)).await;
+        answered += check(&engine, &mut rng, 3, "small in-memory batches").await;
+    }
     // Rows enough for in-memory batches of their own states, frozen and
     // active, each read between writes (so the active batches merge).
     for _ in 0..4 {

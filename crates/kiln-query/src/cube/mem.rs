@@ -15,7 +15,7 @@ use datafusion::arrow::compute::{concat_batches, max, min};
 use datafusion::arrow::datatypes::TimestampNanosecondType;
 use datafusion::common::{DataFusionError, Result as DfResult, internal_err};
 use datafusion::execution::TaskContext;
-use kiln_storage::memstore::MemBatch;
+use kiln_storage::memstore::{Days, DerivedKey, MemBatch};
 use tokio::sync::OnceCell;
 
 use super::Cubes;
@@ -50,6 +50,9 @@ impl Cubes {
                 let time = time_range(&batch.batch, time_column);
                 batch.charge_derived(whole, rows.get_array_memory_size());
                 batch.drop_inherited(whole);
+                // A run's states it was merged from: not read for a batch
+                // this large (its own states are made above).
+                batch.drop_inherited((id, TAIL));
                 Ok::<_, DataFusionError>(Arc::new(MemStates { rows, time }))
             })
             .await?;
@@ -89,61 +92,151 @@ impl Cubes {
     /// A live stream changes a day's small batches a few times a second
     /// while every query reads them, so states made once per change and
     /// kept with the run's newest batch replace an aggregation of the same
-    /// rows in each query. A run changes only at its end (the memstore
-    /// merges a buffer's newest batches into a new one), so its newest
-    /// batch names it; a run whose other batches are not those kept is
-    /// aggregated without being kept. The states count in the memstore's
-    /// bytes while the newest batch is there ([`MemBatch::charge_derived`]);
-    /// those the run's older batches kept, when each was its newest, go.
+    /// rows in each query. A run changes only at its end: the memstore adds
+    /// a batch of the rows written since, or merges its newest batches
+    /// with them into one ([`MemBatch::merged`]). So the run's newest batch
+    /// names it, and its states are the last run's (kept with that run's
+    /// newest batch, [`base`]) with those of the rows it did not cover
+    /// placed among them ([`rollup::interleaved`]): each change aggregates
+    /// only the rows written since, not the whole run again. A run whose
+    /// other batches are not those kept is aggregated without being kept.
+    /// The states count in the memstore's bytes while the newest batch is
+    /// there ([`MemBatch::charge_derived`]); the last run's go.
     pub(super) async fn tail_states(
         &self,
         run: &[Arc<MemBatch>],
+        days: Days,
         cube: &Arc<CubePlan>,
         time_column: usize,
     ) -> DfResult<Arc<MemStates>> {
         let Some((newest, others)) = run.split_last() else {
             return internal_err!("a run of in-memory batches without a batch");
         };
-        let make = || {
-            let rows: Vec<RecordBatch> = run.iter().map(|b| b.viewed().clone()).collect();
-            let cube = cube.clone();
-            shared(async move {
-                let rows = concat_batches(rows[0].schema_ref(), &rows)?;
-                let time = time_range(&rows, time_column);
-                let rows = rows_states(rows, &cube).await?;
-                Ok(Arc::new(MemStates { rows, time }))
-            })
-        };
         let key = (cube.def.id, TAIL);
-        // Kept apart from what merged batches inherit (they make their own
-        // states); counting only this key, the bound always lets it in.
-        let Some(kept) = newest.derived_within(key, OnceCell::<Tail>::new, |k| *k == key, 1) else {
-            return make().await;
-        };
+        let rows: usize = run.iter().map(|b| b.rows()).sum();
+        let kept = newest.derived(key, OnceCell::<Tail>::new);
         let tail = kept
             .get_or_try_init(|| async {
-                let states = make().await?;
+                let (base, from) = match base(newest, others, days, key) {
+                    Some((states, from)) => (Some(states), from),
+                    None => (None, 0),
+                };
+                // The rows the base leaves out: the newest batch's last ones,
+                // or with no base, the whole run's.
+                let unread = match &base {
+                    Some(_) => vec![newest.viewed().slice(from, newest.rows() - from)],
+                    None => run.iter().map(|b| b.viewed().clone()).collect(),
+                };
+                let states = added_states(base, unread, cube, time_column).await?;
                 newest.charge_derived(key, states.rows.get_array_memory_size());
-                // What the run's older batches kept when each was its
-                // newest covers fewer rows: no new snapshot reads it again.
+                // What the last run's newest batch kept covers fewer rows:
+                // no new snapshot reads it again.
+                newest.drop_inherited(key);
                 for b in others {
                     b.forget(key);
                 }
                 let others = others.iter().map(Arc::downgrade).collect();
-                Ok::<_, DataFusionError>(Tail { others, states })
+                Ok::<_, DataFusionError>(Tail {
+                    days,
+                    others,
+                    rows,
+                    states,
+                })
             })
             .await?;
-        let same = tail.others.len() == others.len()
-            && tail
-                .others
-                .iter()
-                .zip(others)
-                .all(|(kept, b)| std::ptr::eq(kept.as_ptr(), Arc::as_ptr(b)));
-        match same {
+        match same_batches(&tail.others, others) {
             true => Ok(tail.states.clone()),
-            false => make().await,
+            false => {
+                let rows = run.iter().map(|b| b.viewed().clone()).collect();
+                added_states(None, rows, cube, time_column).await
+            }
         }
     }
+}
+
+/// `base` (none: no states) with the states of `rows` (in-memory batches'
+/// viewed rows) placed among its own, made as a task of its own
+/// ([`shared`]).
+async fn added_states(
+    base: Option<Arc<MemStates>>,
+    rows: Vec<RecordBatch>,
+    cube: &Arc<CubePlan>,
+    time_column: usize,
+) -> DfResult<Arc<MemStates>> {
+    if let Some(base) = &base
+        && rows.iter().all(|r| r.num_rows() == 0)
+    {
+        return Ok(base.clone());
+    }
+    let cube = cube.clone();
+    shared(async move {
+        let rows = concat_batches(rows[0].schema_ref(), &rows)?;
+        let time = time_range(&rows, time_column);
+        let rows = rows_states(rows, &cube).await?;
+        let Some(base) = base else {
+            return Ok(Arc::new(MemStates { rows, time }));
+        };
+        let dims = cube.def.dimensions.len();
+        Ok(Arc::new(MemStates {
+            rows: rollup::interleaved(&base.rows, &rows, dims)?,
+            time: (base.time.0.min(time.0), base.time.1.max(time.1)),
+        }))
+    })
+    .await
+}
+
+/// The states of the last run a run grew from, and the first row of the
+/// run's newest batch they leave out: kept with the run's batch before
+/// its newest (the newest is new), or inherited by the newest (it was
+/// merged from the last run's newest batches and the rows written since).
+/// Either covers every batch of the run before its newest (the same
+/// batches, compared by pointer) and the newest's rows up to the row
+/// given: for one inherited, its run's batches after those and its own
+/// hold exactly the rows before it. (The memstore merges a run's batches
+/// of one day, in order, ending with its newest: those are the batches
+/// of the same days after the others, as many rows as the newest's rows
+/// before the inherited states' end.)
+fn base(
+    newest: &MemBatch,
+    others: &[Arc<MemBatch>],
+    days: Days,
+    key: DerivedKey,
+) -> Option<(Arc<MemStates>, usize)> {
+    let before: usize = others.iter().map(|b| b.rows()).sum();
+    if let Some((last, rest)) = others.split_last() {
+        let kept = last.derived(key, OnceCell::<Tail>::new);
+        if let Some(kept) = kept.get()
+            && kept.days == days
+            && same_batches(&kept.others, rest)
+            && kept.rows == before
+        {
+            return Some((kept.states.clone(), 0));
+        }
+    }
+    let (rows, inherited) = newest.inherited(key).pop()?;
+    let inherited = inherited.downcast::<OnceCell<Tail>>().ok()?;
+    let kept = inherited.get()?;
+    let covers_others = kept.days == days
+        && kept.others.len() >= others.len()
+        && same_batches(&kept.others[..others.len()], others);
+    (covers_others && kept.rows == before + rows.end).then(|| (kept.states.clone(), rows.end))
+}
+
+/// Whether `kept` are the batches `batches`, in order. A weak pointer
+/// holds its allocation, so pointers compare batches exactly.
+fn same_batches(kept: &[Weak<MemBatch>], batches: &[Arc<MemBatch>]) -> bool {
+    kept.len() == batches.len()
+        && (kept.iter())
+            .zip(batches)
+            .all(|(k, b)| std::ptr::eq(k.as_ptr(), Arc::as_ptr(b)))
+}
+
+/// The rows of the states `batch` keeps as its run's newest under `key`
+/// ([`Cubes::tail_states`]), once made.
+#[cfg(test)]
+pub(super) fn tail_rows(batch: &MemBatch, key: DerivedKey) -> Option<usize> {
+    let kept = batch.derived(key, OnceCell::<Tail>::new);
+    kept.get().map(|t| t.states.rows.num_rows())
 }
 
 /// Rollups an in-memory batch keeps per cube ([`Cubes::mem_states`]).
@@ -154,12 +247,15 @@ pub const MEM_ROLLUPS: usize = 4;
 /// ([`rollup::key`]), the whole states' above.
 pub(super) const TAIL: u64 = u64::MAX - 1;
 
-/// A run's states, kept with its newest batch, and the run's other
-/// batches: weak, so the newest batch does not keep them (or itself)
-/// alive, and a weak pointer holds its allocation, so pointers compare
-/// batches exactly.
+/// A run's states, kept with its newest batch ([`Cubes::tail_states`]).
 struct Tail {
+    /// The days of the run's batches.
+    days: Days,
+    /// The run's other batches: weak, so the newest batch does not keep
+    /// them (or itself) alive.
     others: Vec<Weak<MemBatch>>,
+    /// The rows of the run's batches.
+    rows: usize,
     states: Arc<MemStates>,
 }
 

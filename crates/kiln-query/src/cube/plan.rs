@@ -7,8 +7,8 @@
 //! the rows that have no part yet (memstore, segments not built), so both
 //! produce rows of one schema, which the query merges.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
@@ -388,13 +388,18 @@ impl CubePlan {
 /// Where states are made or merged to be kept: one partition, and every
 /// row aggregated (a partial aggregation may otherwise pass rows through
 /// unaggregated once it sees few repeats).
+/// Made once: a task context's runtime takes a memory pool, a disk
+/// manager and caches to make, more than a few rows' states cost.
 pub fn states_context() -> Arc<TaskContext> {
-    let mut config = SessionConfig::new().with_target_partitions(1);
-    config
-        .options_mut()
-        .execution
-        .skip_partial_aggregation_probe_ratio_threshold = 2.0;
-    Arc::new(TaskContext::default().with_session_config(config))
+    static CONTEXT: LazyLock<Arc<TaskContext>> = LazyLock::new(|| {
+        let mut config = SessionConfig::new().with_target_partitions(1);
+        config
+            .options_mut()
+            .execution
+            .skip_partial_aggregation_probe_ratio_threshold = 2.0;
+        Arc::new(TaskContext::default().with_session_config(config))
+    });
+    CONTEXT.clone()
 }
 
 /// The partial aggregation of `aggregates` grouped by `group_by` over

@@ -13,9 +13,12 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use std::cmp::Ordering;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, make_comparator};
 use datafusion::arrow::compute::{
-    SortColumn, concat_batches, lexsort_to_indices, take_record_batch,
+    SortColumn, SortOptions, concat_batches, interleave_record_batch, lexsort_to_indices,
+    take_record_batch,
 };
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{Result, ScalarValue};
@@ -162,4 +165,47 @@ pub fn sorted(batch: RecordBatch, dims: usize) -> Result<RecordBatch> {
         &batch,
         &lexsort_to_indices(&keys, None)?,
     )?)
+}
+
+/// Two batches of states sorted by their first `dims` columns (as
+/// [`sorted`] sorts them) as one, sorted the same way: `newer`'s rows go
+/// after `older`'s equal ones. Groups in both stay two rows, which a query
+/// merges as it merges any two batches' states; only the rows are placed,
+/// each of `newer`'s by a binary search over `older`, so adding a few rows
+/// of states to many costs a copy of the many, not a merge of them.
+pub fn interleaved(older: &RecordBatch, newer: &RecordBatch, dims: usize) -> Result<RecordBatch> {
+    if older.num_rows() == 0 {
+        return Ok(newer.clone());
+    }
+    if newer.num_rows() == 0 {
+        return Ok(older.clone());
+    }
+    let comparators = (0..dims)
+        .map(|d| {
+            let (o, n) = (older.column(d), newer.column(d));
+            make_comparator(o.as_ref(), n.as_ref(), SortOptions::default())
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    // Whether `older`'s row `i` sorts after `newer`'s row `j`.
+    let after = |i: usize, j: usize| {
+        let order = comparators.iter().map(|c| c(i, j));
+        order.fold(Ordering::Equal, Ordering::then) == Ordering::Greater
+    };
+    let mut indices = Vec::with_capacity(older.num_rows() + newer.num_rows());
+    let mut at = 0;
+    for j in 0..newer.num_rows() {
+        let (mut lo, mut hi) = (at, older.num_rows());
+        while lo < hi {
+            let m = lo + (hi - lo) / 2;
+            match after(m, j) {
+                true => hi = m,
+                false => lo = m + 1,
+            }
+        }
+        indices.extend((at..lo).map(|i| (0, i)));
+        indices.push((1, j));
+        at = lo;
+    }
+    indices.extend((at..older.num_rows()).map(|i| (0, i)));
+    Ok(interleave_record_batch(&[older, newer], &indices)?)
 }

@@ -443,7 +443,7 @@ impl CubeScanExec {
         }
         for (days, run) in runs {
             // Boxed: the states' making is a large future.
-            let states = Box::pin(cubes.tail_states(&run, &cube, time_column)).await?;
+            let states = Box::pin(cubes.tail_states(&run, days, &cube, time_column)).await?;
             made.push((states, days, run));
         }
         timer.done();

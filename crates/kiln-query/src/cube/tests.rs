@@ -614,8 +614,97 @@ async fn a_days_small_batches_keep_their_states_with_the_newest() {
             assert!(!b.derived_keys().contains(&tail), "round {round}");
         }
     }
+    // Writes of 40 rows: each new batch merges with the newest ones no
+    // larger than it, into a batch inheriting the last run's states. The
+    // states grow from those of the last run: its groups and the new
+    // rows' stay apart (more rows than groups), which no aggregation of
+    // the run's rows would give.
+    let groups = |sql: &str| {
+        let sql = sql.to_string();
+        let engine = &engine;
+        async move {
+            match engine.execute(&sql).await.unwrap().pop().unwrap() {
+                Output::Rows { batches, .. } => batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+                other => panic!("not rows: {other:?}"),
+            }
+        }
+    };
+    for round in 0..12 {
+        engine.execute(&write(40)).await.unwrap();
+        for query in queries {
+            let raw = query.replace("FROM t", "FROM (SELECT * FROM t LIMIT 1000000000) AS t");
+            let got = rows_of(&engine, query).await;
+            assert_eq!(got, rows_of(&engine, &raw).await, "round {round}: {query}");
+        }
+        let batches = t.snapshot().mem_by_days();
+        let newest = &batches.last().unwrap().1;
+        assert!(newest.inherited(tail).is_empty(), "round {round}: let go");
+        let kept = super::mem::tail_rows(newest, tail).expect("states kept");
+        let groups = groups("SELECT DISTINCT date_trunc('hour', ts), k FROM t").await;
+        assert!(
+            kept > groups,
+            "round {round}: {kept} rows of {groups} groups"
+        );
+    }
     engine.db().flush_all().await.unwrap();
     assert_eq!(t.mem.bytes(), 0, "everything charged leaves with the rows");
+}
+
+/// Two sorted batches of states interleaved are sorted, hold every row of
+/// both, and put a group in both after the older's rows.
+#[test]
+fn interleaved_states_stay_sorted() {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    use super::rollup::{interleaved, sorted};
+
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int64, true),
+        Field::new("b", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let batch = |seed: i64, rows: i64| {
+        let a: Int64Array = (0..rows)
+            .map(|i| ((i * seed) % 7 != 3).then_some((i * seed + seed) % 5))
+            .collect();
+        let b: StringArray = (0..rows)
+            .map(|i| Some(["x", "y", "z"][((i + seed) % 3) as usize]))
+            .collect();
+        let v = Int64Array::from_iter_values((0..rows).map(|i| seed * 1000 + i));
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(b), Arc::new(v)])
+                .unwrap();
+        sorted(batch, 2).unwrap()
+    };
+    for (older, newer) in [(40, 7), (3, 30), (0, 5), (5, 0), (1, 1), (64, 64)] {
+        let (o, n) = (batch(3, older), batch(11, newer));
+        let out = interleaved(&o, &n, 2).unwrap();
+        assert_eq!(out.num_rows(), o.num_rows() + n.num_rows());
+        let key = |b: &RecordBatch, i: usize| {
+            let a = b.column(0).as_primitive::<Int64Type>();
+            let s = b.column(1).as_string::<i32>();
+            (a.is_valid(i).then(|| a.value(i)), s.value(i).to_string())
+        };
+        let v = out.column(2).as_primitive::<Int64Type>();
+        for i in 1..out.num_rows() {
+            let (prev, this) = (key(&out, i - 1), key(&out, i));
+            assert!(prev <= this, "{older}+{newer}: row {i} out of order");
+            if prev == this && v.value(i - 1) >= 11_000 {
+                assert!(v.value(i) >= 11_000, "{older}+{newer}: newer before older");
+            }
+        }
+        let mut values: Vec<i64> = v.values().to_vec();
+        values.sort();
+        let mut expected: Vec<i64> = (o.column(2).as_primitive::<Int64Type>().values().iter())
+            .chain(n.column(2).as_primitive::<Int64Type>().values().iter())
+            .copied()
+            .collect();
+        expected.sort();
+        assert_eq!(values, expected, "{older}+{newer}");
+    }
 }
 
 /// An INSERT into `t (ts, k, v, u)` of rows `ids`, spread over one day.

@@ -3,7 +3,8 @@
 //! or an outage once the client's retries are spent): writes keep being
 //! acknowledged from the WAL, flushes fail and say so, nothing acknowledged
 //! is lost, and flushing resumes by itself when the store recovers. Reads
-//! that fail name the object.
+//! that fail name the object. Writes that outrun the failing flushes wait
+//! first, then are refused whole once memory is full.
 
 mod support;
 
@@ -321,4 +322,78 @@ async fn a_writer_two_versions_behind_is_refused() {
     let db = open(tmp.path().join("c"), backend).await;
     assert_eq!(version(&db), 3);
     assert_eq!(stored(&db).await, a + more);
+}
+
+/// While flushes fail, writes to a table past its pacing threshold wait
+/// first, longer the more it holds, and once it holds more than
+/// `--memstore-max-bytes` a write waits for room and is then refused
+/// whole. When the store takes segments again, a flush makes room and
+/// writes go straight in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_outrunning_failing_flushes_wait_then_are_refused_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Faulty::default());
+    let db = on_store(config(tmp.path()), backend.clone()).await;
+    create(&db).await;
+    let mut want = write(&db, 0, 0..1000).await;
+    let one = db.table(TABLE).unwrap().mem.bytes();
+    db.close().await.unwrap();
+
+    // Segments are refused from now on; manifests and the WAL's rows
+    // still read. Reopened with background flushes and a cap of two and
+    // a half writes: writes slow from half of it.
+    *backend.refuse.lock().unwrap() = Some(".parquet".into());
+    let mut c = config(tmp.path());
+    c.background_interval = Duration::from_millis(50);
+    c.flush_age = Duration::from_millis(100);
+    c.memstore_max_bytes = kiln_storage::ByteSize::b(one as u64 * 5 / 2);
+    let (flush, cap) = (c.flush_bytes.as_usize(), c.memstore_max_bytes.as_usize());
+    let db = on_store(c, backend.clone()).await;
+    wait_for("a failed flush", || db.degraded().is_some()).await;
+    let held = || db.table(TABLE).unwrap().mem.bytes();
+    let m = db.metrics();
+    want = want + write(&db, 0, 1000..2000).await;
+    assert_eq!(
+        m.writes_paced.load(Ordering::Relaxed),
+        0,
+        "below the threshold"
+    );
+
+    // Past the threshold: the write waits, then is written.
+    let wait = kiln_storage::pace::delay(held(), flush, cap);
+    assert!(wait > Duration::ZERO, "{} of {cap}", held());
+    let started = Instant::now();
+    want = want + write(&db, 0, 2000..3000).await;
+    assert!(started.elapsed() >= wait, "{:?}", started.elapsed());
+    assert_eq!(m.writes_paced.load(Ordering::Relaxed), 1);
+
+    // Past the cap: the longest wait, then the wait for room, then a
+    // refusal, and none of its rows applied.
+    assert!(held() > cap, "{} of {cap}", held());
+    let batch = {
+        let t = db.table(TABLE).unwrap();
+        let ts = (3000..3010).map(|v| DAY_NS + v);
+        arrow::array::RecordBatch::try_new(
+            t.schema.clone(),
+            vec![
+                Arc::new(arrow::array::TimestampNanosecondArray::from_iter_values(ts)),
+                Arc::new(arrow::array::Int64Array::from_iter_values(3000..3010)),
+            ],
+        )
+        .unwrap()
+    };
+    let started = Instant::now();
+    let err = db.write(TABLE, &[batch]).await.unwrap_err();
+    assert_eq!(err.kind(), kiln_storage::ErrorKind::Backpressure, "{err}");
+    let floor = kiln_storage::pace::MAX_DELAY + kiln_storage::MEMSTORE_WAIT;
+    assert!(started.elapsed() >= floor, "{:?}", started.elapsed());
+    assert_eq!(m.writes_paced.load(Ordering::Relaxed), 2);
+    assert_eq!(in_memory(&db), want, "nothing of the refused write");
+
+    // Segments are taken again: a flush makes room, writes go straight in.
+    *backend.refuse.lock().unwrap() = None;
+    db.flush_all().await.unwrap();
+    assert_eq!(through_cache(&db).await + in_memory(&db), want);
+    write(&db, 0, 3000..3010).await;
+    assert_eq!(m.writes_paced.load(Ordering::Relaxed), 2);
 }

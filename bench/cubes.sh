@@ -19,7 +19,8 @@
 # LOAD_BIN: the binary whose `kiln bench` loads the server (default
 # KILN_BIN), to compare servers under one load generator. Prints one line
 # per run:
-#   round cubes protocol q/s p50_ms p99_ms p999_ms max_ms errors N [stream_rows/s R]
+#   round cubes protocol q/s p50_ms p99_ms p999_ms max_ms errors N worst_s P99 AT [stream_rows/s R]
+# (worst_s: the highest p99 of any one second of the run, and that second).
 set -eu
 R=${1:-1}
 BIN=${KILN_BIN:?set KILN_BIN to a release build of kiln}
@@ -79,7 +80,7 @@ for r in $(seq "$R"); do for mode in ${MODES:-on off}; do
       wait $SP
       stream="stream_rows/s $(python3 -c 'import json; print(round(json.load(open("/tmp/cubes-stream.json"))["rows_per_sec"]))')"
     fi
-    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d[-1] if isinstance(d,list) else d["levels"][-1]; print(round(l["qps"],1), l["p50_ms"], l["p99_ms"], l["p999_ms"], l["max_ms"], "errors", l["errors"])' <<<"$line") $stream"
+    echo "$r $mode $proto $(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d[-1] if isinstance(d,list) else d["levels"][-1]; w=max(enumerate(l.get("per_second") or [{"p99_ms": 0}]), key=lambda s: s[1]["p99_ms"]); print(round(l["qps"],1), l["p50_ms"], l["p99_ms"], l["p999_ms"], l["max_ms"], "errors", l["errors"], "worst_s", w[1]["p99_ms"], w[0] + 1)' <<<"$line") $stream"
   done
   kill $P; wait $P 2>/dev/null || true
 done; done

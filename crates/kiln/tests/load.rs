@@ -84,6 +84,15 @@ fn gen_load_then_bench_query_and_write() {
             assert_eq!(l["errors"], 0, "{protocol}: {v}");
             assert!(l["queries"].as_u64().unwrap() > 0, "{protocol}: {v}");
             assert!(l["p99_ms"].as_f64().unwrap() >= l["p50_ms"].as_f64().unwrap());
+            // Each second of the 3 s level, holding its calls between them.
+            let seconds = l["per_second"].as_array().unwrap();
+            assert_eq!(seconds.len(), 3, "{protocol}: {v}");
+            let calls: u64 = seconds.iter().map(|s| s["queries"].as_u64().unwrap()).sum();
+            let all = l["queries"].as_u64().unwrap();
+            assert!(
+                calls <= all && calls * 2 >= all,
+                "{protocol}: {calls} of {all}"
+            );
         }
         // Every one of the 15 queries ran (system.queries keeps the most
         // recent 1,000 queries, so this is checked before the next run).

@@ -8,7 +8,7 @@ pub mod stats;
 pub mod workload;
 pub mod write;
 
-pub use query::{Progress, Protocol, QueryLoad};
+pub use query::{Progress, Protocol, QueryLevel, QueryLoad};
 pub use stats::{LevelReport, level_table};
 pub use workload::{Call, CallGen, DASHBOARD, Query, workload};
 pub use write::{BodyFormat, WINDOW_DAYS, WriteLoad, WriteReport};

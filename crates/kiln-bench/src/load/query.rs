@@ -3,15 +3,20 @@
 //! wire: Parse at connect, Bind/Execute per call) or posts JSON with
 //! parameters (HTTP), and sends its next call as soon as the previous one
 //! answered. Each concurrency level runs for a fixed time; its latencies go
-//! to per-client histograms merged at the end, so measuring takes no lock.
-//! Before the first level every query runs once, unmeasured (as
-//! `bench/peers` does for the peers).
+//! to per-client histograms merged at the end, and to one histogram of the
+//! current second (a lock per call), so a level also reports each second:
+//! a flush or compaction shows as the seconds it slows, which the level's
+//! percentiles average away. Before the first level every query runs once,
+//! unmeasured (as `bench/peers` does for the peers).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
 use hdrhistogram::Histogram;
+use serde::Serialize;
 use serde_json::json;
 use tokio_postgres::{Client, NoTls, Statement};
 
@@ -47,6 +52,15 @@ pub struct QueryLoad {
     pub queries: &'static [Query],
 }
 
+/// One level's report: its latencies over the whole level, and each
+/// second's (the calls that ended in it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueryLevel {
+    #[serde(flatten)]
+    pub level: LevelReport,
+    pub per_second: Vec<LevelReport>,
+}
+
 /// Live counters of the level being run, for a progress line.
 #[derive(Debug, Default)]
 pub struct Progress {
@@ -57,7 +71,7 @@ pub struct Progress {
 
 /// Runs every level; `progress` is updated live. The first error of a
 /// level is kept (with its query) and returned if no call succeeded.
-pub async fn run(load: &QueryLoad, progress: Arc<Progress>) -> Result<Vec<LevelReport>> {
+pub async fn run(load: &QueryLoad, progress: Arc<Progress>) -> Result<Vec<QueryLevel>> {
     warm_up(load).await?;
     let mut out = Vec::with_capacity(load.clients.len());
     for &clients in &load.clients {
@@ -98,17 +112,19 @@ async fn run_level(
     load: &QueryLoad,
     clients: usize,
     progress: &Arc<Progress>,
-) -> Result<LevelReport> {
+) -> Result<QueryLevel> {
     // Connect (and prepare) every client first, so connecting is not measured.
     let mut conns = Vec::with_capacity(clients);
     for i in 0..clients {
         conns.push(Conn::open(load, i).await?);
     }
     let stop = Arc::new(AtomicBool::new(false));
+    // This second's latencies and errors, taken each second.
+    let second = Arc::new(Mutex::new((histogram(), 0u64)));
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(clients);
     for (i, mut conn) in conns.into_iter().enumerate() {
-        let stop = stop.clone();
+        let (stop, second) = (stop.clone(), second.clone());
         let mut calls = CallGen::new(load.seed, i as u64, load.queries.len());
         let queries = load.queries;
         let progress = progress.clone();
@@ -123,10 +139,13 @@ async fn run_level(
                 let t = Instant::now();
                 match conn.call(queries, &call).await {
                     Ok(()) => {
-                        record(&mut r.hist, t.elapsed());
+                        let took = t.elapsed();
+                        record(&mut r.hist, took);
+                        record(&mut second.lock().expect("not poisoned").0, took);
                         progress.done.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {
+                        second.lock().expect("not poisoned").1 += 1;
                         r.errors += 1;
                         progress.errors.fetch_add(1, Ordering::Relaxed);
                         r.first_error
@@ -137,7 +156,18 @@ async fn run_level(
             r
         }));
     }
-    tokio::time::sleep(load.duration).await;
+    let mut per_second = Vec::new();
+    for tick in 1u32.. {
+        let end = load.duration.min(Duration::from_secs(u64::from(tick)));
+        tokio::time::sleep_until((started + end).into()).await;
+        let (h, errors) =
+            std::mem::replace(&mut *second.lock().expect("not poisoned"), (histogram(), 0));
+        let length = end.saturating_sub(Duration::from_secs(u64::from(tick - 1)));
+        per_second.push(LevelReport::new(clients, &h, errors, length));
+        if end >= load.duration {
+            break;
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     let mut hist = histogram();
     let (mut errors, mut first_error) = (0, None);
@@ -156,7 +186,10 @@ async fn run_level(
         }
         tracing::warn!(clients, errors, "level had errors; first: {e}");
     }
-    Ok(LevelReport::new(clients, &hist, errors, elapsed))
+    Ok(QueryLevel {
+        level: LevelReport::new(clients, &hist, errors, elapsed),
+        per_second,
+    })
 }
 
 /// One client's connection.

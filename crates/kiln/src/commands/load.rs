@@ -52,6 +52,7 @@ pub async fn query(args: BenchQueryArgs) -> Result<(), BoxError> {
             args.duration.as_secs_f64(),
             args.seed
         );
+        let levels: Vec<LevelReport> = levels.into_iter().map(|l| l.level).collect();
         print!("{}", load::level_table(&levels));
     }
     Ok(())

@@ -85,6 +85,15 @@ pub struct QueryConfig {
           value_parser = clap::value_parser!(i32).range(0..=19))]
     pub execution_nice: i32,
 
+    /// Whether flushes', compactions' and cube parts' CPU work runs only on
+    /// cores nothing else wants (Linux's idle scheduling class) while every
+    /// table keeps up with its flushes, so it takes no CPU a query waits
+    /// for; a table holding two flushes' worth of rows sends it back to
+    /// the background threads' `--execution-nice` priority. Off: always
+    /// there.
+    #[arg(long, env = "KILN_BACKGROUND_IDLE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub background_idle: bool,
+
     /// Finished queries kept in `system.queries`.
     #[arg(long, env = "KILN_QUERY_HISTORY", default_value_t = 1000)]
     pub query_history: usize,

@@ -168,12 +168,21 @@ impl Engine {
                 context: "starting the background runtime".into(),
                 source,
             })?;
-        if let Some(runtime) = background.cpu_runtime() {
-            db.set_cpu_runtime(runtime);
+        let idle = match config.background_idle {
+            true => Executor::idle().map_err(|source| Error::Io {
+                context: "starting the idle background runtime".into(),
+                source,
+            })?,
+            false => background.clone(),
+        };
+        if let (Some(idle), Some(urgent)) = (idle.cpu_runtime(), background.cpu_runtime()) {
+            db.set_cpu_runtimes(idle, urgent);
         }
         db.set_cube_builder(Arc::new(PartBuilder {
             cubes: cubes.clone(),
-            executor: background,
+            idle,
+            urgent: background,
+            urgency: db.background_urgency(),
         }));
         let files = FileAccess::new(config.sql_file_access.as_deref(), &db.config().data_dir)?;
         let auth = Arc::new(Auth::open(

@@ -124,7 +124,7 @@ impl Executor {
     /// levels below normal priority (0: the same; raising a thread's nice
     /// value needs no privilege).
     pub fn dedicated(threads: usize, nice: i32) -> std::io::Result<Self> {
-        Self::named(threads, nice, "kiln-exec")
+        Self::named(threads, Priority::Nice(nice), "kiln-exec")
     }
 
     /// A runtime like [`Executor::dedicated`]'s, one worker per core, for
@@ -134,10 +134,18 @@ impl Executor {
     /// the queries' runtime, a long piece of it never holds a worker that a
     /// query's task waits for.
     pub fn background(nice: i32) -> std::io::Result<Self> {
-        Self::named(0, nice, "kiln-background")
+        Self::named(0, Priority::Nice(nice), "kiln-background")
     }
 
-    fn named(threads: usize, nice: i32, name: &'static str) -> std::io::Result<Self> {
+    /// A runtime like [`Executor::background`]'s whose threads run only on
+    /// cores nothing else wants (Linux's idle scheduling class; elsewhere
+    /// normal priority): for that work while the tables keep up with their
+    /// flushes ([`kiln_storage::cpu`]).
+    pub fn idle() -> std::io::Result<Self> {
+        Self::named(0, Priority::Idle, "kiln-idle")
+    }
+
+    fn named(threads: usize, priority: Priority, name: &'static str) -> std::io::Result<Self> {
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
             n => n,
@@ -151,7 +159,7 @@ impl Executor {
                     .worker_threads(threads)
                     .thread_name(name)
                     .thread_stack_size(THREAD_STACK_BYTES)
-                    .on_thread_start(move || lower_priority(nice))
+                    .on_thread_start(move || lower_priority(priority))
                     .enable_all()
                     .build();
                 match runtime {
@@ -391,25 +399,46 @@ pub fn deferred(plan: Arc<dyn ExecutionPlan>, task: Arc<TaskContext>) -> Sendabl
     Box::pin(RecordBatchStreamAdapter::new(schema, rows))
 }
 
-/// Raises the calling thread's nice value by `nice` (Linux schedules
+/// How far below normal a runtime's threads are scheduled.
+#[derive(Clone, Copy)]
+enum Priority {
+    /// A nice increment (0: normal priority).
+    Nice(i32),
+    /// Only on cores no other thread wants: Linux's idle scheduling class
+    /// (which needs no privilege to enter, but does to leave).
+    Idle,
+}
+
+/// Lowers the calling thread's priority to `priority` (Linux schedules
 /// threads individually, so this leaves the process's other threads be).
-fn lower_priority(nice: i32) {
+fn lower_priority(priority: Priority) {
     #[cfg(target_os = "linux")]
-    if nice > 0 {
-        // SAFETY: plain system calls on the calling thread, no pointers.
-        unsafe {
+    {
+        // SAFETY: plain system calls on the calling thread; `param` lives
+        // across the call that reads it.
+        let failed = unsafe {
             let tid = libc::gettid() as libc::id_t;
-            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-            if libc::setpriority(libc::PRIO_PROCESS, tid, current + nice) != 0 {
-                tracing::warn!(
-                    "could not lower the priority of an execution thread: {}",
-                    std::io::Error::last_os_error()
-                );
+            match priority {
+                Priority::Nice(0) => 0,
+                Priority::Nice(nice) => {
+                    let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+                    libc::setpriority(libc::PRIO_PROCESS, tid, current + nice)
+                }
+                Priority::Idle => {
+                    let param = libc::sched_param { sched_priority: 0 };
+                    libc::sched_setscheduler(0, libc::SCHED_IDLE, &param)
+                }
             }
+        };
+        if failed != 0 {
+            tracing::warn!(
+                "could not lower the priority of a background or execution thread: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = nice;
+    let _ = priority;
 }
 
 /// Awaits `work` run as a task of its own on the runtime the caller runs

@@ -15,6 +15,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use object_store::path::Path;
 
+use crate::cpu::URGENT;
 use crate::db::Inner;
 use crate::error::Result;
 use crate::failpoints::{
@@ -67,6 +68,9 @@ pub(crate) async fn run(inner: Arc<Inner>, mut shutdown: tokio::sync::watch::Rec
 /// cube parts, trim the WAL.
 pub(crate) async fn round(inner: &Inner) -> Result<()> {
     let now = inner.clock.now_ns();
+    let urgent_from = inner.config.flush_bytes.as_usize().saturating_mul(URGENT);
+    let behind = (inner.registry.load().by_id.values()).any(|t| t.mem.bytes() >= urgent_from);
+    inner.cpu.urgency().set(behind);
     let mut due: Vec<Arc<Table>> = inner
         .registry
         .load()

@@ -631,7 +631,13 @@ impl Db {
     async fn pace(&self, t: &Table) {
         let c = &self.inner.config;
         let (flush, cap) = (c.flush_bytes.as_usize(), c.memstore_max_bytes.as_usize());
-        let wait = pace::delay(t.mem.bytes(), flush, cap);
+        let held = t.mem.bytes();
+        if held >= flush.saturating_mul(crate::cpu::URGENT) {
+            // The flush under way takes its next pieces of work at the
+            // execution threads' priority; the background round clears it.
+            self.inner.cpu.urgency().set(true);
+        }
+        let wait = pace::delay(held, flush, cap);
         if wait.is_zero() {
             return;
         }

@@ -53,7 +53,7 @@ pub mod testing;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::decode_payload as decode_wal_payload;
 pub use config::{CacheConfig, ObjectStoreConfig, SegmentCompression, StorageConfig, WalSync};
-pub use cpu::{CpuPool, CpuRuntime};
+pub use cpu::{CpuPool, CpuRuntime, Urgency};
 pub use cube::{CubeBuilder, CubeColumn, CubeDef, Part, PartMeta};
 pub use db::{
     Ack, CreateCube, CreateTable, Db, MEMSTORE_WAIT, StorageMetrics, WriteOptions, Written,

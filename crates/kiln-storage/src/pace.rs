@@ -2,7 +2,8 @@
 //! waits a moment, so the flushes catch up before memory fills.
 //!
 //! Why: flushes, compactions and cube parts run below the priority of the
-//! threads that take writes (`--execution-nice`), so that queries answer
+//! threads that take writes (on idle cores only, then at `--execution-nice`
+//! once a table falls behind: [`crate::cpu`]), so that queries answer
 //! under any write load. Under writes that keep every core busy, they get
 //! too little of the CPU: a table's unflushed rows grow, each flush takes
 //! everything held and so takes longer than the last, and once rows fill

@@ -584,6 +584,24 @@ struct CountingRuntime {
     sent: std::sync::atomic::AtomicUsize,
 }
 
+impl CountingRuntime {
+    fn new() -> std::sync::Arc<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        // Leaked: a runtime may not be dropped inside the test's own.
+        std::sync::Arc::new(CountingRuntime {
+            runtime: Box::leak(Box::new(runtime)),
+            sent: Default::default(),
+        })
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(Ordering::SeqCst)
+    }
+}
+
 impl kiln_storage::CpuRuntime for CountingRuntime {
     fn handle(&self) -> tokio::runtime::Handle {
         self.sent.fetch_add(1, Ordering::SeqCst);
@@ -597,16 +615,8 @@ impl kiln_storage::CpuRuntime for CountingRuntime {
 async fn flushes_and_compactions_run_their_cpu_work_on_the_installed_runtime() {
     let tmp = tempfile::tempdir().unwrap();
     let db = open(tmp.path()).await;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .build()
-        .unwrap();
-    // Leaked: a runtime may not be dropped inside the test's own.
-    let cpu = std::sync::Arc::new(CountingRuntime {
-        runtime: Box::leak(Box::new(runtime)),
-        sent: Default::default(),
-    });
-    db.set_cpu_runtime(cpu.clone());
+    let cpu = CountingRuntime::new();
+    db.set_cpu_runtimes(cpu.clone(), cpu.clone());
     create(&db).await;
     let mut want = Totals::default();
     for i in 0..2 {
@@ -620,6 +630,59 @@ async fn flushes_and_compactions_run_their_cpu_work_on_the_installed_runtime() {
     assert_eq!(db.compact_all().await.unwrap(), 1);
     // Decoding both segments, sorting and encoding the merged one.
     assert!(cpu.sent.load(Ordering::SeqCst) >= before + 4);
+    assert_eq!(in_segments(&db).await, want);
+    db.close().await.unwrap();
+}
+
+/// Background work runs on the idle runtime while the table keeps up. A
+/// table holding two flushes' worth of rows makes it urgent: found so by
+/// a write (before any background round) or by the round, which then
+/// flushes on the urgent runtime; the next round finds the table keeping
+/// up and sends work back to the idle one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_work_runs_on_idle_cores_until_a_table_falls_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = config(tmp.path());
+    c.flush_bytes = kiln_storage::ByteSize::kib(64);
+    let db = open_with(c.clone()).await;
+    let (idle, urgent) = (CountingRuntime::new(), CountingRuntime::new());
+    db.set_cpu_runtimes(idle.clone(), urgent.clone());
+    create(&db).await;
+    let mut want = write(&db, 0, 0..10).await;
+    db.flush_all().await.unwrap();
+    assert!(idle.sent() >= 2, "sorting and encoding: {}", idle.sent());
+    assert_eq!(urgent.sent(), 0);
+    // Rows past two flushes' worth, then a write that finds them there.
+    want = want + write(&db, 0, 10..20_000).await;
+    let held = db.table(TABLE).unwrap().mem.bytes();
+    assert!(held >= 128 << 10, "{held} bytes held");
+    assert!(
+        !db.background_urgency().is_urgent(),
+        "no write found it yet"
+    );
+    want = want + write(&db, 0, 20_000..20_001).await;
+    assert!(db.background_urgency().is_urgent());
+    db.close().await.unwrap();
+    // Reopened with the rows unflushed and the background running: its
+    // first round finds the table behind and flushes it on the urgent
+    // runtime, a later one finds it keeping up.
+    c.background_interval = Duration::from_millis(300);
+    let db = open_with(c).await;
+    let (idle, urgent) = (CountingRuntime::new(), CountingRuntime::new());
+    db.set_cpu_runtimes(idle.clone(), urgent.clone());
+    wait_until("flushed, and a round found the table keeping up", || {
+        let done = in_memory(&db).rows == 0 && !db.background_urgency().is_urgent();
+        async move { done }
+    })
+    .await;
+    let (idle_before, urgent_before) = (idle.sent(), urgent.sent());
+    assert!(urgent_before >= 2, "sorting and encoding: {urgent_before}");
+    // Back on idle cores: the next flush's work (and the rounds' packing
+    // of in-memory batches) goes there.
+    want = want + write(&db, 0, 20_001..20_011).await;
+    db.flush_all().await.unwrap();
+    assert!(idle.sent() >= idle_before + 2, "{}", idle.sent());
+    assert_eq!(urgent.sent(), urgent_before);
     assert_eq!(in_segments(&db).await, want);
     db.close().await.unwrap();
 }

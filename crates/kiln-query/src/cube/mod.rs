@@ -431,21 +431,34 @@ fn scan_rows(cube: &CubePlan, batches: &[RecordBatch]) -> DfResult<RecordBatch> 
     cube.for_scan(rollup::sorted(batch, cube.def.dimensions.len())?)
 }
 
-/// Computes parts at flush and in the background build, on the background
-/// runtime ([`Executor::background`]): the parts of a segment are computed
-/// side by side, at that runtime's lower priority, and leave the protocol
-/// runtime's threads to connections and the execution runtime's to
-/// queries.
+/// Computes parts at flush and in the background build, on a background
+/// runtime: the parts of a segment are computed side by side, apart from
+/// the protocol runtime's threads (connections) and the execution
+/// runtime's (queries), on idle cores only ([`Executor::idle`]) unless
+/// the storage engine says the work is urgent ([`kiln_storage::cpu`]),
+/// then at the background threads' priority ([`Executor::background`]).
 pub struct PartBuilder {
     pub cubes: Arc<Cubes>,
-    pub executor: Executor,
+    pub idle: Executor,
+    pub urgent: Executor,
+    pub urgency: kiln_storage::Urgency,
+}
+
+impl PartBuilder {
+    /// Where the next piece of work runs.
+    fn executor(&self) -> Executor {
+        match self.urgency.is_urgent() {
+            true => self.urgent.clone(),
+            false => self.idle.clone(),
+        }
+    }
 }
 
 impl CubeBuilder for PartBuilder {
     fn written(&self, part: &PartMeta, states: RecordBatch) -> Option<BoxFuture<'static, ()>> {
         let plan = self.cubes.plans.load().get(&part.cube_id).cloned()?;
         let (cubes, path) = (self.cubes.clone(), part.path.clone());
-        let executor = self.executor.clone();
+        let executor = self.executor();
         Some(Box::pin(async move {
             let warm = executor.plan(true, async move {
                 let warmed = cubes.warm(&path, &plan, states).await;
@@ -464,7 +477,7 @@ impl CubeBuilder for PartBuilder {
     ) -> Option<BoxFuture<'static, kiln_storage::Result<RecordBatch>>> {
         let plan = self.cubes.plans.load().get(&cube.id).cloned()?;
         let name = cube.name.clone();
-        let executor = self.executor.clone();
+        let executor = self.executor();
         Some(Box::pin(async move {
             let merged = executor.plan(true, async move {
                 let states = concat_batches(&plan.schema, &parts)?;
@@ -493,7 +506,7 @@ impl CubeBuilder for PartBuilder {
             cube: name.clone(),
             reason: e,
         };
-        let executor = self.executor.clone();
+        let executor = self.executor();
         Some(Box::pin(async move {
             let rows = plan.read(&rows).map_err(|e| failed(e.to_string()))?;
             let states = executor.plan(true, async move {

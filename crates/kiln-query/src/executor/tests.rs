@@ -42,6 +42,29 @@ async fn heavy_streams_run_on_the_dedicated_low_priority_runtime() {
     }
 }
 
+/// The idle runtime's workers and blocking threads (where the storage
+/// engine's CPU work runs) are in the idle scheduling class.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_idle_runtime_runs_in_the_idle_scheduling_class() {
+    // Held: the runtime shuts down with its last executor.
+    let idle = Executor::idle().unwrap().cpu_runtime().unwrap();
+    let handle = idle.handle();
+    let policy = || {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        // SAFETY: reads the calling thread's scheduling policy.
+        (name, unsafe { libc::sched_getscheduler(0) })
+    };
+    let want = ("kiln-idle".to_string(), libc::SCHED_IDLE);
+    assert_eq!(handle.spawn_blocking(policy).await.unwrap(), want);
+    assert_eq!(handle.spawn(async move { policy() }).await.unwrap(), want);
+    // The background runtime's stay in the normal class, at their nice.
+    let background = Executor::background(3).unwrap().cpu_runtime().unwrap();
+    let handle = background.handle();
+    let (name, policy) = handle.spawn_blocking(policy).await.unwrap();
+    assert_eq!((name.as_str(), policy), ("kiln-background", libc::SCHED_OTHER));
+}
+
 #[tokio::test]
 async fn inline_streams_run_where_they_are_polled() {
     let exec = Executor::inline();

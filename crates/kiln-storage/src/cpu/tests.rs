@@ -12,18 +12,30 @@ impl CpuRuntime for Named {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-async fn work_runs_on_the_installed_runtime_once_there_is_one() {
-    let pool = CpuPool::default();
-    assert_ne!(pool.run(thread_name).await, "kiln-test-cpu");
+fn runtime(name: &'static str) -> Arc<dyn CpuRuntime> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .thread_name("kiln-test-cpu")
+        .thread_name(name)
         .build()
         .unwrap();
     // Leaked: a runtime may not be dropped inside the test's own.
-    pool.install(Arc::new(Named(Box::leak(Box::new(runtime)))));
-    assert_eq!(pool.run(thread_name).await, "kiln-test-cpu");
+    Arc::new(Named(Box::leak(Box::new(runtime))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn work_runs_on_the_idle_runtime_unless_it_is_urgent() {
+    let pool = CpuPool::default();
+    let first = pool.run(thread_name).await;
+    assert!(!first.starts_with("kiln-test-"), "ran on {first}");
+    pool.install(runtime("kiln-test-idle"), runtime("kiln-test-urgent"));
+    assert_eq!(pool.run(thread_name).await, "kiln-test-idle");
+    // A clone of the flag, as the query layer's cube builder holds it.
+    let urgency = pool.urgency().clone();
+    urgency.set(true);
+    assert!(pool.urgency().is_urgent());
+    assert_eq!(pool.run(thread_name).await, "kiln-test-urgent");
+    urgency.set(false);
+    assert_eq!(pool.run(thread_name).await, "kiln-test-idle");
 }
 
 #[tokio::test]

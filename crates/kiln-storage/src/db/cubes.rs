@@ -40,11 +40,23 @@ impl Db {
         let _ = self.inner.cube_builder.set(builder);
     }
 
-    /// Installs the runtime whose blocking pool sorts, encodes and decodes
-    /// for flushes, compactions and cube builds ([`crate::cpu`]). Until
-    /// then that work runs on the caller's runtime's blocking pool.
-    pub fn set_cpu_runtime(&self, runtime: Arc<dyn crate::CpuRuntime>) {
-        self.inner.cpu.install(runtime);
+    /// Installs the runtimes whose blocking pools sort, encode and decode
+    /// for flushes, compactions and cube builds ([`crate::cpu`]): `idle`
+    /// while the tables keep up with their flushes, `urgent` once one
+    /// falls behind. Until then that work runs on the caller's runtime's
+    /// blocking pool.
+    pub fn set_cpu_runtimes(
+        &self,
+        idle: Arc<dyn crate::CpuRuntime>,
+        urgent: Arc<dyn crate::CpuRuntime>,
+    ) {
+        self.inner.cpu.install(idle, urgent);
+    }
+
+    /// Whether background work is urgent now ([`crate::cpu::Urgency`]):
+    /// for a [`CubeBuilder`] choosing where to compute parts.
+    pub fn background_urgency(&self) -> crate::cpu::Urgency {
+        self.inner.cpu.urgency().clone()
     }
 
     /// Every cube with its table, by cube name.

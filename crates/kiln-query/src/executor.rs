@@ -130,9 +130,10 @@ impl Executor {
     /// A runtime like [`Executor::dedicated`]'s, one worker per core, for
     /// work no query waits for: computing the parts of new segments and
     /// the storage engine's sorting, encoding and decoding for flushes,
-    /// compactions and cube builds ([`Executor::cpu_runtime`]). Apart from
-    /// the queries' runtime, a long piece of it never holds a worker that a
-    /// query's task waits for.
+    /// compactions and cube builds ([`Executor::cpu_runtime`]), once a
+    /// table falls behind its flushes (before that, [`Executor::idle`]'s).
+    /// Apart from the queries' runtime, a long piece of it never holds a
+    /// worker that a query's task waits for.
     pub fn background(nice: i32) -> std::io::Result<Self> {
         Self::named(0, Priority::Nice(nice), "kiln-background")
     }

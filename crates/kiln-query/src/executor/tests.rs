@@ -62,7 +62,10 @@ async fn the_idle_runtime_runs_in_the_idle_scheduling_class() {
     let background = Executor::background(3).unwrap().cpu_runtime().unwrap();
     let handle = background.handle();
     let (name, policy) = handle.spawn_blocking(policy).await.unwrap();
-    assert_eq!((name.as_str(), policy), ("kiln-background", libc::SCHED_OTHER));
+    assert_eq!(
+        (name.as_str(), policy),
+        ("kiln-background", libc::SCHED_OTHER)
+    );
 }
 
 #[tokio::test]

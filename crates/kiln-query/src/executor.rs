@@ -406,7 +406,8 @@ enum Priority {
     /// A nice increment (0: normal priority).
     Nice(i32),
     /// Only on cores no other thread wants: Linux's idle scheduling class
-    /// (which needs no privilege to enter, but does to leave).
+    /// (which needs no privilege to enter, but does to leave), or where
+    /// that is refused, the lowest priority of the normal class (nice 19).
     Idle,
 }
 
@@ -427,7 +428,21 @@ fn lower_priority(priority: Priority) {
                 }
                 Priority::Idle => {
                     let param = libc::sched_param { sched_priority: 0 };
-                    libc::sched_setscheduler(0, libc::SCHED_IDLE, &param)
+                    match libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) {
+                        0 => 0,
+                        // Refused (a sandbox's filter): the lowest nice
+                        // instead, still below the execution threads.
+                        _ => {
+                            let why = std::io::Error::last_os_error();
+                            static SAID: std::sync::Once = std::sync::Once::new();
+                            SAID.call_once(|| {
+                                tracing::warn!(
+                                    "the idle scheduling class was refused ({why}): background threads run at nice 19"
+                                )
+                            });
+                            libc::setpriority(libc::PRIO_PROCESS, tid, 19)
+                        }
+                    }
                 }
             }
         };

@@ -27,7 +27,6 @@ use crate::cube::CubeBuilder;
 use crate::error::{Error, Result};
 use crate::idempotency::{Begin, Done, IdempotencyKey, Keys};
 use crate::manifest::{Manifest, Reaper, Segment, table_prefix};
-use crate::pace;
 use crate::schema::{ColumnDef, TableDef, conform, split_by_day};
 use crate::segment;
 use crate::store::Store;
@@ -495,7 +494,7 @@ impl Db {
     /// queued, so it is reported here whatever the ack. With
     /// [`Ack::Memory`], `Ok` means queued: a later WAL failure loses the
     /// rows (logged) instead of failing this call. A write to a table whose
-    /// flushes fall behind first waits a moment ([`pace`]). When rows
+    /// flushes fall behind first waits a moment ([`crate::pace`]). When rows
     /// waiting to be flushed fill `--memstore-max-bytes`, it waits for room
     /// ([`Error::MemstoreFull`] after [`MEMSTORE_WAIT`]). Before that, it
     /// reserves what its rows take while they are written from
@@ -627,48 +626,6 @@ impl Db {
         Ok(Some(batch))
     }
 
-    /// Waits as long as `t`'s unflushed rows ask ([`pace::delay`]).
-    async fn pace(&self, t: &Table) {
-        let c = &self.inner.config;
-        let (flush, cap) = (c.flush_bytes.as_usize(), c.memstore_max_bytes.as_usize());
-        let held = t.mem.bytes();
-        if held >= flush.saturating_mul(crate::cpu::URGENT) {
-            // The flush under way takes its next pieces of work at the
-            // execution threads' priority; the background round clears it.
-            self.inner.cpu.urgency().set(true);
-        }
-        let wait = pace::delay(held, flush, cap);
-        if wait.is_zero() {
-            return;
-        }
-        let m = &self.inner.metrics;
-        m.writes_paced.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(wait.as_micros()).unwrap_or(u64::MAX);
-        m.pace_micros.fetch_add(micros, Ordering::Relaxed);
-        tokio::time::sleep(wait).await;
-    }
-
-    /// Waits until the rows held in memory, all tables, fit
-    /// `--memstore-max-bytes`, or fails after [`MEMSTORE_WAIT`].
-    async fn room_in_memory(&self) -> Result<()> {
-        let cap = self.inner.config.memstore_max_bytes.as_usize();
-        let held = || -> usize {
-            let registry = self.inner.registry.load();
-            registry.by_id.values().map(|t| t.mem.bytes()).sum()
-        };
-        let started = std::time::Instant::now();
-        loop {
-            let now = held();
-            if now <= cap {
-                return Ok(());
-            }
-            if started.elapsed() >= MEMSTORE_WAIT {
-                return Err(Error::MemstoreFull { held: now, cap });
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    }
-
     /// Bulk load: writes rows straight into Parquet segments and commits them
     /// with one manifest swap, bypassing the WAL. All or nothing: when this
     /// returns Ok every row is durable and visible; on error none is.
@@ -772,6 +729,7 @@ impl Db {
     }
 }
 
+mod admit;
 mod cubes;
 pub use cubes::CreateCube;
 

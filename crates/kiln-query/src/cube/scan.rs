@@ -391,7 +391,7 @@ impl CubeScanExec {
         // buckets are cut to them.
         let selected = |batch: &RecordBatch, min: i128, max: i128| {
             let cuts = range.is_some() && (min < lo || max >= hi);
-            cut.slice(batch, cuts.then_some((lo, hi)))
+            cut.apply(batch, cuts.then_some((lo, hi)))
         };
         let mut on_edges = vec![];
         let mut raw = vec![];
@@ -457,7 +457,7 @@ impl CubeScanExec {
                 batches.push(selected(&states.rows, min, max)?);
             }
         }
-        let batches = cut.finish(batches, ctx.session_config().batch_size())?;
+        batches.retain(|b| b.num_rows() > 0);
         cube.answered
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut streams = vec![];

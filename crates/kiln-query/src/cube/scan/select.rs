@@ -12,7 +12,7 @@ use datafusion::arrow::array::{
     make_comparator,
 };
 use datafusion::arrow::compute::kernels::cmp::{gt_eq, lt};
-use datafusion::arrow::compute::{SortOptions, and, concat_batches, filter_record_batch};
+use datafusion::arrow::compute::{SortOptions, and, filter_record_batch};
 use datafusion::arrow::datatypes::{Schema, SchemaRef, TimestampNanosecondType};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue, internal_err};
@@ -111,9 +111,8 @@ pub(super) fn key_values(
 
 /// How one execution cuts each batch of states it reads (a part's, an
 /// in-memory batch's), worked out once per execution: a batch then costs
-/// a binary search per key, one for the range and a slice of the columns
-/// kept ([`Cut::slice`]); the filter is evaluated once over an
-/// execution's slices put together ([`Cut::finish`]). Only the columns the output, the filter and the
+/// a binary search per key, one for the range, a slice of the columns
+/// kept and its filter. Only the columns the output, the filter and the
 /// range read are sliced: a cube's states take many more columns than a
 /// query reads (a state per measure, several for a variance), and slicing
 /// every one of them for each batch was most of what selecting it cost.
@@ -194,12 +193,10 @@ impl Cut {
     }
 
     /// The rows of `batch` (sorted by its dimensions, [`super::Cubes`])
-    /// whose keys match and whose time dimension is in `[lo, hi)` when
-    /// `buckets` is given (open ends are beyond any timestamp), in the
-    /// columns kept: slices of `batch`'s, unless the range cuts rows not
-    /// sorted by time. [`Self::finish`] takes an execution's slices to
-    /// its output.
-    pub(super) fn slice(
+    /// whose keys match, whose time dimension is in `[lo, hi)` when
+    /// `buckets` is given (open ends are beyond any timestamp), and that
+    /// pass the filter, in the output's columns.
+    pub(super) fn apply(
         &self,
         batch: &RecordBatch,
         buckets: Option<(i128, i128)>,
@@ -224,61 +221,28 @@ impl Cut {
             }
         }
         let rows = end - start;
-        if rows == 0 {
-            return Ok(RecordBatch::new_empty(self.kept_schema.clone()));
-        }
         let columns = (self.kept.iter())
             .map(|&i| batch.column(i).slice(start, rows))
             .collect();
         let options = RecordBatchOptions::new().with_row_count(Some(rows));
-        let cut = RecordBatch::try_new_with_options(self.kept_schema.clone(), columns, &options)?;
-        match unsorted {
-            Some((t, lo, hi)) => match in_buckets(&cut, t, lo, hi)? {
-                Some(keep) => Ok(filter_record_batch(&cut, &keep)?),
-                None => Ok(cut),
-            },
-            None => Ok(cut),
-        }
-    }
-
-    /// The rows of `slices` ([`Self::slice`]) that pass the filter, in
-    /// the output's columns. A query reads a slice of every part and
-    /// in-memory batch in its range, most of them a few rows, and the
-    /// aggregate above pays a fixed cost per batch (group keys interned,
-    /// each measure's states merged): runs of slices under `rows` rows are
-    /// put together into batches of about that many, each filtered once.
-    /// Larger slices pass as they are, uncopied unless filtered.
-    pub(super) fn finish(&self, slices: Vec<RecordBatch>, rows: usize) -> Result<Vec<RecordBatch>> {
-        let mut out = vec![];
-        let mut run: Vec<RecordBatch> = vec![];
-        let mut held = 0;
-        for slice in slices.into_iter().filter(|s| s.num_rows() > 0) {
-            if slice.num_rows() >= rows {
-                out.push(self.output(slice)?);
-                continue;
-            }
-            held += slice.num_rows();
-            run.push(slice);
-            if held >= rows {
-                out.push(self.output(concat_batches(&self.kept_schema, &run)?)?);
-                (run, held) = (vec![], 0);
-            }
-        }
-        match run.as_slice() {
-            [] => {}
-            [one] => out.push(self.output(one.clone())?),
-            _ => out.push(self.output(concat_batches(&self.kept_schema, &run)?)?),
-        }
-        out.retain(|b| b.num_rows() > 0);
-        Ok(out)
-    }
-
-    /// The rows of `cut` (kept columns) that pass the filter, in the
-    /// output's columns.
-    fn output(&self, mut cut: RecordBatch) -> Result<RecordBatch> {
-        if let Some(f) = &self.filter {
+        let mut cut =
+            RecordBatch::try_new_with_options(self.kept_schema.clone(), columns, &options)?;
+        // The range's rows (unsorted) and the filter's, kept by one mask.
+        let mut keep = match unsorted {
+            Some((t, lo, hi)) => in_buckets(&cut, t, lo, hi)?,
+            None => None,
+        };
+        if let Some(f) = &self.filter
+            && cut.num_rows() > 0
+        {
             let mask = f.evaluate(&cut)?.into_array(cut.num_rows())?;
-            cut = filter_record_batch(&cut, mask.as_boolean())?;
+            keep = Some(match keep {
+                Some(k) => and(&k, mask.as_boolean())?,
+                None => mask.as_boolean().clone(),
+            });
+        }
+        if let Some(k) = keep {
+            cut = filter_record_batch(&cut, &k)?;
         }
         let Some(output) = &self.output else {
             return Ok(cut);

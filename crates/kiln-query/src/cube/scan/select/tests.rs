@@ -4,7 +4,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, TimestampNanosecondArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
-use datafusion::common::{Result, ScalarValue};
+use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
@@ -59,21 +59,11 @@ fn cut(
     Cut::new(schema, keys, filter.as_ref(), time, projection, out).unwrap()
 }
 
-/// One batch's cut: its slice, finished alone.
-fn apply(c: &Cut, b: &RecordBatch, buckets: Option<(i128, i128)>) -> Result<RecordBatch> {
-    let out = c.finish(vec![c.slice(b, buckets)?], 8192)?;
-    match out.as_slice() {
-        [] => Ok(RecordBatch::new_empty(c.out_schema.clone())),
-        [one] => Ok(one.clone()),
-        _ => panic!("one slice finished as {} batches", out.len()),
-    }
-}
-
 #[test]
 fn keys_select_a_slice_and_the_output_takes_the_projection_in_its_order() {
     let (schema, b) = batch();
     let c = cut(&schema, key(2), None, None, Some(&[3, 0]));
-    let out = apply(&c, &b, None).unwrap();
+    let out = c.apply(&b, None).unwrap();
     assert_eq!(out.num_columns(), 2);
     assert_eq!(out.schema().field(0).name(), "s");
     assert_eq!(rows(&out, 0), [2, 3, 4, 5]);
@@ -81,7 +71,7 @@ fn keys_select_a_slice_and_the_output_takes_the_projection_in_its_order() {
     assert!(k.values().iter().all(|k| *k == 2));
     // A key no row holds: nothing.
     let none = cut(&schema, key(9), None, None, None);
-    assert_eq!(apply(&none, &b, None).unwrap().num_rows(), 0);
+    assert_eq!(none.apply(&b, None).unwrap().num_rows(), 0);
 }
 
 #[test]
@@ -90,22 +80,22 @@ fn a_range_cuts_sorted_rows_by_search_and_others_by_a_filter() {
     // After the key, the rows are sorted by `t`: [10, 30) is a slice.
     let sorted = cut(&schema, key(2), None, Some(1), Some(&[3]));
     assert_eq!(
-        rows(&apply(&sorted, &b, Some((10, 30))).unwrap(), 0),
+        rows(&sorted.apply(&b, Some((10, 30))).unwrap(), 0),
         [2, 3, 4]
     );
     assert_eq!(
-        rows(&apply(&sorted, &b, Some((11, 20))).unwrap(), 0),
+        rows(&sorted.apply(&b, Some((11, 20))).unwrap(), 0),
         Vec::<i64>::new()
     );
     let open = (i128::MIN, i128::MAX);
     assert_eq!(
-        rows(&apply(&sorted, &b, Some(open)).unwrap(), 0),
+        rows(&sorted.apply(&b, Some(open)).unwrap(), 0),
         [2, 3, 4, 5]
     );
     // Without a key the rows are not sorted by `t`: filtered, and `t` is
     // read though the output does not hold it.
     let unsorted = cut(&schema, vec![], None, Some(1), Some(&[3]));
-    let out = apply(&unsorted, &b, Some((10, 21))).unwrap();
+    let out = unsorted.apply(&b, Some((10, 21))).unwrap();
     assert_eq!(out.num_columns(), 1);
     assert_eq!(rows(&out, 0), [1, 2, 3, 4, 6]);
 }
@@ -117,11 +107,11 @@ fn the_filter_reads_columns_the_output_does_not_hold() {
     let a = Arc::new(Literal::new(ScalarValue::Utf8(Some("a".into()))));
     let filter: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(r, Operator::Eq, a));
     let c = cut(&schema, key(2), Some(filter.clone()), Some(1), Some(&[3]));
-    assert_eq!(rows(&apply(&c, &b, None).unwrap(), 0), [2, 4]);
-    assert_eq!(rows(&apply(&c, &b, Some((15, 40))).unwrap(), 0), [4]);
+    assert_eq!(rows(&c.apply(&b, None).unwrap(), 0), [2, 4]);
+    assert_eq!(rows(&c.apply(&b, Some((15, 40))).unwrap(), 0), [4]);
     // Every column returned: the same rows, the schema's columns.
     let all = cut(&schema, vec![], Some(filter), None, None);
-    let out = apply(&all, &b, None).unwrap();
+    let out = all.apply(&b, None).unwrap();
     assert_eq!(out.schema(), schema);
     assert_eq!(rows(&out, 3), [0, 2, 4, 6]);
     assert!(
@@ -131,33 +121,4 @@ fn the_filter_reads_columns_the_output_does_not_hold() {
             .all(|r| r == Some("a"))
     );
     assert_eq!(out.column(0).len(), 4);
-}
-
-#[test]
-fn small_slices_are_put_together_and_filtered_once_large_ones_pass_uncopied() {
-    let (schema, b) = batch();
-    let r = Arc::new(Column::new("r", 2));
-    let a = Arc::new(Literal::new(ScalarValue::Utf8(Some("a".into()))));
-    let filter: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(r, Operator::Eq, a));
-    // Slices of 2, 4 and 1 rows; runs of at least 5 rows make a batch.
-    let filtered = cut(&schema, vec![], Some(filter), None, Some(&[3]));
-    let slices = [(0, 2), (2, 4), (6, 1)].map(|(at, n)| filtered.slice(&b.slice(at, n), None));
-    let out = filtered.finish(slices.into_iter().collect::<Result<_>>().unwrap(), 5);
-    let out = out.unwrap();
-    let got: Vec<Vec<i64>> = out.iter().map(|o| rows(o, 0)).collect();
-    // The first two (6 rows) together, the last alone; rows with `r = a`.
-    assert_eq!(got, [vec![0, 2, 4], vec![6]]);
-    // Unfiltered, a slice as large as a batch is the slice itself.
-    let all = cut(&schema, vec![], None, None, None);
-    let slices = [(0, 1), (1, 5)].map(|(at, n)| all.slice(&b.slice(at, n), None).unwrap());
-    let out = all.finish(slices.to_vec(), 3).unwrap();
-    assert_eq!(out.len(), 2);
-    assert_eq!(rows(&out[1], 3), [0]);
-    let large = out[0].column(3).to_data();
-    let source = b.column(3).slice(1, 5).to_data();
-    assert_eq!(large.buffers()[0].as_ptr(), source.buffers()[0].as_ptr());
-    // Slices with no row are left out; none at all, no batch.
-    let none = cut(&schema, key(9), None, None, None);
-    let empty = none.finish(vec![none.slice(&b, None).unwrap()], 3).unwrap();
-    assert!(empty.is_empty());
 }

@@ -16,7 +16,7 @@
 set -eu
 DATA=${DATA:-/tmp/cubes-on}; C=${C:-50}; SECS=${SECS:-38}
 PROTOCOL=${PROTOCOL:-pg}; STREAM=${STREAM:-2:100:25000:14}
-IFS=: read -r W B R D <<<"$STREAM"
+IFS=: read -r W B R D <<<"$STREAM"; D=${D:-14}
 HTTP=127.0.0.1:18193; PG=15543
 [ -f "$DATA/catalog.json" ] || { echo "DATA ($DATA) holds no database: run bench/cubes.sh first" >&2; exit 1; }
 case $PROTOCOL in http) URL=http://$HTTP ;; *) URL=postgres://127.0.0.1:$PG ;; esac

@@ -40,9 +40,9 @@ pub trait CpuRuntime: Send + Sync + 'static {
 }
 
 /// Whether background work is urgent: set by a write or the background
-/// round finding a table behind its flushes, read by whatever picks where that work
-/// runs (the [`CpuPool`], the query layer's cube builder). Clones share
-/// the flag.
+/// round finding a table behind its flushes, read by whatever picks where
+/// that work runs (the [`CpuPool`], the query layer's cube builder).
+/// Clones share the flag.
 #[derive(Clone, Default)]
 pub struct Urgency(Arc<AtomicBool>);
 
